@@ -1,0 +1,83 @@
+"""Webhook Lambda: API Gateway (HTTP API) -> verify whasp's signature -> SQS FIFO -> 2xx."""
+
+import base64
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from memagent.errors import BadRequest, InvalidSignature, QueueUnavailable, SecretUnavailable
+from memagent.observability import logger, metrics, tracer
+from memagent.queue import EventQueue
+from memagent.settings import WebhookSettings
+from memagent.webhook import receive
+
+settings = WebhookSettings.from_env()
+queue = EventQueue(settings.queue_url)
+app = APIGatewayHttpResolver()
+
+
+def _json(status: int, body: dict) -> Response:
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
+
+
+def _rejected(reason: str, status: int, message: str) -> Response:
+    with single_metric(name="WebhookRejected", unit=MetricUnit.Count, value=1) as metric:
+        metric.add_dimension(name="reason", value=reason)
+    logger.warning("webhook rejected", extra={"reason": reason, "status": status})
+    return _json(status, {"error": message})
+
+
+@app.exception_handler(InvalidSignature)
+def _invalid_signature(error: InvalidSignature) -> Response:
+    return _rejected("signature", 401, "invalid signature")
+
+
+@app.exception_handler(BadRequest)
+def _bad_request(error: BadRequest) -> Response:
+    return _rejected("bad_request", 400, str(error))
+
+
+@app.exception_handler(SecretUnavailable)
+def _secret_unavailable(error: SecretUnavailable) -> Response:
+    logger.error("webhook secret unavailable; failing closed")
+    return _rejected("secret_unavailable", 503, "temporarily unavailable")
+
+
+@app.exception_handler(QueueUnavailable)
+def _queue_unavailable(error: QueueUnavailable) -> Response:
+    logger.error("queue unavailable", extra={"error": str(error)})
+    return _rejected("queue_unavailable", 503, "temporarily unavailable")
+
+
+def _raw_body(body: str | None, is_base64: bool) -> bytes:
+    """The exact bytes whasp signed; a body we cannot turn back into bytes cannot be verified."""
+    try:
+        if is_base64:
+            return base64.b64decode(body or "", validate=True)
+        return (body or "").encode("utf-8")
+    except (ValueError, UnicodeEncodeError):
+        raise InvalidSignature("body cannot be decoded") from None
+
+
+@app.post("/webhook")
+def webhook() -> Response:
+    event = app.current_event
+    receipt = receive(settings, queue, event.headers, _raw_body(event.body, event.is_base64_encoded))
+    logger.info(
+        "webhook accepted",
+        extra={"event_id": receipt.event_id, "type": receipt.event_type, "queued": receipt.queued},
+    )
+    metrics.add_metric(
+        name="WebhookAccepted" if receipt.queued else "WebhookIgnored",
+        unit=MetricUnit.Count,
+        value=1,
+    )
+    return _json(200, {"ok": True})
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics
+def handler(event: dict, context: LambdaContext) -> dict:
+    return app.resolve(event, context)

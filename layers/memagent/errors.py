@@ -1,0 +1,49 @@
+"""Typed domain errors. Entry points map them to HTTP codes or batch failures in one place."""
+
+
+class AgentError(Exception):
+    """Base class for every error this package raises on purpose."""
+
+
+class ConfigurationError(AgentError):
+    """A setting is missing or invalid. Raised at cold start, naming the setting."""
+
+
+class SecretUnavailable(AgentError):
+    """A secret could not be read (SSM/Secrets Manager down, or not configured)."""
+
+
+class InvalidSignature(AgentError):
+    """A webhook request is not signed by whasp (missing, malformed, stale or wrong)."""
+
+
+class BadRequest(AgentError):
+    """A signed webhook request whose body we cannot accept (too big, not JSON, no envelope)."""
+
+
+class QueueUnavailable(AgentError):
+    """SQS did not accept the message; the sender should retry."""
+
+
+class MalformedEvent(AgentError):
+    """A queued event that can never be processed (parked for an operator, never retried)."""
+
+
+class TransientError(AgentError):
+    """A dependency failed in a way that a retry may fix (5xx, 429, timeout)."""
+
+
+class SendRejected(AgentError):
+    """whasp refused a send for good (4xx other than opt-out); retrying cannot help."""
+
+    def __init__(self, status: int):
+        super().__init__(f"whasp rejected the send with HTTP {status}")
+        self.status = status
+
+
+class OptedOut(AgentError):
+    """whasp refused a send because the chat opted out (HTTP 409 opted_out)."""
+
+
+class ConcurrentUpdate(AgentError):
+    """An optimistic condition failed because someone else wrote first."""

@@ -1,0 +1,70 @@
+"""The memory model, as plain data: what we keep per (agent, person).
+
+Three layers: raw recent turns (`Turn`), one rolling `Summary` with the marker of the last turn
+folded into it, and short durable `Fact`s. `PersonState` holds the counters and flags.
+Storage lives in `memagent.store`; these types know nothing about DynamoDB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+Role = Literal["user", "assistant"]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One message of the conversation. `seq` is strictly increasing per person."""
+
+    seq: int
+    role: Role
+    text: str
+    at: datetime
+    number: str | None = None  # the whasp number that carried it (audit), if known
+    event_id: str | None = None  # the inbound whasp event id, for the person's messages
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A short durable line about the person. Data about them, never an instruction."""
+
+    text: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The earlier conversation in one paragraph; `marker` is the seq of the last folded turn."""
+
+    text: str
+    marker: int
+    at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class PersonState:
+    last_seq: int = 0  # seq of the newest stored turn (0: none yet)
+    marker: int = 0  # seq of the newest turn folded into the summary (0: none)
+    compact: bool = False  # the compaction flag the stream filter matches
+    last_number: str | None = None  # the whasp number the person last wrote to
+    last_inbound_at: datetime | None = None  # when the person last wrote
+    opted_out: bool = False
+    opted_out_at: datetime | None = None
+    erased_at: datetime | None = None  # set by forget(); older events are never stored again
+
+    @property
+    def pending(self) -> int:
+        """Turns stored after the summary marker."""
+        return self.last_seq - self.marker
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Everything one turn needs, as read in one query."""
+
+    state: PersonState = field(default_factory=PersonState)
+    summary: Summary | None = None
+    turns: tuple[Turn, ...] = ()  # after the marker, chronological
+    facts: tuple[Fact, ...] = ()  # oldest first

@@ -1,0 +1,50 @@
+"""SQS: the per-person FIFO queue between the webhook and the consumer."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from memagent.errors import QueueUnavailable
+from memagent.person import agent_key, person_key
+from memagent.whasp import Envelope
+
+# The webhook must answer whasp within its 10 s deadline: fail fast and let whasp retry.
+_CONFIG = Config(connect_timeout=2, read_timeout=3, retries={"max_attempts": 2, "mode": "standard"})
+
+
+def group_id(agent: str, envelope: Envelope) -> str:
+    """One FIFO group per person (hashed: no phone number in queue metadata); agent-wide events
+    such as number.replaced get a group of their own."""
+    if envelope.chat:
+        return person_key(agent, envelope.chat)
+    return agent_key(agent)
+
+
+def deduplication_id(event_id: str) -> str:
+    """SQS allows 128 characters from a limited alphabet; a digest of the event id always fits."""
+    return hashlib.sha256(event_id.encode()).hexdigest()
+
+
+class EventQueue:
+    def __init__(self, queue_url: str, client: Any | None = None):
+        self.queue_url = queue_url
+        self._sqs = client or boto3.client("sqs", config=_CONFIG)
+
+    def enqueue(self, agent: str, envelope: Envelope) -> str:
+        """Queue one whasp event; return the SQS message id or raise QueueUnavailable."""
+        try:
+            response = self._sqs.send_message(
+                QueueUrl=self.queue_url,
+                MessageBody=json.dumps(envelope.raw, separators=(",", ":")),
+                MessageGroupId=group_id(agent, envelope),
+                MessageDeduplicationId=deduplication_id(envelope.id),
+            )
+        except (BotoCoreError, ClientError) as error:
+            raise QueueUnavailable(type(error).__name__) from None
+        return response["MessageId"]

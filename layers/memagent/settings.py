@@ -1,0 +1,168 @@
+"""Configuration: one validated model per function, read from the environment at cold start.
+
+The environment names are part of the public interface (README, template.yaml). A missing or bad
+setting raises ConfigurationError naming it. Each secret is given either as `<NAME>_PARAM` (the SSM
+Parameter Store SecureString name, used in AWS) or as `<NAME>` (the plain value, for local runs);
+it is read lazily and cached, so a secret store outage fails the request (503/retry), not the
+cold start. AWS endpoints come from boto3's standard AWS_ENDPOINT_URL.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from memagent.errors import ConfigurationError, SecretUnavailable
+
+SECRET_MAX_AGE_SECONDS = 300
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a warm, concise companion who chats with people on WhatsApp. "
+    "Write short, natural messages. Pick up earlier threads when it helps the person."
+)
+
+
+class Secret:
+    """A secret given as a plain value (local runs) or as an SSM parameter name (AWS)."""
+
+    def __init__(self, name: str, *, value: str | None, parameter: str | None):
+        self.name = name
+        self._value = value
+        self._parameter = parameter
+
+    @classmethod
+    def from_env(cls, name: str, env: Mapping[str, str]) -> Secret:
+        value, parameter = env.get(name) or None, env.get(f"{name}_PARAM") or None
+        if value is None and parameter is None:
+            raise ConfigurationError(f"set {name}_PARAM (SSM parameter name) or {name} (local)")
+        return cls(name, value=value, parameter=parameter)
+
+    def get(self) -> str:
+        if self._value is not None:
+            return self._value
+        from aws_lambda_powertools.utilities import parameters
+
+        try:
+            value = parameters.get_parameter(
+                self._parameter, decrypt=True, max_age=SECRET_MAX_AGE_SECONDS
+            )
+        except Exception as error:  # any failure of the secret store: fail closed, retry later
+            raise SecretUnavailable(f"{self.name} could not be read") from error
+        if not value:
+            raise SecretUnavailable(f"{self.name} is empty")
+        return str(value)
+
+    def __repr__(self) -> str:  # never print the value
+        return f"Secret({self.name})"
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    agent_id: str = Field(alias="AGENT_ID", min_length=1, max_length=64, pattern=r"^[\w.-]+$")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None):
+        env = os.environ if env is None else env
+        try:
+            return cls.model_validate({k: v for k, v in env.items() if v != ""})
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()
+            )
+            raise ConfigurationError(f"invalid configuration: {problems}") from None
+
+
+class WebhookSettings(_Settings):
+    queue_url: str = Field(alias="QUEUE_URL", min_length=1)
+    max_body_bytes: int = Field(alias="WEBHOOK_MAX_BODY_BYTES", default=256 * 1024, gt=0)
+    tolerance_seconds: int = Field(alias="WEBHOOK_TOLERANCE_SECONDS", default=300, gt=0)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> WebhookSettings:
+        env = os.environ if env is None else env
+        settings = super().from_env(env)
+        object.__setattr__(settings, "_webhook_secret", Secret.from_env("WEBHOOK_SECRET", env))
+        return settings
+
+    @property
+    def webhook_secret(self) -> Secret:
+        return self._webhook_secret  # type: ignore[attr-defined]
+
+
+class MemorySettings(_Settings):
+    """What every function that reads or writes memory needs."""
+
+    table_name: str = Field(alias="TABLE_NAME", min_length=1)
+    compact_threshold: int = Field(alias="COMPACT_THRESHOLD", default=40, ge=2)
+    compact_keep: int = Field(alias="COMPACT_KEEP", default=20, ge=1)
+    ledger_ttl_days: int = Field(alias="LEDGER_TTL_DAYS", default=30, ge=7)
+    max_facts: int = Field(alias="MAX_FACTS", default=200, ge=1)
+    max_fact_chars: int = Field(alias="MAX_FACT_CHARS", default=160, ge=20)
+    archive_bucket: str | None = Field(alias="ARCHIVE_BUCKET", default=None)
+
+    @field_validator("compact_keep")
+    @classmethod
+    def _keep_below_threshold(cls, keep: int, info) -> int:
+        threshold = info.data.get("compact_threshold", 40)
+        if keep >= threshold:
+            raise ValueError("COMPACT_KEEP must be smaller than COMPACT_THRESHOLD")
+        return keep
+
+
+class ModelSettings(MemorySettings):
+    """Settings of the functions that call the model (consumer, compactor)."""
+
+    openai_model: str = Field(alias="OPENAI_MODEL", min_length=1)
+    openai_base_url: str | None = Field(alias="OPENAI_BASE_URL", default=None)
+    openai_timeout_seconds: float = Field(alias="OPENAI_TIMEOUT_SECONDS", default=25.0, gt=0)
+    openai_max_retries: int = Field(alias="OPENAI_MAX_RETRIES", default=2, ge=0)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None):
+        env = os.environ if env is None else env
+        settings = super().from_env(env)
+        object.__setattr__(settings, "_openai_api_key", Secret.from_env("OPENAI_API_KEY", env))
+        return settings
+
+    @property
+    def openai_api_key(self) -> Secret:
+        return self._openai_api_key  # type: ignore[attr-defined]
+
+
+class ConsumerSettings(ModelSettings):
+    whasp_api_url: str = Field(alias="WHASP_API_URL", min_length=1)
+    system_prompt: str = Field(alias="SYSTEM_PROMPT", default=DEFAULT_SYSTEM_PROMPT, min_length=1)
+    transcription_model: str = Field(alias="TRANSCRIPTION_MODEL", default="gpt-4o-mini-transcribe")
+    context_max_messages: int = Field(alias="CONTEXT_MAX_MESSAGES", default=60, ge=1)
+    context_max_chars: int = Field(alias="CONTEXT_MAX_CHARS", default=12_000, ge=100)
+    context_max_facts: int = Field(alias="CONTEXT_MAX_FACTS", default=30, ge=0)
+    media_max_bytes: int = Field(alias="MEDIA_MAX_BYTES", default=10 * 1024 * 1024, gt=0)
+    opt_out_policy: Literal["keep", "erase"] = Field(alias="OPT_OUT_POLICY", default="keep")
+    forget_keyword: str = Field(alias="FORGET_KEYWORD", default="forget me")
+    whasp_timeout_seconds: float = Field(alias="WHASP_TIMEOUT_SECONDS", default=10.0, gt=0)
+
+    @field_validator("whasp_api_url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if not url.startswith(("https://", "http://")):
+            raise ValueError("must be an http(s) URL")
+        return url.rstrip("/")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ConsumerSettings:
+        env = os.environ if env is None else env
+        settings = super().from_env(env)
+        object.__setattr__(settings, "_whasp_api_key", Secret.from_env("WHASP_API_KEY", env))
+        return settings
+
+    @property
+    def whasp_api_key(self) -> Secret:
+        return self._whasp_api_key  # type: ignore[attr-defined]
+
+
+class CompactorSettings(ModelSettings):
+    pass

@@ -1,0 +1,412 @@
+"""The whasp adapter: everything whasp-specific lives here and nowhere else.
+
+This module is written against our *assumed* whasp contract (../shared/WHASP.md in the project's
+workspace; summarised here so the module stands on its own):
+
+Inbound webhook (Standard Webhooks signing)
+    Headers ``webhook-id`` (the event id), ``webhook-timestamp`` (Unix seconds) and
+    ``webhook-signature`` (space-separated ``v1,<base64 HMAC-SHA256>`` entries over
+    ``{id}.{timestamp}.{raw body}``, keyed with the base64 key after ``whsec_``). Accept when any
+    entry matches any configured secret (two during rotation) and the timestamp is within the
+    tolerance either way. Header names may arrive in any case.
+Events
+    Envelope ``{"id", "type", "created_at", "data"}``. Types we act on: ``message.received``
+    (``data.number`` = our whasp number, ``data.chat`` = the person's E.164 phone,
+    ``data.message`` = {id, type, text | media{url, mime_type, size} + caption, timestamp}),
+    ``number.replaced`` (``data.old_number``, ``data.new_number``, ``data.label``) and
+    ``chat.opted_out`` (``data.number``, ``data.chat``). Anything else is acknowledged and ignored.
+Outbound
+    ``POST {WHASP_API_URL}/v1/messages`` with ``Authorization: Bearer <key>`` and
+    ``Idempotency-Key`` (<= 255 chars, 24 h), body ``{"from", "to", "type": "text", "text"}``.
+    201 accepted; 400 invalid (no retry); 401/403 bad key (no retry); 409 ``opted_out`` (no retry,
+    record it); 429 (honour Retry-After) and 5xx retried. Texts hold at most 4,096 characters.
+Media
+    ``GET {media.url}`` with the bearer key returns the bytes.
+
+The signature check is hand-written rather than taken from the ``standardwebhooks`` package: it
+must try several secrets (rotation), map every failure to one error type without leaking which
+part failed, and keep the webhook's cold path free of that package's dependencies. The tests sign
+with ``standardwebhooks`` as an independent peer.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from memagent.errors import (
+    BadRequest,
+    InvalidSignature,
+    MalformedEvent,
+    OptedOut,
+    SendRejected,
+    TransientError,
+)
+
+HEADER_ID = "webhook-id"
+HEADER_TIMESTAMP = "webhook-timestamp"
+HEADER_SIGNATURE = "webhook-signature"
+SECRET_PREFIX = "whsec_"
+SIGNATURE_VERSION = "v1"
+
+MESSAGE_RECEIVED = "message.received"
+NUMBER_REPLACED = "number.replaced"
+CHAT_OPTED_OUT = "chat.opted_out"
+QUEUED_TYPES = frozenset({MESSAGE_RECEIVED, NUMBER_REPLACED, CHAT_OPTED_OUT})
+
+MAX_TEXT_CHARS = 4096
+MAX_IDEMPOTENCY_KEY = 255
+E164 = re.compile(r"^\+[1-9]\d{6,14}$")
+
+
+# --------------------------------------------------------------------------- signature
+
+
+def _keys(secrets: Iterable[str]) -> list[bytes]:
+    keys = []
+    for secret in secrets:
+        encoded = secret.removeprefix(SECRET_PREFIX)
+        try:
+            keys.append(base64.b64decode(encoded, validate=True))
+        except (binascii.Error, ValueError):
+            continue  # a misconfigured secret matches nothing: fail closed
+    return keys
+
+
+def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
+    for key, value in (headers or {}).items():
+        if isinstance(key, str) and key.lower() == name:
+            return value if isinstance(value, str) else None
+    return None
+
+
+def verify_signature(
+    secrets: Iterable[str],
+    headers: Mapping[str, str] | None,
+    body: bytes,
+    *,
+    tolerance_seconds: int = 300,
+    now: float | None = None,
+) -> str:
+    """Check a whasp webhook signature; return the event id, or raise InvalidSignature."""
+    event_id = _header(headers, HEADER_ID)
+    timestamp = _header(headers, HEADER_TIMESTAMP)
+    signatures = _header(headers, HEADER_SIGNATURE)
+    if not event_id or not timestamp or not signatures:
+        raise InvalidSignature("missing signature headers")
+    if not timestamp.isascii() or not timestamp.isdigit():
+        raise InvalidSignature("malformed timestamp")
+    now = time.time() if now is None else now
+    if abs(now - int(timestamp)) > tolerance_seconds:
+        raise InvalidSignature("timestamp outside tolerance")
+
+    signed = f"{event_id}.{timestamp}.".encode() + body
+    expected = [
+        base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest())
+        for key in _keys(secrets)
+    ]
+    for entry in signatures.split(" "):
+        version, _, candidate = entry.partition(",")
+        if version != SIGNATURE_VERSION or not candidate:
+            continue
+        given = candidate.encode("ascii", errors="replace")
+        # compare_digest against every key, without stopping early on a match
+        if any([hmac.compare_digest(given, digest) for digest in expected]):  # noqa: C419
+            return event_id
+    raise InvalidSignature("no matching signature")
+
+
+def sign(secret: str, event_id: str, timestamp: int, body: bytes) -> str:
+    """Produce a ``webhook-signature`` value, for the local stack and sample events."""
+    key = base64.b64decode(secret.removeprefix(SECRET_PREFIX))
+    digest = hmac.new(key, f"{event_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    return f"{SIGNATURE_VERSION},{base64.b64encode(digest).decode()}"
+
+
+# --------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A signed webhook body, parsed just enough to route it."""
+
+    id: str
+    type: str
+    chat: str | None  # the person's E.164 phone, for the per-person queue
+    raw: dict[str, Any]
+
+    @property
+    def queued(self) -> bool:
+        return self.type in QUEUED_TYPES
+
+
+def parse_envelope(body: bytes, *, max_bytes: int) -> Envelope:
+    """Parse a verified webhook body; raise BadRequest if we cannot accept it."""
+    if len(body) > max_bytes:
+        raise BadRequest("body too large")
+    try:
+        raw = json.loads(body)
+    except (UnicodeDecodeError, ValueError):
+        raise BadRequest("body is not JSON") from None
+    if not isinstance(raw, dict):
+        raise BadRequest("body is not a JSON object")
+    event_id, event_type = raw.get("id"), raw.get("type")
+    if not isinstance(event_id, str) or not event_id or not isinstance(event_type, str):
+        raise BadRequest("envelope needs string id and type")
+    chat = None
+    if event_type in (MESSAGE_RECEIVED, CHAT_OPTED_OUT):
+        data = raw.get("data")
+        chat = data.get("chat") if isinstance(data, dict) else None
+        if not isinstance(chat, str) or not E164.match(chat):
+            raise BadRequest("event needs data.chat in E.164")
+    return Envelope(id=event_id, type=event_type, chat=chat, raw=raw)
+
+
+@dataclass(frozen=True)
+class Media:
+    url: str
+    mime_type: str
+    size: int | None
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    event_id: str
+    created_at: datetime
+    number: str  # our whasp number that carried it
+    chat: str  # the person's phone, E.164
+    label: str | None
+    message_id: str
+    kind: str  # text, audio, image, video, document, sticker, location, contact, ...
+    text: str | None
+    caption: str | None
+    media: Media | None
+    sent_at: datetime
+
+
+@dataclass(frozen=True)
+class ChatOptedOut:
+    event_id: str
+    created_at: datetime
+    number: str
+    chat: str
+
+
+@dataclass(frozen=True)
+class NumberReplaced:
+    event_id: str
+    created_at: datetime
+    old_number: str
+    new_number: str
+    label: str | None
+
+
+WhaspEvent = InboundMessage | ChatOptedOut | NumberReplaced
+
+
+def _time(value: Any, field: str) -> datetime:
+    if not isinstance(value, str):
+        raise MalformedEvent(f"{field} missing")
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise MalformedEvent(f"{field} is not an ISO time") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _str(data: Mapping[str, Any], field: str, *, pattern: re.Pattern[str] | None = None) -> str:
+    value = data.get(field)
+    if not isinstance(value, str) or not value or (pattern and not pattern.match(value)):
+        raise MalformedEvent(f"{field} missing or invalid")
+    return value
+
+
+def parse_event(raw: Mapping[str, Any]) -> WhaspEvent:
+    """Turn a queued whasp event into a typed domain event; raise MalformedEvent if we cannot."""
+    if not isinstance(raw, Mapping):
+        raise MalformedEvent("event is not an object")
+    event_id, event_type = _str(raw, "id"), _str(raw, "type")
+    created_at = _time(raw.get("created_at"), "created_at")
+    data = raw.get("data")
+    if not isinstance(data, Mapping):
+        raise MalformedEvent("data missing")
+    if event_type == MESSAGE_RECEIVED:
+        message = data.get("message")
+        if not isinstance(message, Mapping):
+            raise MalformedEvent("data.message missing")
+        media_raw = message.get("media")
+        media = None
+        if isinstance(media_raw, Mapping) and isinstance(media_raw.get("url"), str):
+            size = media_raw.get("size")
+            media = Media(
+                url=media_raw["url"],
+                mime_type=str(media_raw.get("mime_type") or "application/octet-stream"),
+                size=size if isinstance(size, int) else None,
+            )
+        text, caption = message.get("text"), message.get("caption")
+        return InboundMessage(
+            event_id=event_id,
+            created_at=created_at,
+            number=_str(data, "number", pattern=E164),
+            chat=_str(data, "chat", pattern=E164),
+            label=data.get("label") if isinstance(data.get("label"), str) else None,
+            message_id=str(message.get("id") or event_id),
+            kind=str(message.get("type") or "unknown"),
+            text=text if isinstance(text, str) else None,
+            caption=caption if isinstance(caption, str) else None,
+            media=media,
+            sent_at=_time(message.get("timestamp") or raw.get("created_at"), "message.timestamp"),
+        )
+    if event_type == CHAT_OPTED_OUT:
+        return ChatOptedOut(
+            event_id=event_id,
+            created_at=created_at,
+            number=_str(data, "number", pattern=E164),
+            chat=_str(data, "chat", pattern=E164),
+        )
+    if event_type == NUMBER_REPLACED:
+        return NumberReplaced(
+            event_id=event_id,
+            created_at=created_at,
+            old_number=_str(data, "old_number", pattern=E164),
+            new_number=_str(data, "new_number", pattern=E164),
+            label=data.get("label") if isinstance(data.get("label"), str) else None,
+        )
+    raise MalformedEvent("event type is not one we queue")
+
+
+# --------------------------------------------------------------------------- outbound
+
+
+def split_text(text: str, limit: int = MAX_TEXT_CHARS) -> list[str]:
+    """Split a reply into whasp-sized parts, preferring paragraph, line and word breaks."""
+    text = text.strip()
+    parts: list[str] = []
+    while len(text) > limit:
+        window = text[:limit]
+        cut = max(window.rfind("\n\n"), window.rfind("\n"), window.rfind(" "))
+        if cut < limit // 2:
+            cut = limit
+        parts.append(text[:cut].rstrip())
+        text = text[cut:].lstrip()
+    if text:
+        parts.append(text)
+    return parts
+
+
+def idempotency_key(event_id: str, part: int) -> str:
+    """The send key for part `part` of the reply to inbound event `event_id`: stable across
+    redeliveries, so whasp turns a repeated send into a no-op."""
+    key = f"reply:{event_id}:{part}"
+    if len(key) <= MAX_IDEMPOTENCY_KEY:
+        return key
+    return f"reply:{hashlib.sha256(event_id.encode()).hexdigest()}:{part}"
+
+
+class WhaspClient:
+    """Sends replies and fetches media over HTTP (urllib3, already shipped with botocore)."""
+
+    def __init__(
+        self,
+        api_url: str,
+        api_key: str,
+        *,
+        timeout_seconds: float = 10.0,
+        retries: int = 3,
+        backoff_factor: float = 0.5,
+    ):
+        import urllib3
+        from urllib3.util import Retry, Timeout
+
+        self._api_url = api_url.rstrip("/")
+        self._api_key = api_key
+        retry = Retry(
+            total=retries,
+            connect=retries,
+            read=retries,
+            status=retries,
+            backoff_factor=backoff_factor,
+            backoff_max=10,
+            status_forcelist=(429, 500, 502, 503, 504),
+            allowed_methods=frozenset({"GET", "POST"}),  # POST is safe: Idempotency-Key
+            respect_retry_after_header=True,
+            raise_on_status=False,
+        )
+        self._http = urllib3.PoolManager(
+            retries=retry, timeout=Timeout(connect=3.0, read=timeout_seconds)
+        )
+
+    def send_text(self, *, sender: str, to: str, text: str, key: str) -> str:
+        """Send one text part. Return whasp's message id; raise a typed error otherwise."""
+        import urllib3
+
+        body = json.dumps({"from": sender, "to": to, "type": "text", "text": text})
+        try:
+            response = self._http.request(
+                "POST",
+                f"{self._api_url}/v1/messages",
+                body=body.encode(),
+                headers={
+                    "Authorization": f"Bearer {self._api_key}",
+                    "Idempotency-Key": key,
+                    "Content-Type": "application/json",
+                },
+            )
+        except urllib3.exceptions.HTTPError as error:
+            raise TransientError(f"whasp unreachable: {type(error).__name__}") from None
+        status = response.status
+        if status in (200, 201, 202):
+            try:
+                return str(json.loads(response.data).get("id", ""))
+            except (ValueError, AttributeError):
+                return ""
+        if status == 409 and _error_code(response.data) == "opted_out":
+            raise OptedOut("chat opted out")
+        if status == 429 or status >= 500:
+            raise TransientError(f"whasp answered HTTP {status}")
+        raise SendRejected(status)
+
+    def fetch_media(self, url: str, *, max_bytes: int) -> tuple[bytes, str]:
+        """Download a media file (bytes, content type), refusing anything over max_bytes."""
+        import urllib3
+
+        try:
+            response = self._http.request(
+                "GET",
+                url,
+                headers={"Authorization": f"Bearer {self._api_key}"},
+                preload_content=False,
+            )
+        except urllib3.exceptions.HTTPError as error:
+            raise TransientError(f"media unreachable: {type(error).__name__}") from None
+        try:
+            if response.status == 429 or response.status >= 500:
+                raise TransientError(f"media download answered HTTP {response.status}")
+            if response.status != 200:
+                raise MalformedEvent(f"media download answered HTTP {response.status}")
+            data = b""
+            for chunk in response.stream(64 * 1024):
+                data += chunk
+                if len(data) > max_bytes:
+                    raise MalformedEvent("media larger than the configured cap")
+            content_type = response.headers.get("Content-Type", "application/octet-stream")
+            return data, content_type
+        finally:
+            response.release_conn()
+
+
+def _error_code(data: bytes) -> str | None:
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return None
+    return body.get("error") if isinstance(body, dict) else None
