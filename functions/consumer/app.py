@@ -1,6 +1,30 @@
-"""Consumer Lambda: one person's events at a time, in order (SQS FIFO) -> the agent's turn."""
-# placeholder, filled in by the turn issue
+"""Consumer Lambda: SQS FIFO batch -> one agent turn per event, each person in order.
+
+A failed record fails itself and the rest of its person's group in the batch (skip_group_on_error),
+so nobody's messages are answered out of order; other people's records go on.
+"""
+
+from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from memagent.consumer import Consumer
+from memagent.observability import logger, metrics, tracer
+from memagent.settings import ConsumerSettings
+
+consumer = Consumer.from_settings(ConsumerSettings.from_env())
+processor = SqsFifoPartialProcessor(skip_group_on_error=True)
 
 
-def handler(event, context):
-    return {"batchItemFailures": []}
+@tracer.capture_method(capture_response=False)
+def record_handler(record: SQSRecord) -> str:
+    return consumer.process(record)
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics
+def handler(event: dict, context: LambdaContext) -> dict:
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )

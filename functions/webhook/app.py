@@ -63,7 +63,9 @@ def _raw_body(body: str | None, is_base64: bool) -> bytes:
 @app.post("/webhook")
 def webhook() -> Response:
     event = app.current_event
-    receipt = receive(settings, queue, event.headers, _raw_body(event.body, event.is_base64_encoded))
+    receipt = receive(
+        settings, queue, event.headers, _raw_body(event.body, event.is_base64_encoded)
+    )
     logger.info(
         "webhook accepted",
         extra={"event_id": receipt.event_id, "type": receipt.event_type, "queued": receipt.queued},

@@ -48,3 +48,21 @@ class EventQueue:
         except (BotoCoreError, ClientError) as error:
             raise QueueUnavailable(type(error).__name__) from None
         return response["MessageId"]
+
+
+class ParkingQueue:
+    """The FIFO dead-letter queue, where events that can never be processed are parked at once
+    (with their reason) for an operator to inspect, instead of being dropped or retried."""
+
+    def __init__(self, queue_url: str, client: Any | None = None):
+        self.queue_url = queue_url
+        self._sqs = client or boto3.client("sqs")
+
+    def park(self, body: str, *, group: str, reason: str) -> None:
+        self._sqs.send_message(
+            QueueUrl=self.queue_url,
+            MessageBody=body,
+            MessageGroupId=group,
+            MessageDeduplicationId=hashlib.sha256(body.encode()).hexdigest(),
+            MessageAttributes={"reason": {"DataType": "String", "StringValue": reason[:256]}},
+        )

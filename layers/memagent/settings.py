@@ -32,6 +32,7 @@ class Secret:
         self.name = name
         self._value = value
         self._parameter = parameter
+        self._provider = None  # Powertools' SSM provider: caches for SECRET_MAX_AGE_SECONDS
 
     @classmethod
     def from_env(cls, name: str, env: Mapping[str, str]) -> Secret:
@@ -43,10 +44,12 @@ class Secret:
     def get(self) -> str:
         if self._value is not None:
             return self._value
-        from aws_lambda_powertools.utilities import parameters
-
         try:
-            value = parameters.get_parameter(
+            if self._provider is None:
+                from aws_lambda_powertools.utilities.parameters import SSMProvider
+
+                self._provider = SSMProvider()
+            value = self._provider.get(
                 self._parameter, decrypt=True, max_age=SECRET_MAX_AGE_SECONDS
             )
         except Exception as error:  # any failure of the secret store: fail closed, retry later
@@ -144,6 +147,7 @@ class ConsumerSettings(ModelSettings):
     opt_out_policy: Literal["keep", "erase"] = Field(alias="OPT_OUT_POLICY", default="keep")
     forget_keyword: str = Field(alias="FORGET_KEYWORD", default="forget me")
     whasp_timeout_seconds: float = Field(alias="WHASP_TIMEOUT_SECONDS", default=10.0, gt=0)
+    parking_queue_url: str | None = Field(alias="PARKING_QUEUE_URL", default=None)
 
     @field_validator("whasp_api_url")
     @classmethod

@@ -41,7 +41,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memagent.errors import (
     BadRequest,
@@ -52,10 +52,13 @@ from memagent.errors import (
     TransientError,
 )
 
+if TYPE_CHECKING:
+    from memagent.settings import Secret
+
 HEADER_ID = "webhook-id"
 HEADER_TIMESTAMP = "webhook-timestamp"
 HEADER_SIGNATURE = "webhook-signature"
-SECRET_PREFIX = "whsec_"
+SECRET_PREFIX = "whsec_"  # noqa: S105 (a prefix, not a secret)
 SIGNATURE_VERSION = "v1"
 
 MESSAGE_RECEIVED = "message.received"
@@ -111,8 +114,7 @@ def verify_signature(
 
     signed = f"{event_id}.{timestamp}.".encode() + body
     expected = [
-        base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest())
-        for key in _keys(secrets)
+        base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()) for key in _keys(secrets)
     ]
     for entry in signatures.split(" "):
         version, _, candidate = entry.partition(",")
@@ -120,7 +122,7 @@ def verify_signature(
             continue
         given = candidate.encode("ascii", errors="replace")
         # compare_digest against every key, without stopping early on a match
-        if any([hmac.compare_digest(given, digest) for digest in expected]):  # noqa: C419
+        if any([hmac.compare_digest(given, digest) for digest in expected]):
             return event_id
     raise InvalidSignature("no matching signature")
 
@@ -318,7 +320,7 @@ class WhaspClient:
     def __init__(
         self,
         api_url: str,
-        api_key: str,
+        api_key: str | Secret,
         *,
         timeout_seconds: float = 10.0,
         retries: int = 3,
@@ -328,7 +330,7 @@ class WhaspClient:
         from urllib3.util import Retry, Timeout
 
         self._api_url = api_url.rstrip("/")
-        self._api_key = api_key
+        self._api_key = api_key  # a Secret is read on first use, so cold starts never wait on SSM
         retry = Retry(
             total=retries,
             connect=retries,
@@ -345,6 +347,9 @@ class WhaspClient:
             retries=retry, timeout=Timeout(connect=3.0, read=timeout_seconds)
         )
 
+    def _key(self) -> str:
+        return self._api_key if isinstance(self._api_key, str) else self._api_key.get()
+
     def send_text(self, *, sender: str, to: str, text: str, key: str) -> str:
         """Send one text part. Return whasp's message id; raise a typed error otherwise."""
         import urllib3
@@ -356,7 +361,7 @@ class WhaspClient:
                 f"{self._api_url}/v1/messages",
                 body=body.encode(),
                 headers={
-                    "Authorization": f"Bearer {self._api_key}",
+                    "Authorization": f"Bearer {self._key()}",
                     "Idempotency-Key": key,
                     "Content-Type": "application/json",
                 },
@@ -383,7 +388,7 @@ class WhaspClient:
             response = self._http.request(
                 "GET",
                 url,
-                headers={"Authorization": f"Bearer {self._api_key}"},
+                headers={"Authorization": f"Bearer {self._key()}"},
                 preload_content=False,
             )
         except urllib3.exceptions.HTTPError as error:

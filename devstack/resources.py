@@ -1,0 +1,154 @@
+"""Create the memory table and the queues from template.yaml itself, on moto or any endpoint.
+
+Key schema, stream, TTL and queue attributes are read from the template's resources, so the
+local stack and the tests cannot drift from what `sam deploy` creates: change a resource in
+template.yaml and this creates the changed resource, with no second place to edit.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "template.yaml"
+
+# CloudFormation property -> SQS attribute name, for the properties a queue may carry
+_SQS_ATTRIBUTES = {
+    "FifoQueue": "FifoQueue",
+    "ContentBasedDeduplication": "ContentBasedDeduplication",
+    "DeduplicationScope": "DeduplicationScope",
+    "FifoThroughputLimit": "FifoThroughputLimit",
+    "VisibilityTimeout": "VisibilityTimeout",
+    "MessageRetentionPeriod": "MessageRetentionPeriod",
+    "DelaySeconds": "DelaySeconds",
+    "ReceiveMessageWaitTimeSeconds": "ReceiveMessageWaitTimeSeconds",
+    "SqsManagedSseEnabled": "SqsManagedSseEnabled",
+}
+
+
+def load_template(path: Path = TEMPLATE) -> dict[str, Any]:
+    """Parse template.yaml, CloudFormation short tags (!Ref, !GetAtt, !Sub ...) included."""
+    from samtranslator.yaml_helper import yaml_parse
+
+    return yaml_parse(path.read_text())
+
+
+def resources_of_type(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {
+        name: resource
+        for name, resource in template["Resources"].items()
+        if resource.get("Type") == kind
+    }
+
+
+@dataclass
+class LocalResources:
+    table_name: str
+    stream_arn: str | None
+    queue_urls: dict[str, str]  # logical id -> URL
+    queue_arns: dict[str, str]
+
+
+def create_table(template: dict[str, Any], name: str, *, client: Any = None) -> str | None:
+    """Create the one DynamoDB table of the template; return its stream ARN (if any)."""
+    client = client or boto3.client("dynamodb")
+    (logical_id, table), *others = resources_of_type(template, "AWS::DynamoDB::Table").items()
+    assert not others, "the template holds exactly one table"
+    props = table["Properties"]
+    kwargs: dict[str, Any] = {
+        "TableName": name,
+        "KeySchema": props["KeySchema"],
+        "AttributeDefinitions": props["AttributeDefinitions"],
+        "BillingMode": props.get("BillingMode", "PAY_PER_REQUEST"),
+    }
+    stream = props.get("StreamSpecification")
+    if stream:
+        kwargs["StreamSpecification"] = {
+            "StreamEnabled": True,
+            "StreamViewType": stream["StreamViewType"],
+        }
+    description = client.create_table(**kwargs)["TableDescription"]
+    ttl = props.get("TimeToLiveSpecification")
+    if ttl and ttl.get("Enabled"):
+        client.update_time_to_live(
+            TableName=name,
+            TimeToLiveSpecification={"AttributeName": ttl["AttributeName"], "Enabled": True},
+        )
+    return description.get("LatestStreamArn")
+
+
+def create_queues(
+    template: dict[str, Any], prefix: str, *, client: Any = None
+) -> tuple[dict, dict]:
+    """Create every SQS queue of the template (dead-letter queues first); return url and arn
+    maps keyed by logical id."""
+    client = client or boto3.client("sqs")
+    queues = resources_of_type(template, "AWS::SQS::Queue")
+    urls: dict[str, str] = {}
+    arns: dict[str, str] = {}
+
+    def create(logical_id: str) -> None:
+        if logical_id in urls:
+            return
+        props = queues[logical_id].get("Properties", {})
+        attributes = {
+            sqs_name: _attribute(props[cfn_name])
+            for cfn_name, sqs_name in _SQS_ATTRIBUTES.items()
+            if cfn_name in props
+        }
+        redrive = props.get("RedrivePolicy")
+        if redrive:
+            target = redrive["deadLetterTargetArn"]["Fn::GetAtt"][0]
+            create(target)
+            attributes["RedrivePolicy"] = json.dumps(
+                {"deadLetterTargetArn": arns[target], "maxReceiveCount": redrive["maxReceiveCount"]}
+            )
+        name = f"{prefix}-{logical_id}" + (".fifo" if props.get("FifoQueue") else "")
+        url = client.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+        urls[logical_id] = url
+        arns[logical_id] = client.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+
+    for logical_id in queues:
+        create(logical_id)
+    return urls, arns
+
+
+def _attribute(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def stream_filters(template: dict[str, Any], function: str = "CompactorFunction") -> list[str]:
+    """The FilterCriteria patterns of a function's DynamoDB stream event, as written."""
+    events = template["Resources"][function]["Properties"]["Events"]
+    for event in events.values():
+        if event["Type"] == "DynamoDB":
+            criteria = event["Properties"].get("FilterCriteria", {})
+            return [f["Pattern"] for f in criteria.get("Filters", [])]
+    return []
+
+
+def consumer_batch_size(template: dict[str, Any], function: str = "ConsumerFunction") -> int:
+    for event in template["Resources"][function]["Properties"]["Events"].values():
+        if event["Type"] == "SQS":
+            return int(event["Properties"].get("BatchSize", 10))
+    raise LookupError(f"{function} has no SQS event")
+
+
+def max_receive_count(template: dict[str, Any], queue: str = "EventQueue") -> int:
+    return int(template["Resources"][queue]["Properties"]["RedrivePolicy"]["maxReceiveCount"])
+
+
+def create_all(prefix: str, template: dict[str, Any] | None = None) -> LocalResources:
+    template = template or load_template()
+    stream_arn = create_table(template, f"{prefix}-memory")
+    urls, arns = create_queues(template, prefix)
+    return LocalResources(f"{prefix}-memory", stream_arn, urls, arns)

@@ -1,0 +1,65 @@
+"""The consumer's record handling: an SQS record -> a whasp event -> the agent's turn.
+
+A record that can never be processed (not JSON, not a whasp event we queue) is parked on the
+dead-letter queue at once, with its reason, instead of blocking the person's queue through five
+retries; everything else that fails raises, so the record (and its group) is retried.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from memagent.errors import MalformedEvent
+from memagent.model import ModelClient
+from memagent.observability import logger, metrics
+from memagent.queue import ParkingQueue
+from memagent.store import MemoryStore
+from memagent.turn import Agent
+from memagent.whasp import WhaspClient, parse_event
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+    from memagent.settings import ConsumerSettings
+
+
+class Consumer:
+    def __init__(self, agent: Agent, parking: ParkingQueue | None):
+        self.agent = agent
+        self.parking = parking
+
+    @classmethod
+    def from_settings(cls, settings: ConsumerSettings) -> Consumer:
+        whasp = WhaspClient(
+            settings.whasp_api_url,
+            settings.whasp_api_key,
+            timeout_seconds=settings.whasp_timeout_seconds,
+        )
+        model = ModelClient(settings, transcription_model=settings.transcription_model)
+        agent = Agent(settings, MemoryStore(settings.table_name), model, whasp)
+        parking = ParkingQueue(settings.parking_queue_url) if settings.parking_queue_url else None
+        return cls(agent, parking)
+
+    def process(self, record: SQSRecord) -> str:
+        logger.append_keys(message_id=record.message_id)
+        try:
+            event = parse_event(json.loads(record.body))
+        except (ValueError, MalformedEvent) as error:
+            return self._park(record, str(error))
+        decision = self.agent.handle(event)
+        logger.info("event handled", extra={"decision": decision})
+        return decision
+
+    def _park(self, record: SQSRecord, reason: str) -> str:
+        reason = reason if isinstance(reason, str) else "malformed"
+        metrics.add_metric(name="EventsParked", unit=MetricUnit.Count, value=1)
+        logger.error("event parked: cannot be processed", extra={"reason": reason[:200]})
+        if self.parking is None:
+            raise MalformedEvent(reason)  # no parking queue: fail, so the redrive policy parks it
+        self.parking.park(
+            record.body, group=record.attributes.message_group_id or "parked", reason=reason
+        )
+        return "parked"

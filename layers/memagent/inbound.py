@@ -1,0 +1,50 @@
+"""Message to text: what a person sent, as the text we remember and show the model."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from memagent.errors import MalformedEvent
+from memagent.observability import logger
+
+if TYPE_CHECKING:
+    from memagent.model import ModelClient
+    from memagent.whasp import InboundMessage, WhaspClient
+
+NOTES = {
+    "video": "[sent a video]",
+    "document": "[sent a document]",
+    "sticker": "[sent a sticker]",
+    "location": "[shared a location]",
+    "contact": "[shared a contact]",
+    "audio": "[sent a voice note that could not be played]",
+    "image": "[sent a photo that could not be opened]",
+}
+
+
+def _with_caption(note: str, caption: str | None) -> str:
+    return f"{note} {caption.strip()}" if caption and caption.strip() else note
+
+
+def message_text(
+    message: InboundMessage, *, whasp: WhaspClient, model: ModelClient, max_media_bytes: int
+) -> str:
+    """Text as is; voice notes transcribed; photos described (with their caption); anything
+    else a short bracketed note. A media file we cannot use becomes a note, never a failure
+    that blocks the person's queue; a dependency outage raises TransientError (retried)."""
+    if message.kind == "text":
+        return (message.text or "").strip() or "[sent an empty message]"
+    if message.kind in ("audio", "image") and message.media is not None:
+        try:
+            data, content_type = whasp.fetch_media(message.media.url, max_bytes=max_media_bytes)
+        except MalformedEvent as error:
+            logger.warning("media unusable", extra={"kind": message.kind, "reason": str(error)})
+            return _with_caption(NOTES[message.kind], message.caption)
+        mime_type = message.media.mime_type or content_type
+        if message.kind == "audio":
+            transcript = model.transcribe(data, mime_type)
+            return f"[voice note] {transcript}" if transcript else NOTES["audio"]
+        description = model.describe_image(data, mime_type)
+        return _with_caption(f"[photo: {description}]", message.caption)
+    note = NOTES.get(message.kind, f"[sent a {message.kind} message]")
+    return _with_caption(note, message.caption)

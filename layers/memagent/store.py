@@ -1,0 +1,477 @@
+"""DynamoDB: the only module that touches the memory table.
+
+One partition per person (`pk` = memagent.person.person_key); sort keys:
+
+    EVT#<digest>      the dedupe ledger: one item per whasp event, with the turn's progress
+                      (stored -> replied -> sent, or opted_out / parked / skipped) and a TTL
+    FACT#<key>        one durable fact; the key is derived from its normalised text, so facts
+                      are unique per person by construction
+    MSG#<seq:012d>    one turn (user or assistant); seq is strictly increasing per person
+    STATE             counters and flags, the summary and its marker, the erasure mark
+
+A turn reads everything it needs with one strongly consistent Query on `sk >= "FACT#"` (facts,
+turns, state: the ledger sorts before it and is not read). Every write that could race is
+conditional, so a lost race raises ConcurrentUpdate and the caller retries from a fresh read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+from boto3.dynamodb.conditions import Key
+from botocore.exceptions import ClientError
+
+from memagent.errors import ConcurrentUpdate
+from memagent.memory import Fact, Memory, PersonState, Summary, Turn
+
+STATE = "STATE"
+MSG = "MSG#"
+FACT = "FACT#"
+EVT = "EVT#"
+TURN_READ_FROM = FACT  # FACT# < MSG# < STATE: one range holds what a turn needs
+
+# ledger statuses
+STORED, REPLIED, SENT = "stored", "replied", "sent"
+OPTED_OUT, PARKED, SKIPPED = "opted_out", "parked", "skipped"
+
+TRANSACTION_LIMIT = 100  # DynamoDB's cap on actions per TransactWriteItems
+
+
+def msg_sk(seq: int) -> str:
+    return f"{MSG}{seq:012d}"
+
+
+def ledger_sk(event_id: str) -> str:
+    return f"{EVT}{hashlib.sha256(event_id.encode()).hexdigest()[:32]}"
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).isoformat() if value else None
+
+
+def _time(value: Any) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) and value else None
+
+
+def _state(item: dict[str, Any] | None) -> PersonState:
+    if not item:
+        return PersonState()
+    return PersonState(
+        last_seq=int(item.get("last_seq", 0)),
+        marker=int(item.get("marker", 0)),
+        compact=bool(item.get("compact", False)),
+        last_number=item.get("last_number"),
+        last_inbound_at=_time(item.get("last_inbound_at")),
+        opted_out=bool(item.get("opted_out", False)),
+        opted_out_at=_time(item.get("opted_out_at")),
+        erased_at=_time(item.get("erased_at")),
+    )
+
+
+def _turn(item: dict[str, Any]) -> Turn:
+    return Turn(
+        seq=int(item["seq"]),
+        role=item["role"],
+        text=item.get("text", ""),
+        at=_time(item["at"]) or datetime.now(UTC),
+        number=item.get("number"),
+        event_id=item.get("event_id"),
+    )
+
+
+def _cancel_codes(error: ClientError) -> list[str]:
+    return [reason.get("Code", "None") for reason in error.response.get("CancellationReasons", [])]
+
+
+class MemoryStore:
+    def __init__(self, table_name: str, *, resource: Any | None = None):
+        self._dynamodb = resource or boto3.resource("dynamodb")
+        self.table = self._dynamodb.Table(table_name)
+        self.table_name = table_name
+        self._client = self._dynamodb.meta.client  # speaks Python types, like the Table API
+
+    # ------------------------------------------------------------------ reading
+
+    def load(self, pk: str) -> Memory:
+        """Everything one turn needs: one strongly consistent Query (more pages only if a
+        compaction backlog grew the partition past 1 MB)."""
+        items = list(self._query(pk, Key("sk").gte(TURN_READ_FROM)))
+        state_item = next((i for i in items if i["sk"] == STATE), None)
+        state = _state(state_item)
+        summary = None
+        if state_item and state_item.get("summary"):
+            summary = Summary(
+                text=state_item["summary"],
+                marker=state.marker,
+                at=_time(state_item.get("summary_at")),
+            )
+        turns = tuple(
+            _turn(i) for i in items if i["sk"].startswith(MSG) and int(i["seq"]) > state.marker
+        )
+        facts = tuple(
+            sorted(
+                (
+                    Fact(text=i["text"], at=_time(i["at"]) or datetime.now(UTC))
+                    for i in items
+                    if i["sk"].startswith(FACT)
+                ),
+                key=lambda fact: fact.at,
+            )
+        )
+        return Memory(state=state, summary=summary, turns=turns, facts=facts)
+
+    def folded_leftovers(self, pk: str, marker: int) -> list[int]:
+        """Seqs of turns at or below the marker that a half-done clean-up left behind."""
+        upper = Key("sk").between(msg_sk(0), msg_sk(marker))
+        return [int(i["seq"]) for i in self._query(pk, upper, projection="seq")]
+
+    def ledger(self, pk: str, event_id: str) -> dict[str, Any] | None:
+        response = self.table.get_item(
+            Key={"pk": pk, "sk": ledger_sk(event_id)}, ConsistentRead=True
+        )
+        return response.get("Item")
+
+    def everything(self, pk: str) -> list[dict[str, Any]]:
+        """Every item held for a person, for export and erasure."""
+        return list(self._query(pk, None))
+
+    def _query(self, pk: str, sk_condition: Any, projection: str | None = None) -> Iterator[dict]:
+        condition = Key("pk").eq(pk)
+        if sk_condition is not None:
+            condition = condition & sk_condition
+        kwargs: dict[str, Any] = {"KeyConditionExpression": condition, "ConsistentRead": True}
+        if projection:
+            kwargs["ProjectionExpression"] = projection
+        while True:
+            response = self.table.query(**kwargs)
+            yield from response.get("Items", [])
+            if "LastEvaluatedKey" not in response:
+                return
+            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    # ------------------------------------------------------------------ the turn
+
+    def _state_update(
+        self,
+        pk: str,
+        *,
+        previous: PersonState,
+        seq: int,
+        compact: bool,
+        extra_set: dict[str, Any] | None = None,
+        event_time: datetime | None = None,
+    ) -> dict[str, Any]:
+        """Advance last_seq, guarded by the value we read (one writer per person: the FIFO
+        group) and by the erasure mark (nothing older than an erasure is written again)."""
+        values: dict[str, Any] = {":seq": seq, ":compact": compact, ":now": _iso(datetime.now(UTC))}
+        sets = ["last_seq = :seq", "compact = :compact", "updated_at = :now"]
+        for index, (name, value) in enumerate((extra_set or {}).items()):
+            sets.append(f"{name} = :x{index}")
+            values[f":x{index}"] = value
+        if previous.last_seq:
+            condition = "last_seq = :prev"
+            values[":prev"] = previous.last_seq
+        else:
+            condition = "attribute_not_exists(last_seq)"
+        if event_time is not None:
+            condition += " AND (attribute_not_exists(erased_at) OR erased_at < :event_time)"
+            values[":event_time"] = _iso(event_time)
+        return {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": {"pk": pk, "sk": STATE},
+                "UpdateExpression": "SET " + ", ".join(sets),
+                "ConditionExpression": condition,
+                "ExpressionAttributeValues": values,
+            }
+        }
+
+    def remember_inbound(
+        self,
+        pk: str,
+        *,
+        previous: PersonState,
+        turn: Turn,
+        event_time: datetime,
+        compact: bool,
+        ledger_ttl: timedelta,
+        opted_out: bool = False,
+    ) -> bool:
+        """Store the person's message atomically with its ledger entry. False: a duplicate."""
+        assert turn.event_id is not None
+        now = datetime.now(UTC)
+        ledger = {
+            "pk": pk,
+            "sk": ledger_sk(turn.event_id),
+            "event_id": turn.event_id,
+            "status": OPTED_OUT if opted_out else STORED,
+            "user_seq": turn.seq,
+            "created_at": _iso(now),
+            "expires_at": int((now + ledger_ttl).timestamp()),
+        }
+        extra = {
+            "last_number": turn.number,
+            "last_inbound_at": _iso(turn.at),
+            "opted_out": opted_out,  # the next message from the person lifts an opt-out
+        }
+        if opted_out:
+            extra["opted_out_at"] = _iso(turn.at)
+        actions = [
+            {
+                "Put": {
+                    "TableName": self.table_name,
+                    "Item": ledger,
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+            {
+                "Put": {
+                    "TableName": self.table_name,
+                    "Item": self._turn_item(pk, turn),
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+            self._state_update(
+                pk,
+                previous=previous,
+                seq=turn.seq,
+                compact=compact,
+                extra_set=extra,
+                event_time=event_time,
+            ),
+        ]
+        try:
+            self._client.transact_write_items(TransactItems=actions)
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "TransactionCanceledException":
+                raise
+            codes = _cancel_codes(error)
+            if codes and codes[0] == "ConditionalCheckFailed":
+                return False
+            raise ConcurrentUpdate("memory changed while remembering; retry") from None
+        return True
+
+    def remember_reply(
+        self, pk: str, *, previous: PersonState, event_id: str, turn: Turn, compact: bool
+    ) -> None:
+        """Store the agent's reply and move the event to `replied`, in one transaction; the
+        ledger keeps the reply text until it is sent, so a redelivery re-sends the same words."""
+        actions = [
+            {
+                "Put": {
+                    "TableName": self.table_name,
+                    "Item": self._turn_item(pk, turn),
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+            {
+                "Update": {
+                    "TableName": self.table_name,
+                    "Key": {"pk": pk, "sk": ledger_sk(event_id)},
+                    "UpdateExpression": "SET #s = :replied, reply = :text, reply_seq = :seq",
+                    "ConditionExpression": "#s = :stored",
+                    "ExpressionAttributeNames": {"#s": "status"},
+                    "ExpressionAttributeValues": {
+                        ":replied": REPLIED,
+                        ":stored": STORED,
+                        ":text": turn.text,
+                        ":seq": turn.seq,
+                    },
+                }
+            },
+            self._state_update(pk, previous=previous, seq=turn.seq, compact=compact),
+        ]
+        try:
+            self._client.transact_write_items(TransactItems=actions)
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "TransactionCanceledException":
+                raise
+            raise ConcurrentUpdate("memory changed while storing the reply; retry") from None
+
+    def finish_event(self, pk: str, event_id: str, status: str, **details: Any) -> None:
+        """Record the end of an event's turn (sent, parked, opted out, skipped). The reply text
+        copy is dropped from the ledger; a forgotten person's ledger is never recreated."""
+        names = {"#s": "status"}
+        values: dict[str, Any] = {":status": status, ":now": _iso(datetime.now(UTC))}
+        sets = ["#s = :status", "finished_at = :now"]
+        for index, (name, value) in enumerate(details.items()):
+            sets.append(f"{name} = :d{index}")
+            values[f":d{index}"] = value
+        try:
+            self.table.update_item(
+                Key={"pk": pk, "sk": ledger_sk(event_id)},
+                UpdateExpression="SET " + ", ".join(sets) + " REMOVE reply",
+                ConditionExpression="attribute_exists(pk)",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+
+    def skip_event(self, pk: str, event_id: str, *, ledger_ttl: timedelta, reason: str) -> None:
+        """Remember that an event was deliberately not stored (e.g. older than an erasure)."""
+        now = datetime.now(UTC)
+        self.table.put_item(
+            Item={
+                "pk": pk,
+                "sk": ledger_sk(event_id),
+                "status": SKIPPED,
+                "reason": reason,
+                "created_at": _iso(now),
+                "expires_at": int((now + ledger_ttl).timestamp()),
+            }
+        )
+
+    def record_opt_out(self, pk: str, at: datetime) -> bool:
+        """Mark the person opted out, unless they have written since (events arrive out of
+        order). Returns whether the opt-out was recorded."""
+        try:
+            self.table.update_item(
+                Key={"pk": pk, "sk": STATE},
+                UpdateExpression="SET opted_out = :true, opted_out_at = :at, updated_at = :now",
+                ConditionExpression="attribute_not_exists(last_inbound_at) OR last_inbound_at < :at",
+                ExpressionAttributeValues={
+                    ":true": True,
+                    ":at": _iso(at),
+                    ":now": _iso(datetime.now(UTC)),
+                },
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def record_number(self, agent_pk: str, *, old: str, new: str, label: str | None, at: datetime):
+        """Keep the agent's current whasp number (agent-wide, not per person: nothing migrates)."""
+        self.table.put_item(
+            Item={
+                "pk": agent_pk,
+                "sk": "NUMBER",
+                "current": new,
+                "previous": old,
+                "label": label,
+                "replaced_at": _iso(at),
+            }
+        )
+
+    # ------------------------------------------------------------------ compaction
+
+    def commit_compaction(
+        self,
+        pk: str,
+        *,
+        old_marker: int,
+        new_marker: int,
+        summary: str,
+        new_facts: Iterable[tuple[str, Fact]],
+        dropped_fact_keys: Iterable[str] = (),
+    ) -> None:
+        """The commit point of a compaction: summary, new marker and facts, all or nothing, and
+        only if nobody moved the marker since we read it. Raises ConcurrentUpdate otherwise."""
+        now = _iso(datetime.now(UTC))
+        condition = (
+            "marker = :old" if old_marker else "attribute_not_exists(marker) OR marker = :old"
+        )
+        actions: list[dict[str, Any]] = [
+            {
+                "Update": {
+                    "TableName": self.table_name,
+                    "Key": {"pk": pk, "sk": STATE},
+                    "UpdateExpression": (
+                        "SET summary = :summary, summary_at = :now, marker = :new, "
+                        "compact = :false, updated_at = :now"
+                    ),
+                    "ConditionExpression": f"attribute_exists(pk) AND ({condition})",
+                    "ExpressionAttributeValues": {
+                        ":summary": summary,
+                        ":now": now,
+                        ":new": new_marker,
+                        ":old": old_marker,
+                        ":false": False,
+                    },
+                }
+            }
+        ]
+        for key, fact in new_facts:
+            actions.append(
+                {
+                    "Put": {
+                        "TableName": self.table_name,
+                        "Item": {
+                            "pk": pk,
+                            "sk": f"{FACT}{key}",
+                            "text": fact.text,
+                            "at": _iso(fact.at),
+                        },
+                    }
+                }
+            )
+        for key in dropped_fact_keys:
+            actions.append(
+                {"Delete": {"TableName": self.table_name, "Key": {"pk": pk, "sk": f"{FACT}{key}"}}}
+            )
+        if len(actions) > TRANSACTION_LIMIT:
+            raise ValueError(f"compaction commit needs {len(actions)} actions")
+        try:
+            self._client.transact_write_items(TransactItems=actions)
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "TransactionCanceledException":
+                raise
+            raise ConcurrentUpdate("the summary marker moved; another compaction won") from None
+
+    def fact_keys(self, pk: str) -> list[tuple[str, Fact]]:
+        items = self._query(pk, Key("sk").begins_with(FACT))
+        return [
+            (
+                i["sk"].removeprefix(FACT),
+                Fact(text=i["text"], at=_time(i["at"]) or datetime.now(UTC)),
+            )
+            for i in items
+        ]
+
+    def delete_turns(self, pk: str, seqs: Iterable[int]) -> int:
+        """Delete folded turns. Idempotent (deleting a missing item is a no-op); batches of 25,
+        which boto3's batch writer retries until none is left unprocessed."""
+        count = 0
+        with self.table.batch_writer() as batch:
+            for seq in seqs:
+                batch.delete_item(Key={"pk": pk, "sk": msg_sk(seq)})
+                count += 1
+        return count
+
+    def clear_compaction_flag(self, pk: str, *, seen_last_seq: int) -> None:
+        """Lower the flag when there is nothing to fold, unless a new turn arrived meanwhile."""
+        try:
+            self.table.update_item(
+                Key={"pk": pk, "sk": STATE},
+                UpdateExpression="SET compact = :false",
+                ConditionExpression="last_seq = :seen AND compact = :true",
+                ExpressionAttributeValues={":false": False, ":true": True, ":seen": seen_last_seq},
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+
+    # ------------------------------------------------------------------ items
+
+    @staticmethod
+    def _turn_item(pk: str, turn: Turn) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "pk": pk,
+            "sk": msg_sk(turn.seq),
+            "seq": turn.seq,
+            "role": turn.role,
+            "text": turn.text,
+            "at": _iso(turn.at),
+        }
+        if turn.number:
+            item["number"] = turn.number
+        if turn.event_id:
+            item["event_id"] = turn.event_id
+        return item

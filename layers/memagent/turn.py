@@ -1,0 +1,275 @@
+"""The agent's turn: one whasp event, processed exactly once per person, in order.
+
+The order of one inbound message: message to text, remember (stop if duplicate), build the
+context, call the model (store=false), remember the reply, send it. Progress is kept in the
+event's ledger entry, so a redelivery resumes where the last attempt stopped:
+
+    no entry  -> the message was never stored: do the whole turn
+    stored    -> the reply was never stored: generate it (one new model call)
+    replied   -> the reply is stored but maybe unsent: send the same text again, with the same
+                 Idempotency-Key (whasp turns a repeat into a no-op)
+    sent, opted_out, parked, skipped -> done: nothing to do
+
+So every inbound message ends with exactly one reply sent, whatever step crashed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from memagent import store as ledger
+from memagent.context import build_context
+from memagent.errors import MalformedEvent, OptedOut, SendRejected
+from memagent.inbound import message_text
+from memagent.memory import Memory, PersonState, Turn
+from memagent.observability import logger, metrics
+from memagent.person import agent_key, person_key
+from memagent.whasp import (
+    ChatOptedOut,
+    InboundMessage,
+    NumberReplaced,
+    WhaspEvent,
+    idempotency_key,
+    split_text,
+)
+
+if TYPE_CHECKING:
+    from memagent.model import ModelClient
+    from memagent.settings import ConsumerSettings
+    from memagent.store import MemoryStore
+    from memagent.whasp import WhaspClient
+
+STOP_WORDS = frozenset({"stop", "unsubscribe"})
+
+
+def _count(name: str, value: float = 1) -> None:
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+
+class Agent:
+    """Handles whasp events for one agent (persona)."""
+
+    def __init__(
+        self,
+        settings: ConsumerSettings,
+        store: MemoryStore,
+        model: ModelClient,
+        whasp: WhaspClient,
+    ):
+        self.settings = settings
+        self.store = store
+        self.model = model
+        self.whasp = whasp
+        self.ledger_ttl = timedelta(days=settings.ledger_ttl_days)
+
+    def handle(self, event: WhaspEvent) -> str:
+        """Process one event; return the decision taken (for logs and tests)."""
+        if isinstance(event, InboundMessage):
+            return self.answer(event)
+        if isinstance(event, ChatOptedOut):
+            return self.opt_out(event)
+        if isinstance(event, NumberReplaced):
+            return self.replace_number(event)
+        raise MalformedEvent(f"no handler for {type(event).__name__}")
+
+    # ------------------------------------------------------------------ inbound messages
+
+    def answer(self, message: InboundMessage) -> str:
+        pk = person_key(self.settings.agent_id, message.chat)
+        logger.append_keys(event_id=message.event_id, person=pk)
+        memory = self.store.load(pk)
+        state = memory.state
+
+        if state.erased_at and message.created_at <= state.erased_at:
+            # sent before the person asked to be forgotten: never bring it back
+            self.store.skip_event(pk, message.event_id, ledger_ttl=self.ledger_ttl, reason="erased")
+            _count("EventsSkippedAfterErasure")
+            return "skipped"
+
+        if message.kind != "text":
+            # media is costly to convert: look the event up before fetching anything
+            entry = self.store.ledger(pk, message.event_id)
+            if entry is not None:
+                return self._resume(pk, message, entry)
+
+        text = message_text(
+            message,
+            whasp=self.whasp,
+            model=self.model,
+            max_media_bytes=self.settings.media_max_bytes,
+        )
+        stop = message.kind == "text" and text.strip().casefold() in STOP_WORDS
+        turn = Turn(
+            seq=state.last_seq + 1,
+            role="user",
+            text=text,
+            at=message.sent_at,
+            number=message.number,
+            event_id=message.event_id,
+        )
+        stored = self.store.remember_inbound(
+            pk,
+            previous=state,
+            turn=turn,
+            event_time=message.created_at,
+            compact=self._needs_compaction(state, turn.seq),
+            ledger_ttl=self.ledger_ttl,
+            opted_out=stop,
+        )
+        if not stored:
+            _count("DuplicateEvents")
+            entry = self.store.ledger(pk, message.event_id)
+            return self._resume(pk, message, entry)
+        _count("MessagesRemembered")
+        logger.info("message remembered", extra={"seq": turn.seq, "kind": message.kind})
+
+        if stop:
+            _count("OptOuts")
+            logger.info(
+                "person opted out by message", extra={"policy": self.settings.opt_out_policy}
+            )
+            return "opted_out"
+
+        now_state = dataclasses.replace(
+            state,
+            last_seq=turn.seq,
+            last_number=message.number,
+            last_inbound_at=message.sent_at,
+            opted_out=False,
+        )
+        memory = dataclasses.replace(memory, state=now_state, turns=(*memory.turns, turn))
+        new_number = (
+            message.number if state.last_number and state.last_number != message.number else None
+        )
+        return self._reply(
+            pk,
+            message,
+            memory,
+            turn,
+            previous_inbound_at=state.last_inbound_at,
+            new_number=new_number,
+        )
+
+    def _resume(self, pk: str, message: InboundMessage, entry: dict | None) -> str:
+        status = (entry or {}).get("status")
+        logger.info("event seen before", extra={"status": status})
+        if status == ledger.STORED:
+            memory = self.store.load(pk)
+            user_seq = int(entry["user_seq"])
+            answering = next((t for t in memory.turns if t.seq == user_seq), None)
+            if answering is None:  # folded away: cannot happen while the person's queue waits
+                self.store.finish_event(pk, message.event_id, ledger.SKIPPED, reason="folded")
+                return "skipped"
+            previous = [t for t in memory.turns if t.role == "user" and t.seq < user_seq]
+            return self._reply(
+                pk,
+                message,
+                memory,
+                answering,
+                previous_inbound_at=previous[-1].at if previous else None,
+                new_number=None,
+            )
+        if status == ledger.REPLIED:
+            return self._send(pk, message, entry["reply"])
+        return "duplicate"
+
+    def _reply(
+        self,
+        pk: str,
+        message: InboundMessage,
+        memory: Memory,
+        answering: Turn,
+        *,
+        previous_inbound_at: datetime | None,
+        new_number: str | None,
+    ) -> str:
+        context = build_context(
+            memory,
+            answering,
+            system_prompt=self.settings.system_prompt,
+            max_messages=self.settings.context_max_messages,
+            max_chars=self.settings.context_max_chars,
+            max_facts=self.settings.context_max_facts,
+            previous_inbound_at=previous_inbound_at,
+            new_number=new_number,
+        )
+        logger.info(
+            "context built",
+            extra={
+                "turns": context.turns_used,
+                "chars": context.chars_used,
+                "facts": context.facts_used,
+            },
+        )
+        text = self.model.reply(context)
+        state = memory.state
+        reply = Turn(
+            seq=state.last_seq + 1,
+            role="assistant",
+            text=text,
+            at=datetime.now(UTC),
+            number=message.number,
+        )
+        self.store.remember_reply(
+            pk,
+            previous=state,
+            event_id=message.event_id,
+            turn=reply,
+            compact=self._needs_compaction(state, reply.seq),
+        )
+        return self._send(pk, message, text)
+
+    def _send(self, pk: str, message: InboundMessage, text: str) -> str:
+        try:
+            for part, chunk in enumerate(split_text(text)):
+                self.whasp.send_text(
+                    sender=message.number,
+                    to=message.chat,
+                    text=chunk,
+                    key=idempotency_key(message.event_id, part),
+                )
+        except OptedOut:
+            self.store.record_opt_out(pk, datetime.now(UTC))
+            self.store.finish_event(pk, message.event_id, ledger.OPTED_OUT)
+            _count("RepliesBlockedByOptOut")
+            logger.info("reply not sent: the chat opted out")
+            return "opted_out"
+        except SendRejected as error:
+            self.store.finish_event(pk, message.event_id, ledger.PARKED, http_status=error.status)
+            _count("ReplyParked")
+            logger.error("reply parked: whasp refused it", extra={"http_status": error.status})
+            return "parked"
+        self.store.finish_event(pk, message.event_id, ledger.SENT)
+        _count("RepliesSent")
+        logger.info("reply sent")
+        return "sent"
+
+    def _needs_compaction(self, state: PersonState, seq: int) -> bool:
+        return seq - state.marker >= self.settings.compact_threshold
+
+    # ------------------------------------------------------------------ other events
+
+    def opt_out(self, event: ChatOptedOut) -> str:
+        pk = person_key(self.settings.agent_id, event.chat)
+        logger.append_keys(event_id=event.event_id, person=pk)
+        recorded = self.store.record_opt_out(pk, event.created_at)
+        _count("OptOuts" if recorded else "StaleOptOuts")
+        logger.info("opt-out event", extra={"recorded": recorded})
+        return "opted_out" if recorded else "stale"
+
+    def replace_number(self, event: NumberReplaced) -> str:
+        logger.append_keys(event_id=event.event_id)
+        self.store.record_number(
+            agent_key(self.settings.agent_id),
+            old=event.old_number,
+            new=event.new_number,
+            label=event.label,
+            at=event.created_at,
+        )
+        _count("NumbersReplaced")
+        logger.info("business number replaced")
+        return "number_replaced"

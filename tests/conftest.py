@@ -1,0 +1,171 @@
+"""Shared fixtures: moto's server over HTTP for AWS, resources built from template.yaml, and the
+Lambda handlers loaded from functions/<name>/app.py exactly as the runtime loads them."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devstack.aws import MotoServer, aws_env
+from devstack.resources import LocalResources, create_all
+from memagent.whasp import sign
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST_SECRET = "whsec_" + base64.b64encode(b"memagent-test-only-secret-do-not-use").decode()
+OTHER_SECRET = "whsec_" + base64.b64encode(b"a-different-secret-for-rotation").decode()
+AGENT = "coach"
+BUSINESS = "+14155550100"
+MAYA = "+447700900123"
+
+os.environ.update(
+    {
+        "POWERTOOLS_SERVICE_NAME": "whasp-agent",
+        "POWERTOOLS_METRICS_NAMESPACE": "WhaspAgentTest",
+        "POWERTOOLS_TRACE_DISABLED": "1",
+        "POWERTOOLS_DEV": "false",
+    }
+)
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoServer]:
+    with MotoServer() as server:
+        previous = {key: os.environ.get(key) for key in aws_env(server.url)}
+        os.environ.update(aws_env(server.url))
+        os.environ.pop("AWS_PROFILE", None)
+        yield server
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture
+def resources(moto_server: MotoServer) -> LocalResources:
+    """A fresh table and fresh queues per test, created from template.yaml."""
+    return create_all(f"t{uuid.uuid4().hex[:10]}")
+
+
+def load_function(name: str, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Import functions/<name>/app.py as a fresh module (a cold start) with `env` set."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    module_name = f"lambda_{name}_{uuid.uuid4().hex[:8]}"
+    spec = importlib.util.spec_from_file_location(module_name, ROOT / "functions" / name / "app.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class FakeLambdaContext:
+    function_name = "test-function"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:test-function"
+    aws_request_id = "00000000-0000-0000-0000-000000000000"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 60_000
+
+
+@pytest.fixture
+def lambda_context() -> FakeLambdaContext:
+    return FakeLambdaContext()
+
+
+def http_event(
+    body: bytes | str,
+    headers: dict[str, str],
+    *,
+    base64_encoded: bool = False,
+    path: str = "/webhook",
+) -> dict[str, Any]:
+    """An API Gateway HTTP API (payload v2.0) event, as Lambda receives it."""
+    raw = body.encode() if isinstance(body, str) else body
+    return {
+        "version": "2.0",
+        "routeKey": f"POST {path}",
+        "rawPath": path,
+        "rawQueryString": "",
+        "headers": {"content-type": "application/json", **headers},
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "api1234567",
+            "domainName": "api1234567.execute-api.us-east-1.amazonaws.com",
+            "domainPrefix": "api1234567",
+            "http": {
+                "method": "POST",
+                "path": path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": "203.0.113.10",
+                "userAgent": "whasp-webhooks/1.0",
+            },
+            "requestId": uuid.uuid4().hex,
+            "routeKey": f"POST {path}",
+            "stage": "$default",
+            "time": "29/Nov/2026:09:30:00 +0000",
+            "timeEpoch": int(time.time() * 1000),
+        },
+        "body": base64.b64encode(raw).decode() if base64_encoded else raw.decode("utf-8"),
+        "isBase64Encoded": base64_encoded,
+    }
+
+
+def signed_headers(
+    body: bytes, event_id: str, *, secret: str = TEST_SECRET, timestamp: int | None = None
+) -> dict[str, str]:
+    timestamp = int(time.time()) if timestamp is None else timestamp
+    return {
+        "webhook-id": event_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign(secret, event_id, timestamp, body),
+    }
+
+
+def whasp_message(
+    text: str = "I start the new job on Monday!",
+    *,
+    event_id: str | None = None,
+    chat: str = MAYA,
+    number: str = BUSINESS,
+    created_at: str = "2026-11-29T09:30:00Z",
+    message: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    event_id = event_id or f"evt_{uuid.uuid4().hex[:12]}"
+    return {
+        "id": event_id,
+        "type": "message.received",
+        "created_at": created_at,
+        "data": {
+            "number": number,
+            "chat": chat,
+            "label": "Coach",
+            "message": message
+            or {"id": f"msg_{event_id[4:]}", "type": "text", "text": text, "timestamp": created_at},
+        },
+    }
+
+
+def to_bytes(event: dict[str, Any]) -> bytes:
+    return json.dumps(event).encode()
+
+
+@pytest.fixture
+def signed_event() -> Callable[..., dict[str, Any]]:
+    def make(event: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        body = to_bytes(event)
+        return http_event(body, signed_headers(body, event["id"], **kwargs))
+
+    return make
