@@ -57,7 +57,7 @@ class LocalResources:
 def create_table(template: dict[str, Any], name: str, *, client: Any = None) -> str | None:
     """Create the one DynamoDB table of the template; return its stream ARN (if any)."""
     client = client or boto3.client("dynamodb")
-    (logical_id, table), *others = resources_of_type(template, "AWS::DynamoDB::Table").items()
+    (_logical_id, table), *others = resources_of_type(template, "AWS::DynamoDB::Table").items()
     assert not others, "the template holds exactly one table"
     props = table["Properties"]
     kwargs: dict[str, Any] = {

@@ -169,3 +169,102 @@ def signed_event() -> Callable[..., dict[str, Any]]:
         return http_event(body, signed_headers(body, event["id"], **kwargs))
 
     return make
+
+
+def sqs_record(event: dict[str, Any], *, agent: str = AGENT, receive_count: int = 1) -> dict:
+    """One SQS FIFO record as Lambda's event source mapping delivers it."""
+    import hashlib
+
+    from memagent.person import agent_key, person_key
+    from memagent.queue import deduplication_id
+
+    body = json.dumps(event)
+    chat = (event.get("data") or {}).get("chat")
+    group = person_key(agent, chat) if chat else agent_key(agent)
+    now_ms = str(int(time.time() * 1000))
+    return {
+        "messageId": str(uuid.uuid4()),
+        "receiptHandle": base64.b64encode(uuid.uuid4().bytes).decode(),
+        "body": body,
+        "attributes": {
+            "ApproximateReceiveCount": str(receive_count),
+            "SentTimestamp": now_ms,
+            "SequenceNumber": str(uuid.uuid4().int)[:20],
+            "MessageGroupId": group,
+            "SenderId": "AROAEXAMPLE:webhook",
+            "MessageDeduplicationId": deduplication_id(event["id"]),
+            "ApproximateFirstReceiveTimestamp": now_ms,
+        },
+        "messageAttributes": {},
+        "md5OfBody": hashlib.md5(body.encode()).hexdigest(),  # noqa: S324 (SQS's own checksum)
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:whasp-agent-EventQueue.fifo",
+        "awsRegion": "us-east-1",
+    }
+
+
+def sqs_batch(*events: dict[str, Any]) -> dict[str, Any]:
+    return {"Records": [sqs_record(event) for event in events]}
+
+
+@pytest.fixture(scope="session")
+def openai_server() -> Iterator[Any]:
+    from devstack.fake_openai import FakeOpenAI
+
+    with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def whasp_server() -> Iterator[Any]:
+    from devstack.fake_whasp import FakeWhasp
+
+    with FakeWhasp(api_key="whasp-test-key") as server:
+        yield server
+
+
+@pytest.fixture
+def openai(openai_server) -> Any:
+    from devstack.fake_openai import offline_model, offline_transcriber
+
+    openai_server.reset()
+    openai_server.responder = offline_model
+    openai_server.transcriber = offline_transcriber
+    return openai_server
+
+
+@pytest.fixture
+def whasp(whasp_server) -> Any:
+    whasp_server.reset()
+    return whasp_server
+
+
+@pytest.fixture
+def consumer_env(resources, openai, whasp) -> dict[str, str]:
+    return {
+        "TABLE_NAME": resources.table_name,
+        "AGENT_ID": AGENT,
+        "WHASP_API_URL": whasp.url,
+        "WHASP_API_KEY": "whasp-test-key",
+        "OPENAI_API_KEY": "sk-test",
+        "OPENAI_MODEL": "gpt-6-luna",
+        "OPENAI_BASE_URL": f"{openai.url}/v1",
+        "SYSTEM_PROMPT": "You are Coach, a warm running coach.",
+        "PARKING_QUEUE_URL": resources.queue_urls["EventDeadLetterQueue"],
+    }
+
+
+@pytest.fixture
+def consumer(consumer_env, monkeypatch) -> Any:
+    return load_function("consumer", consumer_env, monkeypatch)
+
+
+@pytest.fixture
+def compactor_env(resources, openai) -> dict[str, str]:
+    return {
+        "TABLE_NAME": resources.table_name,
+        "AGENT_ID": AGENT,
+        "OPENAI_API_KEY": "sk-test",
+        "OPENAI_MODEL": "gpt-6-luna",
+        "OPENAI_BASE_URL": f"{openai.url}/v1",
+    }

@@ -47,7 +47,7 @@ class Summary:
 class PersonState:
     last_seq: int = 0  # seq of the newest stored turn (0: none yet)
     marker: int = 0  # seq of the newest turn folded into the summary (0: none)
-    compact: bool = False  # the compaction flag the stream filter matches
+    compaction_due: bool = False  # the flag the stream filter matches
     last_number: str | None = None  # the whasp number the person last wrote to
     last_inbound_at: datetime | None = None  # when the person last wrote
     opted_out: bool = False

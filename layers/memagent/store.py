@@ -63,7 +63,7 @@ def _state(item: dict[str, Any] | None) -> PersonState:
     return PersonState(
         last_seq=int(item.get("last_seq", 0)),
         marker=int(item.get("marker", 0)),
-        compact=bool(item.get("compact", False)),
+        compaction_due=bool(item.get("compaction_due", False)),
         last_number=item.get("last_number"),
         last_inbound_at=_time(item.get("last_inbound_at")),
         opted_out=bool(item.get("opted_out", False)),
@@ -168,7 +168,7 @@ class MemoryStore:
         """Advance last_seq, guarded by the value we read (one writer per person: the FIFO
         group) and by the erasure mark (nothing older than an erasure is written again)."""
         values: dict[str, Any] = {":seq": seq, ":compact": compact, ":now": _iso(datetime.now(UTC))}
-        sets = ["last_seq = :seq", "compact = :compact", "updated_at = :now"]
+        sets = ["last_seq = :seq", "compaction_due = :compact", "updated_at = :now"]
         for index, (name, value) in enumerate((extra_set or {}).items()):
             sets.append(f"{name} = :x{index}")
             values[f":x{index}"] = value
@@ -385,7 +385,7 @@ class MemoryStore:
                     "Key": {"pk": pk, "sk": STATE},
                     "UpdateExpression": (
                         "SET summary = :summary, summary_at = :now, marker = :new, "
-                        "compact = :false, updated_at = :now"
+                        "compaction_due = :false, updated_at = :now"
                     ),
                     "ConditionExpression": f"attribute_exists(pk) AND ({condition})",
                     "ExpressionAttributeValues": {
@@ -450,8 +450,8 @@ class MemoryStore:
         try:
             self.table.update_item(
                 Key={"pk": pk, "sk": STATE},
-                UpdateExpression="SET compact = :false",
-                ConditionExpression="last_seq = :seen AND compact = :true",
+                UpdateExpression="SET compaction_due = :false",
+                ConditionExpression="last_seq = :seen AND compaction_due = :true",
                 ExpressionAttributeValues={":false": False, ":true": True, ":seen": seen_last_seq},
             )
         except ClientError as error:

@@ -1,0 +1,83 @@
+"""AWS on loopback: a moto server for DynamoDB, DynamoDB Streams and SQS.
+
+    with MotoServer() as moto:
+        os.environ.update(aws_env(moto.url))   # or pass it to a subprocess
+        boto3.client("dynamodb")               # reaches moto through AWS_ENDPOINT_URL alone
+
+moto keeps its state in module globals, so in-process `mock_aws()` and this server share it, and
+`reset()` clears both.
+"""
+
+from __future__ import annotations
+
+import logging
+import urllib.request
+from typing import TYPE_CHECKING, Self
+
+if TYPE_CHECKING:
+    from moto.server import ThreadedMotoServer
+
+REGION = "us-east-1"
+
+
+def aws_env(url: str) -> dict[str, str]:
+    """The environment a process needs to reach the moto server at `url` with boto3.
+
+    No AWS_PROFILE: a profile from the developer's ~/.aws must never point a local run at a real
+    account. Service-specific overrides (AWS_ENDPOINT_URL_DYNAMODB ...) would still win over
+    AWS_ENDPOINT_URL, so callers should not set them.
+    """
+    return {
+        "AWS_ENDPOINT_URL": url,
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+    }
+
+
+class MotoServer:
+    """moto's ThreadedMotoServer on 127.0.0.1:<free port>."""
+
+    def __init__(self, *, quiet: bool = True) -> None:
+        self._server: ThreadedMotoServer | None = None
+        self.url = ""
+        self._quiet = quiet
+
+    def start(self) -> Self:
+        if self._server is not None:
+            return self
+        from moto.server import ThreadedMotoServer  # heavy: import only when started
+
+        # Port 0 lets the OS pick a free port; werkzeug reports the real one after binding.
+        if self._quiet:
+            # werkzeug logs every request to stderr, drowning the local stack's terminal.
+            logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        self._server = server
+        self.url = f"http://{host}:{port}"
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop()
+
+    def reset(self) -> None:
+        """Delete every table, queue and stream (all moto state in this process)."""
+        # S310: the URL is our own loopback server's, never user input.
+        request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")  # noqa: S310
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+            response.read()
+
+    def env(self) -> dict[str, str]:
+        """`aws_env(self.url)`."""
+        return aws_env(self.url)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

@@ -1,0 +1,553 @@
+"""An OpenAI-compatible stand-in that the real `openai` client talks to over HTTP.
+
+    server = FakeOpenAI().start()
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="test")
+
+Endpoints:
+- ``POST /v1/responses``: the Responses API (non-streaming). The reply text comes from
+  `responder(request_json) -> str`; the default is `offline_model`, a deterministic stand-in that
+  is labelled as such in every reply and is never presented as real AI.
+- ``POST /v1/audio/transcriptions``: multipart upload; the text comes from
+  `transcriber(audio_bytes) -> str` (default `offline_transcriber`).
+
+Every request is recorded in `.requests` (failed ones too); `.calls(path)` gives the JSON bodies
+sent to one path. `.fail_next(n, status)` and `.delay_seconds` inject failures and slowness.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import itertools
+import json
+import math
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from devstack import LoopbackServer, Reply, Request
+
+RESPONSES = "/v1/responses"
+TRANSCRIPTIONS = "/v1/audio/transcriptions"
+OFFLINE = "[offline model]"
+
+Responder = Callable[[dict[str, Any]], str]
+Transcriber = Callable[[bytes], str]
+
+_ERROR_TYPES = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", "unsupported_country_region_territory"),
+    404: ("invalid_request_error", None),
+    429: ("requests", "rate_limit_exceeded"),
+}
+
+
+def error_reply(status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
+    """An error in the shape the OpenAI API uses, which the client turns into APIStatusError."""
+    kind, code = _ERROR_TYPES.get(status, ("server_error", None))
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return Reply.json(status, body, headers)
+
+
+class FakeOpenAI(LoopbackServer):
+    """The OpenAI API stand-in. See the module docstring."""
+
+    def __init__(
+        self,
+        responder: Responder | None = None,
+        transcriber: Transcriber | None = None,
+        *,
+        delay_seconds: float = 0.0,
+        retry_after_ms: int | None = 10,
+    ) -> None:
+        super().__init__()
+        self.responder: Responder = responder or offline_model
+        self.transcriber: Transcriber = transcriber or offline_transcriber
+        self.delay_seconds = delay_seconds
+        # Injected failures carry `retry-after-ms` so the real client's retries (0.5 s, 1 s ...
+        # backoff otherwise) keep tests fast. None sends no such header.
+        self.retry_after_ms = retry_after_ms
+        self.requests: list[dict[str, Any]] = []
+        self._failures: list[int] = []  # statuses for the next requests, in order
+        self._ids = itertools.count(1)
+
+    # ------------------------------------------------------------------ test controls
+
+    def fail_next(self, n: int = 1, status: int = 500) -> None:
+        """Answer the next `n` requests (any path) with `status` and an OpenAI error body."""
+        with self._lock:
+            self._failures.extend([status] * n)
+
+    def calls(self, path: str = RESPONSES) -> list[dict[str, Any]]:
+        """The JSON bodies (for transcriptions: the form fields) of every request to `path`."""
+        with self._lock:
+            return [r["json"] for r in self.requests if r["path"] == path]
+
+    def reset(self) -> None:
+        """Forget recorded requests and pending failures, and stop delaying replies.
+
+        The responder and transcriber stay as they are."""
+        with self._lock:
+            self.requests.clear()
+            self._failures.clear()
+            self.delay_seconds = 0.0
+
+    # ------------------------------------------------------------------ HTTP
+
+    def handle(self, request: Request) -> Reply:
+        if self.delay_seconds:
+            time.sleep(self.delay_seconds)
+        record: dict[str, Any] = {
+            "method": request.method,
+            "path": request.path,
+            "headers": request.headers,
+            "json": None,
+            "status": None,
+        }
+        with self._lock:
+            self.requests.append(record)
+            injected = self._failures.pop(0) if self._failures else None
+        try:
+            if request.path == TRANSCRIPTIONS:
+                record["json"] = _form_summary(request)
+            elif request.body:
+                record["json"] = request.json()
+        except ValueError:
+            reply = error_reply(400, "We could not parse the JSON body of your request.")
+        else:
+            if injected is not None:
+                reply = self._injected(injected)
+            elif request.method == "POST" and request.path == RESPONSES:
+                reply = self._respond(record["json"])
+            elif request.method == "POST" and request.path == TRANSCRIPTIONS:
+                reply = self._transcribe(request, record["json"])
+            else:
+                reply = error_reply(404, f"Invalid URL ({request.method} {request.path})")
+        record["status"] = reply.status
+        return reply
+
+    def _injected(self, status: int) -> Reply:
+        headers = {}
+        if status == 429:
+            headers["retry-after"] = "0"
+        if self.retry_after_ms is not None:
+            headers["retry-after-ms"] = str(self.retry_after_ms)
+        return error_reply(status, f"Injected failure (HTTP {status}) from FakeOpenAI.", headers)
+
+    def _respond(self, body: Any) -> Reply:
+        if not isinstance(body, dict) or not body.get("model"):
+            return error_reply(400, "Missing required parameter: 'model'.")
+        if body.get("stream"):
+            return error_reply(400, "FakeOpenAI does not stream; call without stream=True.")
+        text = self.responder(body)
+        number = next(self._ids)
+        now = int(time.time())
+        input_tokens = math.ceil(sum(len(t) for t in _texts(body)) / 4)
+        output_tokens = math.ceil(len(text) / 4)
+        response = {
+            "id": f"resp_{number:024x}",
+            "object": "response",
+            "created_at": now,
+            "completed_at": now,
+            "status": "completed",
+            "background": False,
+            "error": None,
+            "incomplete_details": None,
+            "instructions": body.get("instructions"),
+            "max_output_tokens": body.get("max_output_tokens"),
+            "metadata": body.get("metadata") or {},
+            "model": body["model"],
+            "output": [
+                {
+                    "type": "message",
+                    "id": f"msg_{number:024x}",
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}],
+                }
+            ],
+            "parallel_tool_calls": body.get("parallel_tool_calls", True),
+            "previous_response_id": body.get("previous_response_id"),
+            "reasoning": body.get("reasoning") or {"effort": None, "summary": None},
+            "service_tier": "default",
+            "store": body.get("store", True),
+            "temperature": body.get("temperature", 1.0),
+            "text": body.get("text") or {"format": {"type": "text"}},
+            "tool_choice": body.get("tool_choice", "auto"),
+            "tools": body.get("tools") or [],
+            "top_p": body.get("top_p", 1.0),
+            "truncation": body.get("truncation", "disabled"),
+            "usage": {
+                "input_tokens": input_tokens,
+                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "output_tokens": output_tokens,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": input_tokens + output_tokens,
+            },
+            "user": body.get("user"),
+        }
+        return Reply.json(200, response, {"x-request-id": f"req_{number:024x}"})
+
+    def _transcribe(self, request: Request, form: dict[str, Any]) -> Reply:
+        audio = _multipart(request).get("file", (None, None, b""))[2]
+        if not form.get("model") or "file_name" not in form:
+            return error_reply(400, "Missing required parameters: 'file' and 'model'.")
+        text = self.transcriber(audio)
+        if form.get("response_format") in ("text", "srt", "vtt"):
+            return Reply(200, text.encode(), {"Content-Type": "text/plain; charset=utf-8"})
+        return Reply.json(200, {"text": text})
+
+
+# ---------------------------------------------------------------------- multipart
+
+
+def _multipart(request: Request) -> dict[str, tuple[str | None, str | None, bytes]]:
+    """Parts of a multipart/form-data body: name -> (filename, content type, bytes)."""
+    match = re.search(r'boundary="?([^";]+)"?', request.headers.get("content-type", ""))
+    if not match:
+        raise ValueError("not multipart/form-data")
+    parts: dict[str, tuple[str | None, str | None, bytes]] = {}
+    for chunk in request.body.split(b"--" + match.group(1).encode())[1:]:
+        if chunk.startswith(b"--"):
+            break  # the closing boundary
+        head, _, data = chunk.removeprefix(b"\r\n").partition(b"\r\n\r\n")
+        data = data.removesuffix(b"\r\n")
+        headers = head.decode("utf-8", "replace")
+        name = re.search(r'\bname="([^"]*)"', headers)
+        filename = re.search(r'\bfilename="([^"]*)"', headers)
+        kind = re.search(r"(?im)^content-type:\s*(\S+)", headers)
+        if name:
+            parts[name.group(1)] = (
+                filename.group(1) if filename else None,
+                kind.group(1) if kind else None,
+                data,
+            )
+    return parts
+
+
+def _form_summary(request: Request) -> dict[str, Any]:
+    """What gets recorded for an upload: the form fields and the file's name, type and size."""
+    summary: dict[str, Any] = {}
+    for name, (filename, kind, data) in _multipart(request).items():
+        if filename is None:
+            summary[name] = data.decode("utf-8", "replace")
+        else:
+            summary.update(file_name=filename, file_content_type=kind, file_size=len(data))
+    return summary
+
+
+# ---------------------------------------------------------------------- the offline model
+
+
+def offline_transcriber(audio: bytes) -> str:
+    return f"[offline transcription of {len(audio)} bytes]"
+
+
+def offline_model(request: dict[str, Any]) -> str:
+    """A deterministic stand-in for a model, so the local stack works with no API key.
+
+    It shows the memory mechanics rather than intelligence: replies say what the notes in the
+    instructions contain (days since, facts, summary), structured-output requests get a summary
+    and facts pulled out of the conversation with simple patterns, and images get a placeholder.
+    Every reply starts with "[offline model]" so nobody mistakes it for real AI.
+    """
+    text_format = (request.get("text") or {}).get("format") or {}
+    if text_format.get("type") == "json_schema":
+        return json.dumps(_structured(request, text_format.get("schema") or {}))
+    if image := _first_image(request.get("input")):
+        return f"{OFFLINE} a picture ({image})"
+    return _reply(request)
+
+
+def _reply(request: dict[str, Any]) -> str:
+    notes = _read_notes(_as_text(request.get("instructions")))
+    parts = [OFFLINE]
+    if notes["days"]:
+        parts.append(f"Welcome back, it's been {notes['days']} days since you last wrote.")
+    if notes["new_number"]:
+        parts.append("(I'm writing from a new number now.)")
+    if notes["facts"]:
+        more = len(notes["facts"]) - 1
+        parts.append(
+            f"I remember: {_shorten(notes['facts'][0], 80).rstrip('.!?;,')}"
+            + (f" (and {more} more note{'s' if more > 1 else ''})." if more else ".")
+        )
+    elif notes["summary"]:
+        parts.append(f"I remember we talked about: {_shorten(notes['summary'], 80)}")
+    user_messages = _user_messages(request)
+    if user_messages:
+        parts.append(f'You said: "{_shorten(user_messages[-1], 80)}"')
+    return " ".join(parts)
+
+
+# Headings the context builder might use. The prompt format is not fixed, so the parsing is
+# forgiving: a heading is a short line ending in ":" or written as "# ...", "<tag>" or "[...]".
+_HEADING = re.compile(r"^\s*(#+\s*\S.*|<[^>]+>|\[[^\]]+\]|=+.*=+|.{1,100}:)\s*$")
+_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(.+?)\s*$")
+_FACTS_HEADING = re.compile(r"note|fact|about (?:this|the) (?:person|user)|know", re.I)
+_SUMMARY_HEADING = re.compile(r"summar|earlier conversation", re.I)
+_DAYS = re.compile(r"(\d+)\s+days?\b", re.I)
+_WROTE = re.compile(r"wrote|written|since|last|ago|gap", re.I)
+_NONE = {"", "none", "(none)", "n/a", "-", "nothing yet"}
+
+
+def _read_notes(instructions: str) -> dict[str, Any]:
+    """Facts, summary, days-since and new-number hints from a reply request's instructions."""
+    facts: list[str] = []
+    summary: list[str] = []
+    days = None
+    new_number = False
+    section = None
+    for line in instructions.splitlines():
+        stripped = line.strip()
+        if days is None and _WROTE.search(stripped) and (found := _DAYS.search(stripped)):
+            days = int(found.group(1))
+        new_number = new_number or "new number" in stripped.lower()
+        bullet = _BULLET.match(stripped)
+        if not bullet and _HEADING.match(stripped):
+            if stripped.startswith("</"):
+                section = None
+            elif _SUMMARY_HEADING.search(stripped):
+                section = "summary"
+            elif _FACTS_HEADING.search(stripped):
+                section = "facts"
+            else:
+                section = None
+            inline = stripped.partition(":")[2].strip() if stripped.endswith(":") else ""
+            if section == "summary" and inline.lower() not in _NONE:
+                summary.append(inline)
+        elif not stripped:
+            if (section == "facts" and facts) or (section == "summary" and summary):
+                section = None  # a blank line closes a section once it has content
+        elif section == "facts":
+            fact = bullet.group(1) if bullet else stripped
+            # Skip a disclaimer line such as "These are data, not instructions."
+            if fact.lower() not in _NONE and (bullet or "instruction" not in fact.lower()):
+                facts.append(fact)
+        elif section == "summary" and stripped.lower() not in _NONE:
+            summary.append(bullet.group(1) if bullet else stripped)
+    return {
+        "facts": facts,
+        "summary": " ".join(summary),
+        "days": days,
+        "new_number": new_number,
+    }
+
+
+# ---------------------------------------------------------------------- compaction
+
+
+def _structured(request: dict[str, Any], schema: dict[str, Any]) -> Any:
+    """A JSON value matching `schema`; "summary" and "facts" properties get real content."""
+    messages = _user_messages(request, compaction=True)
+    known = {
+        "summary": _summary(request, messages),
+        "facts": _facts(messages),
+    }
+    return _fill(schema, known)
+
+
+def _fill(schema: dict[str, Any], known: dict[str, Any], name: str | None = None) -> Any:
+    kind = schema.get("type")
+    if isinstance(kind, list):  # e.g. ["string", "null"]
+        kind = next((k for k in kind if k != "null"), "null")
+    if "enum" in schema:
+        return schema["enum"][0]
+    if kind == "object" or "properties" in schema:
+        props = schema.get("properties") or {}
+        return {key: _fill(sub, known, key) for key, sub in props.items()}
+    if name in known:
+        value = known[name]
+        if kind == "array" and (schema.get("items") or {}).get("type", "string") != "string":
+            return []
+        return value
+    defaults = {"string": "", "array": [], "integer": 0, "number": 0, "boolean": False}
+    return defaults.get(kind) if isinstance(kind, str) else None
+
+
+def _summary(request: dict[str, Any], messages: list[str]) -> str:
+    previous = _previous_summary(request)
+    said = "; ".join(_shorten(m, 60).rstrip(".!?;,") for m in messages[:8])
+    text = " ".join(
+        part
+        for part in (
+            f"Earlier: {previous}" if previous else "",
+            f"They said: {said}." if said else "",
+        )
+        if part
+    )
+    words = text.split()
+    return " ".join(words[:190]) if words else "Earlier: nothing of note."
+
+
+# "Previous summary: ..." inline, or a heading naming it with the paragraph below.
+_PREVIOUS_SUMMARY = re.compile(
+    r"(?:previous|current|existing|earlier|old|rolling) summary(?: so far)?\s*(?:[:\-]\s*(.*))?$"
+    r"|^\W*summary(?: so far)?\W*$",
+    re.I,
+)
+
+
+def _previous_summary(request: dict[str, Any]) -> str:
+    """The earlier summary, if the compaction prompt carries one under a heading naming it."""
+    lines = "\n".join(
+        [_as_text(request.get("instructions")), *(t for _, t in _items(request.get("input")))]
+    ).splitlines()
+    for index, line in enumerate(lines):
+        match = _PREVIOUS_SUMMARY.search(line.strip())
+        if not match:
+            continue
+        if inline := (match.group(1) or "").strip():
+            return "" if inline.lower() in _NONE else inline
+        body: list[str] = []
+        for following in lines[index + 1 :]:
+            if not following.strip() or _HEADING.match(following):
+                if body:
+                    break
+                continue
+            body.append(following.strip())
+        text = " ".join(body)
+        return "" if text.lower() in _NONE else text
+    return ""
+
+
+# Ordered: the first pattern that matches a sentence wins for that sentence.
+_FACT_PATTERNS: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
+    (
+        re.compile(r"(?i:\bmy name(?:'s| is)) ([A-Z][\w'-]*(?: [A-Z][\w'-]*)?)"),
+        lambda m: f"Name is {m.group(1)}",
+    ),
+    (
+        re.compile(r"(?i:\b(?:i'm called|i am called|call me)) ([A-Z][\w'-]*)"),
+        lambda m: f"Name is {m.group(1)}",
+    ),
+    (
+        re.compile(r"\bI(?:'m| am)? start(?:ing|s)? (.*\bjob\b.*)", re.I),
+        lambda m: f"Plans: starts {m.group(1)}",
+    ),
+    (
+        re.compile(r"\bI work (as|at|in|for) (.+)", re.I),
+        lambda m: f"Works {m.group(1).lower()} {m.group(2)}",
+    ),
+    (
+        re.compile(r"(?i:\bI have an? (\w+(?: \w+)?) (called|named)) ([A-Z][\w'-]*)"),
+        lambda m: f"Has a {m.group(1)} {m.group(2).lower()} {m.group(3)}",
+    ),
+    (re.compile(r"\bI live in (.+)", re.I), lambda m: f"Lives in {m.group(1)}"),
+    (
+        # "I'm a nurse" but not "I'm a bit tired"
+        re.compile(r"\b(?:I'm|I am) (an? (?!bit\b|little\b|lot\b|big\b|tad\b)\w+(?: \w+)?)$", re.I),
+        lambda m: f"Works as {m.group(1)}",
+    ),
+]
+
+
+def _facts(messages: list[str]) -> list[str]:
+    facts: list[str] = []
+    for message in messages:
+        # Sentences and "..., and I ..." clauses, so each can yield its own fact.
+        for sentence in re.split(r"(?<=[.!?;])\s+|\n|,?\s+(?:and|but|so)\s+(?=I\b)", message):
+            sentence = sentence.strip().rstrip(".!?;,")
+            for pattern, render in _FACT_PATTERNS:
+                if match := pattern.search(sentence):
+                    fact = _shorten(render(match), 120)
+                    if fact not in facts:
+                        facts.append(fact)
+                    break
+    return facts
+
+
+# ---------------------------------------------------------------------- reading requests
+
+_USER_LINE = re.compile(
+    r"^\s*(?:\[[^\]]*\]\s*|\(?\d{4}-\d\d-\d\d[T ][\d:.]+Z?\)?\s*)?"
+    r"(user|person|human|customer|them|they)\s*(?:\([^)]*\))?\s*[:>]\s*(.+)$",
+    re.I,
+)
+
+
+def _user_messages(request: dict[str, Any], *, compaction: bool = False) -> list[str]:
+    """What the person said, oldest first.
+
+    Normally the user-role input items. For compaction the turns may instead arrive as a
+    transcript ("user: ..." lines) anywhere in the instructions or input, so those win if present.
+    """
+    items = list(_items(request.get("input")))
+    if compaction:
+        everything = [_as_text(request.get("instructions")), *(t for _, t in items)]
+        transcript = [
+            m.group(2).strip()
+            for text in everything
+            for line in text.splitlines()
+            if (m := _USER_LINE.match(line))
+        ]
+        if transcript:
+            return transcript
+    said = [text.strip() for role, text in items if role == "user" and text.strip()]
+    if compaction and said:
+        return [line.strip() for text in said for line in text.splitlines() if line.strip()]
+    return said
+
+
+def _items(value: Any) -> list[tuple[str, str]]:
+    """(role, text) for each input item; a plain string input is one user item."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [("user", value)]
+    items = []
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, dict):
+            role = item.get("role") or ("user" if item.get("type") == "message" else "")
+            items.append((str(role), _as_text(item.get("content", item.get("text")))))
+        elif isinstance(item, str):
+            items.append(("user", item))
+    return items
+
+
+def _as_text(value: Any) -> str:
+    """All the text in a content value: a string or a list of content parts."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(t for part in value if (t := _as_text(part)))
+    if isinstance(value, dict):
+        if isinstance(value.get("text"), str):
+            return value["text"]
+        if "content" in value:
+            return _as_text(value["content"])
+    return ""
+
+
+def _texts(request: dict[str, Any]) -> list[str]:
+    return [_as_text(request.get("instructions")), *(t for _, t in _items(request.get("input")))]
+
+
+def _first_image(value: Any) -> str | None:
+    """A short description of the first input_image part, or None."""
+    if isinstance(value, list):
+        for item in value:
+            if found := _first_image(item):
+                return found
+    elif isinstance(value, dict):
+        if value.get("type") == "input_image":
+            url = value.get("image_url") or ""
+            if url.startswith("data:"):
+                header, _, data = url.partition(",")
+                try:
+                    size = len(base64.b64decode(data))
+                except (binascii.Error, ValueError):
+                    size = 0
+                return f"{header[5:].split(';')[0] or 'image'}, {size} bytes"
+            return "an image file" if value.get("file_id") else "an image link"
+        return _first_image(value.get("content"))
+    return None
+
+
+def _shorten(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"

@@ -1,0 +1,480 @@
+"""template.yaml, as CloudFormation will run it: linted, then transformed by the SAM translator
+(offline) and checked for the guarantees the design leans on: per-person FIFO ordering with a
+parked-event queue, retries that cannot overlap, bounded compaction retries, least-privilege IAM,
+logs that expire, a memory table that survives mistakes, and a stream filter that fires the
+compactor only when the consumer raised the flag.
+
+Resources are found by their role in the flow (the queue the consumer reads, the table whose
+stream the compactor reads), not by logical id, so renaming a resource does not break a test.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cfnlint.api import ManualArgs, lint_file
+from moto.events.models import EventPattern
+from samtranslator.translator.arn_generator import ArnGenerator
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import yaml_parse
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "template.yaml"
+STREAM_SAMPLE = ROOT / "events" / "compactor-stream-record.json"
+# Parameters without a default that `sam deploy --guided` would ask for.
+PARAMETERS = {"WhaspApiUrl": "https://api.whasp.example"}
+# The boolean the consumer sets on a person's STATE item when compaction is due (memagent.store).
+COMPACTION_FLAG = "compaction_due"
+# Services holding the person's data: wildcards on these would undo least privilege.
+DATA_SERVICES = ("dynamodb", "sqs", "s3", "ssm", "secretsmanager", "kms", "logs")
+# Actions AWS offers on Resource "*" only, so a policy has no narrower choice.
+RESOURCE_STAR_ONLY = frozenset({"ssm:DescribeParameters"})
+Template = dict[str, Any]
+
+
+# --------------------------------------------------------------------------- transform, offline
+
+
+class OfflinePolicyLoader:
+    """Stands in for samtranslator's ManagedPolicyLoader, which asks IAM for the ARNs of managed
+    policies named in `Policies`. An empty map keeps such names as they are (a later test flags
+    any *FullAccess one) and makes no AWS call."""
+
+    def load(self) -> dict[str, str]:
+        return {}
+
+
+def _with_placeholder_code(template: Template) -> Template:
+    """Local CodeUri/ContentUri become S3 URIs, as `sam validate` and `sam package` do."""
+    template = copy.deepcopy(template)
+    for logical_id, resource in template.get("Resources", {}).items():
+        properties = resource.get("Properties") or {}
+        for key in ("CodeUri", "ContentUri"):
+            if isinstance(properties.get(key), str) and not properties[key].startswith("s3://"):
+                properties[key] = f"s3://placeholder-bucket/{logical_id}.zip"
+    return template
+
+
+def sam_transform(template: Template, parameters: dict[str, str]) -> Template:
+    """Turn a SAM template into the CloudFormation template AWS would deploy, without AWS."""
+    with pytest.MonkeyPatch.context() as patch:
+        # the translator asks boto3 for a region, only to fill AWS::Region and pick the partition
+        patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        patch.delenv("AWS_PROFILE", raising=False)
+        patch.setattr(ArnGenerator, "BOTO_SESSION_REGION_NAME", "us-east-1")
+        return transform(_with_placeholder_code(template), parameters, OfflinePolicyLoader())
+
+
+@pytest.fixture(scope="module")
+def sam_template() -> Template:
+    return yaml_parse(TEMPLATE.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def cfn(sam_template: Template) -> Template:
+    return sam_transform(sam_template, PARAMETERS)
+
+
+# --------------------------------------------------------------------------- template reading
+
+
+def resources(template: Template, type_: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == type_}
+
+
+def target(value: Any) -> str | None:
+    """The logical id behind a Ref or Fn::GetAtt, else None."""
+    if isinstance(value, dict) and "Ref" in value:
+        return value["Ref"]
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        attribute = value["Fn::GetAtt"]
+        return attribute[0] if isinstance(attribute, list) else attribute.split(".")[0]
+    return None
+
+
+def references(node: Any) -> set[str]:
+    """Every logical id or parameter a template fragment refers to (Ref, GetAtt, Sub, If)."""
+    found: set[str] = set()
+    if isinstance(node, dict):
+        if (name := target(node)) is not None:
+            found.add(name)
+        if "Fn::Sub" in node:
+            text = node["Fn::Sub"][0] if isinstance(node["Fn::Sub"], list) else node["Fn::Sub"]
+            found |= {m.split(".")[0] for m in re.findall(r"\$\{([^}!]+)\}", text)}
+        for value in node.values():
+            found |= references(value)
+    elif isinstance(node, list):
+        for value in node:
+            found |= references(value)
+    return found
+
+
+def evaluate(template: Template, node: Any, parameters: dict[str, Any]) -> Any:
+    """Resolve the intrinsics a property may use (Ref to a parameter, Fn::If on conditions)
+    with the given parameter values, falling back to the defaults: what a stack gets."""
+
+    def value_of(name: str) -> Any:
+        if name in parameters:
+            return parameters[name]
+        return template["Parameters"][name].get("Default")
+
+    def condition(node: Any) -> bool:
+        if isinstance(node, dict) and "Condition" in node:
+            return condition(template["Conditions"][node["Condition"]])
+        if isinstance(node, dict) and "Fn::Equals" in node:
+            left, right = (evaluate(template, v, parameters) for v in node["Fn::Equals"])
+            return str(left) == str(right)
+        if isinstance(node, dict) and "Fn::Not" in node:
+            return not condition(node["Fn::Not"][0])
+        if isinstance(node, dict) and "Fn::And" in node:
+            return all(condition(c) for c in node["Fn::And"])
+        if isinstance(node, dict) and "Fn::Or" in node:
+            return any(condition(c) for c in node["Fn::Or"])
+        raise AssertionError(f"unsupported condition {node!r}")
+
+    if isinstance(node, dict) and "Ref" in node and node["Ref"] in template.get("Parameters", {}):
+        return value_of(node["Ref"])
+    if isinstance(node, dict) and "Fn::If" in node:
+        name, when_true, when_false = node["Fn::If"]
+        chosen = when_true if condition(template["Conditions"][name]) else when_false
+        return evaluate(template, chosen, parameters)
+    if isinstance(node, dict) and "Condition" in node:
+        return condition(node)
+    return node
+
+
+def driving_parameters(template: Template, node: Any) -> set[str]:
+    """The parameters a property depends on, directly or through the conditions it uses."""
+    names: set[str] = set()
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        names |= references(current) & set(template.get("Parameters", {}))
+        if isinstance(current, dict):
+            if "Fn::If" in current:
+                pending.append(template["Conditions"][current["Fn::If"][0]])
+            if "Condition" in current and isinstance(current["Condition"], str):
+                pending.append(template["Conditions"][current["Condition"]])
+            pending.extend(current.values())
+        elif isinstance(current, list):
+            pending.extend(current)
+    return names
+
+
+def event_source_mapping(template: Template, source_type: str) -> dict[str, Any]:
+    """The one event source mapping whose source is a resource of `source_type`."""
+    found = [
+        esm["Properties"]
+        for esm in resources(template, "AWS::Lambda::EventSourceMapping").values()
+        if template["Resources"][target(esm["Properties"]["EventSourceArn"])]["Type"] == source_type
+    ]
+    assert len(found) == 1, f"expected one event source mapping from a {source_type}"
+    return found[0]
+
+
+def consumer_mapping(cfn: Template) -> dict[str, Any]:
+    return event_source_mapping(cfn, "AWS::SQS::Queue")
+
+
+def compactor_mapping(cfn: Template) -> dict[str, Any]:
+    return event_source_mapping(cfn, "AWS::DynamoDB::Table")
+
+
+def event_queue_id(cfn: Template) -> str:
+    return target(consumer_mapping(cfn)["EventSourceArn"])
+
+
+def dead_letter_queue_id(cfn: Template) -> str:
+    redrive = cfn["Resources"][event_queue_id(cfn)]["Properties"]["RedrivePolicy"]
+    return target(redrive["deadLetterTargetArn"])
+
+
+def compaction_failure_queue_id(cfn: Template) -> str:
+    return target(compactor_mapping(cfn)["DestinationConfig"]["OnFailure"]["Destination"])
+
+
+def queue_alarms(cfn: Template, queue_id: str) -> list[str]:
+    return [
+        alarm_id
+        for alarm_id, alarm in resources(cfn, "AWS::CloudWatch::Alarm").items()
+        if alarm["Properties"].get("Namespace") == "AWS/SQS"
+        and any(
+            dimension["Name"] == "QueueName" and target(dimension["Value"]) == queue_id
+            for dimension in alarm["Properties"].get("Dimensions", [])
+        )
+    ]
+
+
+def policy_statements(node: Any) -> Iterator[dict[str, Any]]:
+    """Every IAM statement in a fragment, including those inside Fn::If branches."""
+    if isinstance(node, dict):
+        if isinstance(node.get("Statement"), list):
+            yield from (s for s in node["Statement"] if isinstance(s, dict))
+        for value in node.values():
+            yield from policy_statements(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from policy_statements(value)
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+# --------------------------------------------------------------------------- the stream filter
+
+
+def stream_filter_admits(patterns: list[str], record: dict[str, Any]) -> bool:
+    """Would Lambda hand this DynamoDB stream record to the function? Lambda ORs the filters of
+    an event source mapping and matches each pattern against the record as it would deliver it;
+    moto's EventPattern implements the same pattern language."""
+    return any(EventPattern.load(pattern).matches_event(record) for pattern in patterns)
+
+
+def filter_patterns(cfn: Template) -> list[str]:
+    return [f["Pattern"] for f in compactor_mapping(cfn)["FilterCriteria"]["Filters"]]
+
+
+@pytest.fixture
+def flagged_record() -> dict[str, Any]:
+    """The sample record from events/ (a STATE item whose flag the consumer just raised)."""
+    return json.loads(STREAM_SAMPLE.read_text(encoding="utf-8"))["Records"][0]
+
+
+# =========================================================================== tests
+
+
+def test_cfn_lint_reports_no_errors() -> None:
+    # given the template as written
+    # when cfn-lint checks it (every rule, including SAM's)
+    matches = lint_file(TEMPLATE, config=ManualArgs(regions=["us-east-1", "eu-west-1"]))
+    # then it reports no error
+    errors = [str(m) for m in matches if m.rule.severity == "error"]
+    assert not errors, "\n".join(errors)
+
+
+def test_sam_translator_transforms_the_template_offline(cfn: Template) -> None:
+    # given the SAM template, when transformed without AWS, then plain CloudFormation comes out
+    assert "Transform" not in cfn
+    assert not any(r["Type"].startswith("AWS::Serverless::") for r in cfn["Resources"].values())
+    assert len(resources(cfn, "AWS::Lambda::Function")) >= 3
+
+
+def test_event_queue_is_fifo_per_person_with_a_fifo_dead_letter_queue(cfn: Template) -> None:
+    # given the queue the consumer reads
+    queue = cfn["Resources"][event_queue_id(cfn)]["Properties"]
+    dead_letter = cfn["Resources"][dead_letter_queue_id(cfn)]["Properties"]
+    # then it is FIFO, deduplicates and throttles per message group (per person), is encrypted
+    assert queue.get("FifoQueue") is True
+    assert queue["DeduplicationScope"] == "messageGroup"
+    assert queue["FifoThroughputLimit"] == "perMessageGroupId"
+    assert queue.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in queue
+    # and an event that fails 5 times is parked in a FIFO queue kept for 14 days
+    assert int(queue["RedrivePolicy"]["maxReceiveCount"]) == 5
+    assert dead_letter.get("FifoQueue") is True
+    assert int(dead_letter["MessageRetentionPeriod"]) == 14 * 24 * 3600
+    assert dead_letter.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in dead_letter
+
+
+def test_a_retry_never_overlaps_a_running_attempt(cfn: Template) -> None:
+    # given the queue and the consumer that reads it
+    mapping = consumer_mapping(cfn)
+    queue = cfn["Resources"][target(mapping["EventSourceArn"])]["Properties"]
+    consumer = cfn["Resources"][target(mapping["FunctionName"])]["Properties"]
+    # then the message stays invisible for at least 6 times the function's timeout (AWS advice)
+    assert int(queue["VisibilityTimeout"]) >= 6 * int(consumer["Timeout"])
+
+
+def test_consumer_reads_small_batches_reports_partial_failures_and_caps_concurrency(
+    cfn: Template,
+) -> None:
+    # given the consumer's event source mapping
+    mapping = consumer_mapping(cfn)
+    # then batches fit a FIFO receive, one failed person does not fail the batch,
+    # and the model quota is protected by a concurrency ceiling
+    assert 1 <= int(mapping.get("BatchSize", 10)) <= 10
+    assert "ReportBatchItemFailures" in mapping["FunctionResponseTypes"]
+    assert mapping["ScalingConfig"]["MaximumConcurrency"]
+    maximum = evaluate(cfn, mapping["ScalingConfig"]["MaximumConcurrency"], PARAMETERS)
+    assert 2 <= int(maximum) <= 1000
+
+
+def test_compactor_retries_a_bounded_number_of_times_then_parks_under_an_alarm(
+    cfn: Template,
+) -> None:
+    # given the compactor's event source mapping on the table's stream
+    mapping = compactor_mapping(cfn)
+    # then a failing batch is split to find the bad record, retried a finite number of times
+    assert mapping["BisectBatchOnFunctionError"] is True
+    assert 0 <= int(mapping["MaximumRetryAttempts"]) <= 10
+    assert "ReportBatchItemFailures" in mapping.get("FunctionResponseTypes", [])
+    # and then sent to an SQS queue that raises an alarm
+    failure_queue = compaction_failure_queue_id(cfn)
+    assert cfn["Resources"][failure_queue]["Type"] == "AWS::SQS::Queue"
+    assert queue_alarms(cfn, failure_queue), f"no CloudWatch alarm watches {failure_queue}"
+
+
+def test_both_parking_queues_are_alarmed(cfn: Template) -> None:
+    # given the queue parked inbound events go to and the one failed compactions go to
+    for queue_id in (dead_letter_queue_id(cfn), compaction_failure_queue_id(cfn)):
+        # then a CloudWatch alarm fires as soon as one message is visible there
+        alarms = queue_alarms(cfn, queue_id)
+        assert alarms, f"no CloudWatch alarm watches {queue_id}"
+        alarm = cfn["Resources"][alarms[0]]["Properties"]
+        assert alarm["MetricName"] == "ApproximateNumberOfMessagesVisible"
+        assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+        assert float(alarm["Threshold"]) == 0
+
+
+def test_every_function_runs_python313_on_arm64_with_an_expiring_log_group(cfn: Template) -> None:
+    log_groups = resources(cfn, "AWS::Logs::LogGroup")
+    functions = resources(cfn, "AWS::Lambda::Function")
+    for function_id, function in functions.items():
+        # given each function: it runs the supported runtime on Graviton
+        properties = function["Properties"]
+        assert properties["Runtime"] == "python3.13", function_id
+        assert properties["Architectures"] == ["arm64"], function_id
+        # and logs to /aws/lambda/<function> in a log group whose retention is set
+        expected_name = {"Fn::Sub": f"/aws/lambda/${{{function_id}}}"}
+        own = [
+            group["Properties"]
+            for group_id, group in log_groups.items()
+            if group["Properties"].get("LogGroupName") == expected_name
+            or target(properties.get("LoggingConfig", {}).get("LogGroup")) == group_id
+        ]
+        assert len(own) == 1, f"{function_id} has no log group named /aws/lambda/<function>"
+        assert own[0].get("RetentionInDays"), f"{function_id}'s logs never expire"
+
+
+def test_no_policy_grants_full_access_or_wildcard_actions(cfn: Template) -> None:
+    problems = []
+    for policy_id, policy in cfn["Resources"].items():
+        if policy["Type"] not in ("AWS::IAM::Role", "AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+            continue
+        properties = policy["Properties"]
+        # given every role and policy: no AWS managed *FullAccess policy is attached
+        for arn in properties.get("ManagedPolicyArns", []):
+            if "FullAccess" in json.dumps(arn):
+                problems.append(f"{policy_id} attaches {arn}")
+        documents = {k: v for k, v in properties.items() if k != "AssumeRolePolicyDocument"}
+        for statement in policy_statements(documents):
+            if statement.get("Effect") != "Allow":
+                continue
+            if "NotAction" in statement:
+                problems.append(f"{policy_id} allows NotAction {statement['NotAction']}")
+            actions = [a for a in as_list(statement.get("Action", [])) if isinstance(a, str)]
+            # and no statement allows every action, or every action of a data service
+            for action in actions:
+                service = action.split(":")[0].lower()
+                if action == "*" or (action.endswith(":*") and service in DATA_SERVICES):
+                    problems.append(f"{policy_id} allows {action}")
+            # and data-service actions name their resources, unless AWS allows only "*"
+            if "*" in as_list(statement.get("Resource")):
+                for action in actions:
+                    service = action.split(":")[0].lower()
+                    if service in DATA_SERVICES and action not in RESOURCE_STAR_ONLY:
+                        problems.append(f"{policy_id} allows {action} on every resource")
+    assert not problems, "\n".join(problems)
+
+
+def test_memory_table_is_on_demand_streams_expires_and_is_protected_by_parameters(
+    sam_template: Template, cfn: Template
+) -> None:
+    # given the memory table (the one whose stream the compactor reads)
+    table_id = target(compactor_mapping(cfn)["EventSourceArn"])
+    table = cfn["Resources"][table_id]["Properties"]
+    # then it is billed per request, streams changes and expires items by a TTL attribute
+    assert table["BillingMode"] == "PAY_PER_REQUEST"
+    assert table["StreamSpecification"]["StreamViewType"] in ("NEW_IMAGE", "NEW_AND_OLD_IMAGES")
+    assert table["TimeToLiveSpecification"]["Enabled"] is True
+    assert table["TimeToLiveSpecification"]["AttributeName"]
+    # and point-in-time recovery and deletion protection are operator parameters, on by default
+    pitr = table["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"]
+    protection = table["DeletionProtectionEnabled"]
+    assert driving_parameters(cfn, pitr), "PITR is not driven by a parameter"
+    assert driving_parameters(cfn, protection), "deletion protection is not a parameter"
+    assert str(evaluate(cfn, pitr, PARAMETERS)).lower() == "true"
+    assert str(evaluate(cfn, protection, PARAMETERS)).lower() == "true"
+    # and an operator can turn them off (a throwaway test stack)
+    off = {**PARAMETERS, **{name: "false" for name in driving_parameters(cfn, pitr)}}
+    assert str(evaluate(cfn, pitr, off)).lower() == "false"
+    off = {**PARAMETERS, **{name: "false" for name in driving_parameters(cfn, protection)}}
+    assert str(evaluate(cfn, protection, off)).lower() == "false"
+    # and deleting the stack keeps the table
+    assert sam_template["Resources"][table_id].get("DeletionPolicy") == "Retain"
+
+
+def test_outputs_give_the_webhook_url_the_queue_and_the_table(cfn: Template) -> None:
+    outputs = cfn["Outputs"]
+    apis = set(resources(cfn, "AWS::ApiGatewayV2::Api"))
+    table_id = target(compactor_mapping(cfn)["EventSourceArn"])
+    # then one output is the https URL of the webhook route on the HTTP API
+    webhook_urls = [
+        name
+        for name, output in outputs.items()
+        if references(output["Value"]) & apis and json.dumps(output["Value"]).endswith('/webhook"}')
+    ]
+    assert webhook_urls, "no output gives the webhook URL"
+    # and others name the event queue and the memory table
+    assert any(target(o["Value"]) == event_queue_id(cfn) for o in outputs.values())
+    assert any(target(o["Value"]) == table_id for o in outputs.values())
+
+
+# --------------------------------------------------------------------------- stream filter
+
+
+def test_stream_filter_admits_a_flagged_state_record(cfn: Template, flagged_record) -> None:
+    # given a STATE record whose flag the consumer has just raised (the sample event)
+    assert flagged_record["dynamodb"]["NewImage"][COMPACTION_FLAG] == {"BOOL": True}
+    # when Lambda applies the compactor's filter, then the record reaches the compactor
+    assert stream_filter_admits(filter_patterns(cfn), flagged_record)
+
+
+def test_stream_filter_drops_an_unflagged_state_record(cfn: Template, flagged_record) -> None:
+    # given a STATE record whose flag is down (a turn below the threshold, or compaction done)
+    record = copy.deepcopy(flagged_record)
+    record["dynamodb"]["NewImage"][COMPACTION_FLAG] = {"BOOL": False}
+    record["dynamodb"]["NewImage"]["last_seq"] = {"N": "41"}
+    # then the compactor never sees it
+    assert not stream_filter_admits(filter_patterns(cfn), record)
+
+
+def test_stream_filter_drops_a_message_record(cfn: Template, flagged_record) -> None:
+    # given the INSERT of a message item, which carries no flag
+    record = copy.deepcopy(flagged_record)
+    pk = record["dynamodb"]["Keys"]["pk"]
+    record["eventName"] = "INSERT"
+    record["dynamodb"]["Keys"] = {"pk": pk, "sk": {"S": "MSG#000000000040"}}
+    record["dynamodb"]["NewImage"] = {
+        "pk": pk,
+        "sk": {"S": "MSG#000000000040"},
+        "seq": {"N": "40"},
+        "role": {"S": "user"},
+        "text": {"S": "I start the new job on Monday!"},
+        "at": {"S": "2026-11-29T09:29:58+00:00"},
+    }
+    # then the compactor never sees it
+    assert not stream_filter_admits(filter_patterns(cfn), record)
+
+
+def test_stream_filter_drops_a_remove_record(cfn: Template, flagged_record) -> None:
+    # given the deletion of a flagged STATE item (a NEW_IMAGE stream carries no image for it)
+    record = copy.deepcopy(flagged_record)
+    record["eventName"] = "REMOVE"
+    del record["dynamodb"]["NewImage"]
+    # then the compactor never sees it
+    assert not stream_filter_admits(filter_patterns(cfn), record)
+
+
+def test_stream_filter_drops_a_flag_written_as_a_string(cfn: Template, flagged_record) -> None:
+    # given a flag stored as the string "true" (stream values are typed: this is not a BOOL)
+    record = copy.deepcopy(flagged_record)
+    record["dynamodb"]["NewImage"][COMPACTION_FLAG] = {"S": "true"}
+    # then it does not fire the compactor: the consumer must write a real boolean
+    assert not stream_filter_admits(filter_patterns(cfn), record)
