@@ -268,3 +268,49 @@ def compactor_env(resources, openai) -> dict[str, str]:
         "OPENAI_MODEL": "gpt-6-luna",
         "OPENAI_BASE_URL": f"{openai.url}/v1",
     }
+
+
+def seed_turns(
+    store: Any,
+    phone: str,
+    texts: list[str],
+    *,
+    start: Any = None,
+    threshold: int = 40,
+    agent: str = AGENT,
+) -> None:
+    """Store turns (user, agent, user, ...) through the memory store's own writes, raising the
+    compaction flag as the consumer does. Faster than whole turns when a test needs history."""
+    from datetime import UTC, datetime, timedelta
+
+    from memagent.memory import Turn
+    from memagent.person import person_key
+
+    start = start or datetime(2026, 11, 1, 8, tzinfo=UTC)
+    pk = person_key(agent, phone)
+    state = store.load(pk).state
+    for index, text in enumerate(texts):
+        seq = state.last_seq + 1
+        user = index % 2 == 0
+        event_id = f"evt_seed_{seq if user else seq - 1}_{pk[-6:]}"
+        turn = Turn(
+            seq=seq,
+            role="user" if user else "assistant",
+            text=text,
+            at=start + timedelta(minutes=seq),
+            number=BUSINESS,
+            event_id=event_id if user else None,
+        )
+        due = seq - state.marker >= threshold
+        if user:
+            store.remember_inbound(
+                pk,
+                previous=state,
+                turn=turn,
+                event_time=turn.at,
+                compact=due,
+                ledger_ttl=timedelta(days=30),
+            )
+        else:
+            store.remember_reply(pk, previous=state, event_id=event_id, turn=turn, compact=due)
+        state = store.load(pk).state

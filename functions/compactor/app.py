@@ -1,6 +1,45 @@
-"""Compactor Lambda: fired by the compaction flag on the memory table's stream."""
-# placeholder, filled in by the compaction issue
+"""Compactor Lambda: fired by the compaction flag on the memory table's stream (the template's
+FilterCriteria lets only flagged state records through)."""
+
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from memagent.compaction import Compactor, TranscriptArchive
+from memagent.model import ModelClient
+from memagent.observability import logger, metrics, tracer
+from memagent.settings import CompactorSettings
+from memagent.store import MemoryStore
+
+settings = CompactorSettings.from_env()
+compactor = Compactor(
+    settings,
+    MemoryStore(settings.table_name),
+    ModelClient(settings),
+    TranscriptArchive(settings.archive_bucket) if settings.archive_bucket else None,
+)
+processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
 
 
-def handler(event, context):
-    return {"batchItemFailures": []}
+def _person(record: DynamoDBRecord) -> str:
+    key = (record.dynamodb.keys if record.dynamodb else None) or {}
+    pk = key.get("pk")
+    return pk["S"] if isinstance(pk, dict) else pk  # plain or DynamoDB-JSON, across versions
+
+
+@tracer.capture_method(capture_response=False)
+def record_handler(record: DynamoDBRecord) -> str:
+    return compactor.compact(_person(record))
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics
+def handler(event: dict, context: LambdaContext) -> dict:
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )

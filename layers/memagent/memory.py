@@ -68,3 +68,4 @@ class Memory:
     summary: Summary | None = None
     turns: tuple[Turn, ...] = ()  # after the marker, chronological
     facts: tuple[Fact, ...] = ()  # oldest first
+    leftovers: tuple[int, ...] = ()  # seqs at/below the marker that clean-up has yet to delete

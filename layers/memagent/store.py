@@ -122,12 +122,12 @@ class MemoryStore:
                 key=lambda fact: fact.at,
             )
         )
-        return Memory(state=state, summary=summary, turns=turns, facts=facts)
-
-    def folded_leftovers(self, pk: str, marker: int) -> list[int]:
-        """Seqs of turns at or below the marker that a half-done clean-up left behind."""
-        upper = Key("sk").between(msg_sk(0), msg_sk(marker))
-        return [int(i["seq"]) for i in self._query(pk, upper, projection="seq")]
+        leftovers = tuple(
+            int(i["seq"])
+            for i in items
+            if i["sk"].startswith(MSG) and int(i["seq"]) <= state.marker
+        )
+        return Memory(state=state, summary=summary, turns=turns, facts=facts, leftovers=leftovers)
 
     def ledger(self, pk: str, event_id: str) -> dict[str, Any] | None:
         response = self.table.get_item(
@@ -334,7 +334,9 @@ class MemoryStore:
             self.table.update_item(
                 Key={"pk": pk, "sk": STATE},
                 UpdateExpression="SET opted_out = :true, opted_out_at = :at, updated_at = :now",
-                ConditionExpression="attribute_not_exists(last_inbound_at) OR last_inbound_at < :at",
+                ConditionExpression=(
+                    "attribute_not_exists(last_inbound_at) OR last_inbound_at < :at"
+                ),
                 ExpressionAttributeValues={
                     ":true": True,
                     ":at": _iso(at),
@@ -424,16 +426,6 @@ class MemoryStore:
             if error.response["Error"]["Code"] != "TransactionCanceledException":
                 raise
             raise ConcurrentUpdate("the summary marker moved; another compaction won") from None
-
-    def fact_keys(self, pk: str) -> list[tuple[str, Fact]]:
-        items = self._query(pk, Key("sk").begins_with(FACT))
-        return [
-            (
-                i["sk"].removeprefix(FACT),
-                Fact(text=i["text"], at=_time(i["at"]) or datetime.now(UTC)),
-            )
-            for i in items
-        ]
 
     def delete_turns(self, pk: str, seqs: Iterable[int]) -> int:
         """Delete folded turns. Idempotent (deleting a missing item is a no-op); batches of 25,

@@ -16,7 +16,7 @@ from boto3.dynamodb.conditions import Key
 
 from memagent.person import person_key
 from memagent.whasp import idempotency_key
-from tests.conftest import AGENT, BUSINESS, MAYA, sqs_batch, sqs_record, whasp_message
+from tests.conftest import AGENT, BUSINESS, MAYA, seed_turns, sqs_batch, sqs_record, whasp_message
 
 SAM = "+447700900456"
 
@@ -123,33 +123,7 @@ def test_notes_come_after_the_system_prompt(consumer, resources, openai, lambda_
 
 
 def seed(consumer, phone: str, texts: list[str], start: datetime) -> None:
-    """Store earlier turns (user, agent, user, ...) through the memory store's own writes."""
-    from memagent.memory import Turn
-
-    store = consumer.consumer.agent.store
-    pk = person_key(AGENT, phone)
-    for index, text in enumerate(texts):
-        state = store.load(pk).state
-        event_id = f"evt_seed_{index - index % 2}"
-        turn = Turn(
-            seq=state.last_seq + 1,
-            role="user" if index % 2 == 0 else "assistant",
-            text=text,
-            at=start + timedelta(minutes=index),
-            number=BUSINESS,
-            event_id=event_id if index % 2 == 0 else None,
-        )
-        if turn.role == "user":
-            store.remember_inbound(
-                pk,
-                previous=state,
-                turn=turn,
-                event_time=turn.at,
-                compact=False,
-                ledger_ttl=timedelta(days=30),
-            )
-        else:
-            store.remember_reply(pk, previous=state, event_id=event_id, turn=turn, compact=False)
+    seed_turns(consumer.consumer.agent.store, phone, texts, start=start)
 
 
 def test_61_turns_give_the_model_60(consumer, openai, lambda_context):
@@ -178,7 +152,9 @@ def test_over_12000_characters_drops_the_oldest_first(consumer, openai, lambda_c
 @pytest.mark.parametrize(("gap", "line"), [(timedelta(days=1), True), (timedelta(hours=23), False)])
 def test_days_line_from_exactly_one_day(consumer, openai, lambda_context, gap, line):
     first = datetime(2026, 11, 1, 9, tzinfo=UTC)
-    consumer.handler(sqs_batch(whasp_message("see you", created_at=first.isoformat())), lambda_context)
+    consumer.handler(
+        sqs_batch(whasp_message("see you", created_at=first.isoformat())), lambda_context
+    )
     later = (first + gap).isoformat()
     consumer.handler(sqs_batch(whasp_message("back again", created_at=later)), lambda_context)
     instructions = openai.calls()[-1]["instructions"]
@@ -229,7 +205,7 @@ def crash_after(obj: Any, name: str, monkeypatch) -> None:
     original = getattr(obj, name)
 
     def crashing(*args, **kwargs):
-        result = original(*args, **kwargs)
+        original(*args, **kwargs)
         monkeypatch.setattr(obj, name, original)  # crash once
         raise Crash(f"crash after {name}")
 

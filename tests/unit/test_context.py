@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from memagent.context import build_context
 from memagent.memory import Fact, Memory, Summary, Turn
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+
 from memagent.facts import cap_facts, fact_key, looks_like_instruction, normalise, screen_facts
 from memagent.memory import Fact
 
