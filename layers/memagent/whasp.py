@@ -337,7 +337,6 @@ class WhaspClient:
             read=retries,
             status=retries,
             backoff_factor=backoff_factor,
-            backoff_max=10,
             status_forcelist=(429, 500, 502, 503, 504),
             allowed_methods=frozenset({"GET", "POST"}),  # POST is safe: Idempotency-Key
             respect_retry_after_header=True,

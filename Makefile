@@ -1,0 +1,54 @@
+# The few commands a person needs. Everything runs from a project-local virtualenv (.venv) that
+# the first command creates, so a fresh clone needs only python3 (3.11+) and make.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help install test test-fast lint format validate build events bench demo chat clean
+
+help:
+	@echo "make test      run the whole test suite (creates .venv on first use)"
+	@echo "make lint      ruff lint and format check"
+	@echo "make validate  sam validate --lint (offline)"
+	@echo "make build     sam build for python3.13/arm64, then check the artifacts"
+	@echo "make events    re-sign events/webhook-*.json with a fresh timestamp"
+
+install: $(STAMP)
+
+# What ships to Lambda is pinned in layers/requirements.txt; install it first so the tests run
+# against those exact versions, then the project (editable) with its dev tools.
+$(STAMP): pyproject.toml layers/requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -r layers/requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+validate: $(STAMP)
+	$(VENV)/bin/sam validate --lint
+
+build: $(STAMP)
+	$(VENV)/bin/sam build
+	$(PY) scripts/check_build.py .aws-sam/build
+
+events: $(STAMP)
+	$(PY) scripts/sign_events.py
+
+clean:
+	rm -rf .aws-sam .pytest_cache .ruff_cache .hypothesis

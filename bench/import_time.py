@@ -1,0 +1,222 @@
+"""Cold-start cost of the webhook: how long loading functions/webhook/app.py takes, next to
+`import boto3` alone (the floor every Python Lambda that talks to AWS pays).
+
+Each sample is a fresh interpreter, so nothing is warm but the OS file cache and the bytecode
+cache. What is timed is what Lambda's init phase does: import the handler module by its file path
+(as the runtime does from /var/task) and run its module-level code (settings, the SQS client, the
+Powertools Logger/Metrics/Tracer). The environment mirrors Lambda's:
+
+- LAMBDA_TASK_ROOT and AWS_LAMBDA_FUNCTION_NAME are set, so the Powertools Tracer stays enabled
+  and X-Ray patches botocore at import, as in AWS. Outside Lambda the Tracer disables itself, and
+  AWS_XRAY_SDK_ENABLED=false would skip the patching too: both would flatter the result. Nothing
+  is sent to an X-Ray daemon during import; the daemon address is loopback anyway.
+- Credentials and region are fixed dummies, and instance metadata is off, so creating the boto3
+  client never looks beyond this machine.
+- Libraries this virtualenv has but Lambda does not (awscrt, pyOpenSSL and requests come with
+  the SAM CLI; botocore and X-Ray load them when present) are hidden from the child.
+
+Also reported: whether `openai` was imported (it must not be: the webhook's cold path stays
+light) and which third-party packages the module load pulled in. A benchmark, not a test: it
+asserts nothing about time.
+
+    python bench/import_time.py [--runs 15] [--out bench/results.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WEBHOOK_APP = ROOT / "functions" / "webhook" / "app.py"
+TEST_SECRET = "whsec_" + base64.b64encode(b"memagent-test-only-secret-do-not-use").decode()
+# Importable in this virtualenv (the SAM CLI and moto bring them) but neither in the python3.13
+# runtime nor in layers/requirements.txt. Left visible, they would skew both rows: botocore uses
+# awscrt and pyOpenSSL when present, and X-Ray patches the database and HTTP clients it finds.
+NOT_IN_LAMBDA = (
+    "awscrt",
+    "OpenSSL",
+    "cryptography",
+    "requests",
+    "httpx",
+    "aiobotocore",
+    "pynamodb",
+    "mysql",
+    "pymysql",
+    "pymongo",
+    "psycopg",
+    "psycopg2",
+    "pg8000",
+    "sqlalchemy",
+)
+
+CHILD = """
+import importlib.abc, importlib.util, json, sys, time
+
+class _NotInLambda(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {hidden!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, _NotInLambda())
+started = time.perf_counter()
+{body}
+elapsed = time.perf_counter() - started
+loaded = {{m.split(".")[0] for m in sys.modules}} - set(sys.stdlib_module_names)
+print(json.dumps({{
+    "ms": elapsed * 1000,
+    "openai": "openai" in sys.modules,
+    "packages": sorted(m for m in loaded if not m.startswith("_")),
+}}))
+"""
+
+IMPORT_BOTO3 = "import boto3"
+LOAD_WEBHOOK = """
+sys.path.insert(0, {task_root!r})
+spec = importlib.util.spec_from_file_location("app", {path!r})
+module = importlib.util.module_from_spec(spec)
+sys.modules["app"] = module
+spec.loader.exec_module(module)
+assert callable(module.handler)
+"""
+
+
+@dataclass
+class Result:
+    label: str
+    samples: list[float]
+    openai: bool
+    packages: list[str]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def p90(self) -> float:
+        if len(self.samples) < 2:
+            return self.samples[0]
+        return statistics.quantiles(self.samples, n=10, method="inclusive")[-1]
+
+
+def lambda_like_env(home: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AWS_", "POWERTOOLS_", "PYTHON", "LAMBDA_", "_X_AMZN"))
+    }
+    env.update(
+        HOME=home,
+        LAMBDA_TASK_ROOT=str(WEBHOOK_APP.parent),
+        AWS_LAMBDA_FUNCTION_NAME="whasp-agent-WebhookFunction-bench",
+        AWS_LAMBDA_FUNCTION_MEMORY_SIZE="256",
+        AWS_LAMBDA_FUNCTION_VERSION="$LATEST",
+        AWS_EXECUTION_ENV="AWS_Lambda_python3.13",
+        AWS_REGION="us-east-1",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_ACCESS_KEY_ID="ASIABENCHMARKONLY000",
+        AWS_SECRET_ACCESS_KEY="bench-only-not-a-secret",
+        AWS_SESSION_TOKEN="bench-only",
+        AWS_CONFIG_FILE=os.devnull,
+        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_XRAY_DAEMON_ADDRESS="127.0.0.1:2000",
+        AWS_XRAY_CONTEXT_MISSING="IGNORE_ERROR",
+        POWERTOOLS_SERVICE_NAME="whasp-agent",
+        POWERTOOLS_METRICS_NAMESPACE="WhaspAgent",
+        POWERTOOLS_LOG_LEVEL="INFO",
+        QUEUE_URL="https://sqs.us-east-1.amazonaws.com/123456789012/whasp-agent-EventQueue.fifo",
+        AGENT_ID="coach",
+        WEBHOOK_SECRET=TEST_SECRET,
+    )
+    return env
+
+
+def sample(body: str, env: dict[str, str]) -> dict:
+    code = CHILD.format(hidden=frozenset(NOT_IN_LAMBDA), body=body)
+    completed = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=tempfile.gettempdir(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if completed.returncode != 0:
+        raise SystemExit(f"the child interpreter failed:\n{completed.stderr}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def measure(label: str, body: str, runs: int, env: dict[str, str]) -> Result:
+    sample(body, env)  # once untimed: fills the OS file cache and the bytecode cache
+    samples, last = [], {}
+    for _ in range(runs):
+        last = sample(body, env)
+        samples.append(last["ms"])
+    return Result(label, samples, last["openai"], last["packages"])
+
+
+def report(results: list[Result], runs: int) -> str:
+    baseline = results[0].median
+    webhook = results[-1]
+    lines = [
+        f"### Cold import, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+        "",
+        f"Python {platform.python_version()} on {platform.machine()}, {runs} fresh interpreters"
+        " each, bytecode cached.",
+        "",
+        "| module load | median ms | p90 ms | x boto3 |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for result in results:
+        lines.append(
+            f"| {result.label} | {result.median:.0f} | {result.p90:.0f} "
+            f"| {result.median / baseline:.2f} |"
+        )
+    lines += [
+        "",
+        f"- `openai` imported by the webhook: {'YES (regression)' if webhook.openai else 'no'}",
+        f"- third-party packages loaded by the webhook: {', '.join(webhook.packages)}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Cold import time: webhook vs boto3.")
+    parser.add_argument("--runs", type=int, default=15, help="fresh interpreters per row")
+    parser.add_argument("--out", type=Path, help="append the markdown report to this file")
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+
+    with tempfile.TemporaryDirectory() as home:
+        env = lambda_like_env(home)
+        webhook = LOAD_WEBHOOK.format(task_root=str(WEBHOOK_APP.parent), path=str(WEBHOOK_APP))
+        results = [
+            measure("`import boto3`", IMPORT_BOTO3, args.runs, env),
+            measure("`functions/webhook/app.py` (import + init)", webhook, args.runs, env),
+        ]
+    text = report(results, args.runs)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with args.out.open("a", encoding="utf-8") as out:
+            out.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
