@@ -14,6 +14,9 @@ help:
 	@echo "make validate  sam validate --lint (offline)"
 	@echo "make build     sam build for python3.13/arm64, then check the artifacts"
 	@echo "make events    re-sign events/webhook-*.json with a fresh timestamp"
+	@echo "make demo      the whole pipeline on this machine, a scripted conversation (no AWS, no key)"
+	@echo "make chat      the same local stack, interactive"
+	@echo "make bench     benchmarks -> bench/results.md"
 
 install: $(STAMP)
 
@@ -49,6 +52,15 @@ build: $(STAMP)
 
 events: $(STAMP)
 	$(PY) scripts/sign_events.py
+
+demo: $(STAMP)
+	$(PY) -m devstack.demo
+
+chat: $(STAMP)
+	$(PY) -m devstack.chat
+
+bench: $(STAMP)
+	$(PY) bench/run.py --out bench/results.md
 
 clean:
 	rm -rf .aws-sam .pytest_cache .ruff_cache .hypothesis
