@@ -148,3 +148,14 @@ class TranscriptArchive:
             ServerSideEncryption="aws:kms",
         )
         return key
+
+    def delete_person(self, pk: str) -> int:
+        """Erase every archived transcript of a person (forget())."""
+        removed = 0
+        paginator = self._s3.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=f"{pk}/"):
+            keys = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
+            if keys:
+                self._s3.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
+                removed += len(keys)
+        return removed

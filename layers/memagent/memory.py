@@ -53,6 +53,7 @@ class PersonState:
     opted_out: bool = False
     opted_out_at: datetime | None = None
     erased_at: datetime | None = None  # set by forget(); older events are never stored again
+    forget_pending: bool = False  # the person asked to be forgotten; we asked them to confirm
 
     @property
     def pending(self) -> int:

@@ -40,6 +40,21 @@ OPTED_OUT, PARKED, SKIPPED = "opted_out", "parked", "skipped"
 
 TRANSACTION_LIMIT = 100  # DynamoDB's cap on actions per TransactWriteItems
 
+# every state attribute but the erasure mark: what forget() strips from the state item
+_STATE_CONTENT = (
+    "last_seq",
+    "marker",
+    "compaction_due",
+    "last_number",
+    "last_inbound_at",
+    "opted_out",
+    "opted_out_at",
+    "summary",
+    "summary_at",
+    "updated_at",
+    "forget_pending",
+)
+
 
 def msg_sk(seq: int) -> str:
     return f"{MSG}{seq:012d}"
@@ -69,6 +84,7 @@ def _state(item: dict[str, Any] | None) -> PersonState:
         opted_out=bool(item.get("opted_out", False)),
         opted_out_at=_time(item.get("opted_out_at")),
         erased_at=_time(item.get("erased_at")),
+        forget_pending=bool(item.get("forget_pending", False)),
     )
 
 
@@ -256,7 +272,14 @@ class MemoryStore:
         return True
 
     def remember_reply(
-        self, pk: str, *, previous: PersonState, event_id: str, turn: Turn, compact: bool
+        self,
+        pk: str,
+        *,
+        previous: PersonState,
+        event_id: str,
+        turn: Turn,
+        compact: bool,
+        extra_set: dict[str, Any] | None = None,
     ) -> None:
         """Store the agent's reply and move the event to `replied`, in one transaction; the
         ledger keeps the reply text until it is sent, so a redelivery re-sends the same words."""
@@ -283,7 +306,9 @@ class MemoryStore:
                     },
                 }
             },
-            self._state_update(pk, previous=previous, seq=turn.seq, compact=compact),
+            self._state_update(
+                pk, previous=previous, seq=turn.seq, compact=compact, extra_set=extra_set
+            ),
         ]
         try:
             self._client.transact_write_items(TransactItems=actions)
@@ -361,6 +386,48 @@ class MemoryStore:
                 "replaced_at": _iso(at),
             }
         )
+
+    def set_flags(self, pk: str, **values: Any) -> None:
+        """Set plain state attributes (e.g. forget_pending) outside a turn's transaction."""
+        sets = ", ".join(f"{name} = :v{i}" for i, name in enumerate(values))
+        self.table.update_item(
+            Key={"pk": pk, "sk": STATE},
+            UpdateExpression=f"SET {sets}",
+            ExpressionAttributeValues={f":v{i}": v for i, v in enumerate(values.values())},
+        )
+
+    # ------------------------------------------------------------------ erasure
+
+    def mark_erased(self, pk: str, at: datetime) -> None:
+        """Record the erasure mark first: from now on no event older than `at` is stored."""
+        self.table.update_item(
+            Key={"pk": pk, "sk": STATE},
+            UpdateExpression="SET erased_at = :at",
+            ExpressionAttributeValues={":at": _iso(at)},
+        )
+
+    def delete_items(self, pk: str, sort_keys: Iterable[str]) -> int:
+        """Delete items by sort key, idempotently, in batches of 25 (boto3's batch writer)."""
+        count = 0
+        with self.table.batch_writer() as batch:
+            for sk in sort_keys:
+                batch.delete_item(Key={"pk": pk, "sk": sk})
+                count += 1
+        return count
+
+    def reduce_state_to_mark(self, pk: str, at: datetime) -> None:
+        """Strip the state item down to the content-free erasure mark (pk, sk, erased_at),
+        unless a newer erasure or a genuinely new message has taken over meanwhile."""
+        try:
+            self.table.update_item(
+                Key={"pk": pk, "sk": STATE},
+                UpdateExpression="REMOVE " + ", ".join(_STATE_CONTENT),
+                ConditionExpression="erased_at = :at",
+                ExpressionAttributeValues={":at": _iso(at)},
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
 
     # ------------------------------------------------------------------ compaction
 

@@ -25,6 +25,7 @@ from memagent import store as ledger
 from memagent.context import build_context
 from memagent.errors import MalformedEvent, OptedOut, SendRejected
 from memagent.inbound import message_text
+from memagent.lifecycle import forget_key
 from memagent.memory import Memory, PersonState, Turn
 from memagent.observability import logger, metrics
 from memagent.person import agent_key, person_key
@@ -44,6 +45,35 @@ if TYPE_CHECKING:
     from memagent.whasp import WhaspClient
 
 STOP_WORDS = frozenset({"stop", "unsubscribe"})
+CONFIRM_WORDS = frozenset({"yes", "y", "confirm", "yes forget me", "yes, forget me"})
+RECALL_QUESTIONS = frozenset(
+    {
+        "what do you remember about me",
+        "what do you know about me",
+        "what do you remember",
+    }
+)
+FORGET_QUESTION = (
+    "Do you want me to forget everything about you: our messages, the summary and the notes "
+    "I keep? Reply YES to confirm. Anything else keeps your memory as it is."
+)
+FORGOTTEN_REPLY = "Done. I have forgotten everything about you. If you write again, we start fresh."
+
+
+def _normalised(text: str) -> str:
+    return " ".join(text.casefold().split()).strip("!.?¿¡ ")
+
+
+def recall(memory: Memory, forget_keyword: str) -> str:
+    """Answer "what do you remember about me?" from the facts and summary, word for word."""
+    if not memory.facts and not memory.summary:
+        return "I don't keep any notes about you yet, only our recent messages."
+    lines = ["Here is what I remember about you:"]
+    if memory.summary:
+        lines.append(memory.summary.text)
+    lines.extend(f"- {fact.text}" for fact in memory.facts)
+    lines.append(f'To erase all of it, write "{forget_keyword}".')
+    return "\n".join(lines)
 
 
 def _count(name: str, value: float = 1) -> None:
@@ -85,9 +115,12 @@ class Agent:
         state = memory.state
 
         if state.erased_at and message.created_at <= state.erased_at:
-            # sent before the person asked to be forgotten: never bring it back
-            self.store.skip_event(pk, message.event_id, ledger_ttl=self.ledger_ttl, reason="erased")
+            # sent before the person asked to be forgotten: never bring it back. Nothing is
+            # written (not even a ledger entry); an erasure a crash left half-done is finished.
+            if memory.turns or memory.facts or memory.summary or memory.leftovers:
+                forget_key(self.store, pk, at=state.erased_at)
             _count("EventsSkippedAfterErasure")
+            logger.info("event predates an erasure; skipped")
             return "skipped"
 
         if message.kind != "text":
@@ -132,6 +165,9 @@ class Agent:
             logger.info(
                 "person opted out by message", extra={"policy": self.settings.opt_out_policy}
             )
+            if self.settings.opt_out_policy == "erase":
+                forget_key(self.store, pk)
+                return "forgotten"
             return "opted_out"
 
         now_state = dataclasses.replace(
@@ -187,6 +223,18 @@ class Agent:
         previous_inbound_at: datetime | None,
         new_number: str | None,
     ) -> str:
+        said = _normalised(answering.text)
+        extra: dict[str, bool] = {}
+        if memory.state.forget_pending:
+            if said in CONFIRM_WORDS:
+                return self._forget_on_request(pk, message)
+            extra["forget_pending"] = False  # anything else keeps the memory
+        if said == _normalised(self.settings.forget_keyword):
+            return self._answer_with(pk, message, memory, FORGET_QUESTION, {"forget_pending": True})
+        if said in RECALL_QUESTIONS:
+            text = recall(memory, self.settings.forget_keyword)
+            return self._answer_with(pk, message, memory, text, extra)
+
         context = build_context(
             memory,
             answering,
@@ -205,7 +253,11 @@ class Agent:
                 "facts": context.facts_used,
             },
         )
-        text = self.model.reply(context)
+        return self._answer_with(pk, message, memory, self.model.reply(context), extra)
+
+    def _answer_with(
+        self, pk: str, message: InboundMessage, memory: Memory, text: str, extra: dict
+    ) -> str:
         state = memory.state
         reply = Turn(
             seq=state.last_seq + 1,
@@ -220,8 +272,24 @@ class Agent:
             event_id=message.event_id,
             turn=reply,
             compact=self._needs_compaction(state, reply.seq),
+            extra_set=extra or None,
         )
         return self._send(pk, message, text)
+
+    def _forget_on_request(self, pk: str, message: InboundMessage) -> str:
+        """The person confirmed: send one last short reply, then erase. A crash in between is
+        safe: the redelivery finds the event still `stored`, sends again under the same
+        Idempotency-Key (a no-op at whasp) and erases."""
+        self.whasp.send_text(
+            sender=message.number,
+            to=message.chat,
+            text=FORGOTTEN_REPLY,
+            key=idempotency_key(message.event_id, 0),
+        )
+        receipt = forget_key(self.store, pk)
+        _count("ForgottenOnRequest")
+        logger.info("forgotten at the person's request", extra={"removed": receipt.removed})
+        return "forgotten"
 
     def _send(self, pk: str, message: InboundMessage, text: str) -> str:
         try:
@@ -256,6 +324,11 @@ class Agent:
     def opt_out(self, event: ChatOptedOut) -> str:
         pk = person_key(self.settings.agent_id, event.chat)
         logger.append_keys(event_id=event.event_id, person=pk)
+        if self.settings.opt_out_policy == "erase":
+            forget_key(self.store, pk, at=event.created_at)
+            _count("OptOuts")
+            logger.info("opt-out event: person forgotten (policy erase)")
+            return "forgotten"
         recorded = self.store.record_opt_out(pk, event.created_at)
         _count("OptOuts" if recorded else "StaleOptOuts")
         logger.info("opt-out event", extra={"recorded": recorded})

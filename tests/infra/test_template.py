@@ -478,3 +478,19 @@ def test_stream_filter_drops_a_flag_written_as_a_string(cfn: Template, flagged_r
     record["dynamodb"]["NewImage"][COMPACTION_FLAG] = {"S": "true"}
     # then it does not fire the compactor: the consumer must write a real boolean
     assert not stream_filter_admits(filter_patterns(cfn), record)
+
+
+def test_admin_routes_require_aws_iam(cfn: Template) -> None:
+    # given the transformed template: SAM writes HTTP API routes into the API's OpenAPI body
+    apis = resources(cfn, "AWS::ApiGatewayV2::Api")
+    admin = next(a for a in apis.values() if "/people/{phone}" in a["Properties"]["Body"]["paths"])
+    body = admin["Properties"]["Body"]
+    operations = body["paths"]["/people/{phone}"]
+    # then both routes exist and both demand SigV4-signed callers (IAM authorization)
+    assert set(operations) == {"get", "delete"}
+    assert all(op["security"] == [{"AWS_IAM": []}] for op in operations.values())
+    scheme = body["components"]["securitySchemes"]["AWS_IAM"]
+    assert scheme["x-amazon-apigateway-authtype"] == "awsSigv4"
+    # and the public webhook stays open to whasp (its own signature check guards it)
+    webhook = next(a for a in apis.values() if "/webhook" in a["Properties"]["Body"]["paths"])
+    assert "security" not in webhook["Properties"]["Body"]["paths"]["/webhook"]["post"]

@@ -1,0 +1,58 @@
+"""Admin Lambda: a person's rights, for operators. HTTP API with AWS_IAM authorization.
+
+GET    /people/{phone}   export everything held about the person (JSON)
+DELETE /people/{phone}   forget the person; returns a receipt without content
+"""
+
+from urllib.parse import unquote
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from memagent.compaction import TranscriptArchive
+from memagent.lifecycle import export, forget
+from memagent.observability import logger, metrics, tracer
+from memagent.settings import MemorySettings
+from memagent.store import MemoryStore
+from memagent.whasp import E164
+
+settings = MemorySettings.from_env()
+store = MemoryStore(settings.table_name)
+archive = TranscriptArchive(settings.archive_bucket) if settings.archive_bucket else None
+app = APIGatewayHttpResolver()
+
+
+def _phone(raw: str) -> str | None:
+    phone = unquote(raw).strip()
+    return phone if E164.match(phone) else None
+
+
+def _invalid() -> Response:
+    return Response(
+        status_code=400,
+        content_type=content_types.APPLICATION_JSON,
+        body={"error": "phone must be E.164, e.g. +447700900123 (URL-encode the +)"},
+    )
+
+
+@app.get("/people/<phone>")
+def get_person(phone: str):
+    phone = _phone(phone)
+    if phone is None:
+        return _invalid()
+    return export(store, settings.agent_id, phone)
+
+
+@app.delete("/people/<phone>")
+def delete_person(phone: str):
+    phone = _phone(phone)
+    if phone is None:
+        return _invalid()
+    return forget(store, settings.agent_id, phone, archive=archive).as_dict()
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics
+def handler(event: dict, context: LambdaContext) -> dict:
+    return app.resolve(event, context)

@@ -1,0 +1,144 @@
+"""A person's rights over what we keep: erasure (GDPR art. 17) and access/portability (art. 15,
+20). Used by the admin API, the command-line tool, the chat keywords and the opt-out policy.
+
+forget() first records a content-free erasure mark (the state item's `erased_at`), so a late
+redelivery of anything the person sent before the erasure is never stored again; then it deletes
+every item of the person's partition (messages, summary, facts, dedupe ledger) and archived
+transcripts, and strips the state item down to the mark. It is idempotent: a second run, or a
+run after a crash half-way, finishes the job and removes nothing that is already gone.
+See docs/privacy.md for the copies that outlive it (stream records, backups, logs, queues).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from memagent.observability import logger, metrics
+from memagent.person import person_key
+from memagent.store import EVT, FACT, MSG, STATE
+
+if TYPE_CHECKING:
+    from memagent.store import MemoryStore
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """What forget() removed, and when. Holds no content."""
+
+    person: str
+    at: datetime
+    removed: int
+    by_kind: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "person": self.person,
+            "erased_at": self.at.isoformat(),
+            "removed": self.removed,
+            "by_kind": self.by_kind,
+        }
+
+
+def _kind(sk: str) -> str:
+    for prefix, kind in ((MSG, "messages"), (FACT, "facts"), (EVT, "ledger")):
+        if sk.startswith(prefix):
+            return kind
+    return "other"
+
+
+def forget(
+    store: MemoryStore,
+    agent: str,
+    phone: str,
+    *,
+    archive: Any | None = None,
+    at: datetime | None = None,
+) -> Receipt:
+    return forget_key(store, person_key(agent, phone), archive=archive, at=at)
+
+
+def forget_key(
+    store: MemoryStore, pk: str, *, archive: Any | None = None, at: datetime | None = None
+) -> Receipt:
+    at = at or datetime.now(UTC)
+    store.mark_erased(pk, at)
+    items = store.everything(pk)
+    doomed = [item["sk"] for item in items if item["sk"] != STATE]
+    by_kind: dict[str, int] = {}
+    for sk in doomed:
+        by_kind[_kind(sk)] = by_kind.get(_kind(sk), 0) + 1
+    store.delete_items(pk, doomed)
+    state = next((item for item in items if item["sk"] == STATE), {})
+    if any(key not in ("pk", "sk", "erased_at") for key in state):
+        by_kind["state"] = 1
+        if state.get("summary"):
+            by_kind["summary"] = 1
+    store.reduce_state_to_mark(pk, at)
+    if archive is not None:
+        by_kind["archived"] = archive.delete_person(pk)
+    removed = sum(v for k, v in by_kind.items() if k not in ("summary",))
+    metrics.add_metric(name="PeopleForgotten", unit=MetricUnit.Count, value=1)
+    logger.info("person forgotten", extra={"person": pk, "removed": removed, **by_kind})
+    return Receipt(person=pk, at=at, removed=removed, by_kind=by_kind)
+
+
+def export(store: MemoryStore, agent: str, phone: str) -> dict[str, Any]:
+    """Everything held about a person, every layer with its times, as JSON-ready data."""
+    pk = person_key(agent, phone)
+    items = store.everything(pk)
+    state = next((item for item in items if item["sk"] == STATE), {})
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, list | set | tuple):
+            return [plain(v) for v in value]
+        if hasattr(value, "as_integer_ratio") and not isinstance(value, bool | int | float):
+            return int(value) if value == int(value) else float(value)  # Decimal
+        return value
+
+    return {
+        "agent": agent,
+        "phone": phone,
+        "person": pk,
+        "exported_at": datetime.now(UTC).isoformat(),
+        "summary": (
+            {
+                "text": state["summary"],
+                "covers_up_to_message": plain(state.get("marker", 0)),
+                "updated_at": state.get("summary_at"),
+            }
+            if state.get("summary")
+            else None
+        ),
+        "facts": [
+            {"text": i["text"], "at": i.get("at")} for i in items if i["sk"].startswith(FACT)
+        ],
+        "messages": [
+            {
+                "seq": plain(i["seq"]),
+                "role": i["role"],
+                "text": i.get("text", ""),
+                "at": i.get("at"),
+                "whasp_number": i.get("number"),
+            }
+            for i in items
+            if i["sk"].startswith(MSG)
+        ],
+        "processed_events": [
+            {
+                "event_id": i.get("event_id"),
+                "status": i.get("status"),
+                "at": i.get("created_at"),
+            }
+            for i in items
+            if i["sk"].startswith(EVT)
+        ],
+        "state": {
+            k: plain(v) for k, v in state.items() if k not in ("pk", "sk", "summary", "summary_at")
+        },
+    }

@@ -1,0 +1,412 @@
+"""A person's lifecycle: forget, export, the admin API, chat keywords, the opt-out policy and a
+replaced business number. Through the handlers, against moto's DynamoDB over HTTP."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import quote
+
+import boto3
+import pytest
+
+from memagent.lifecycle import export, forget
+from memagent.person import person_key
+from memagent.store import MemoryStore, ledger_sk
+from tests.conftest import (
+    AGENT,
+    BUSINESS,
+    MAYA,
+    load_function,
+    sqs_batch,
+    sqs_record,
+    whasp_message,
+)
+
+SAM = "+447700900456"
+NEW_NUMBER = "+14155550199"
+
+
+def scan(table_name: str) -> list[dict[str, Any]]:
+    table = boto3.resource("dynamodb").Table(table_name)
+    items, kwargs = [], {}
+    while True:
+        page = table.scan(ConsistentRead=True, **kwargs)
+        items.extend(page["Items"])
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def fill(table_name: str, phone: str, *, messages: int, facts: int, ledger: int) -> None:
+    """A long-lived person, written in bulk: raw messages, a summary, facts, ledger entries."""
+    pk = person_key(AGENT, phone)
+    table = boto3.resource("dynamodb").Table(table_name)
+    start = datetime(2026, 6, 1, tzinfo=UTC)
+    with table.batch_writer() as batch:
+        for seq in range(1, messages + 1):
+            batch.put_item(
+                Item={
+                    "pk": pk,
+                    "sk": f"MSG#{seq:012d}",
+                    "seq": seq,
+                    "role": "user" if seq % 2 else "assistant",
+                    "text": f"private text {seq}",
+                    "at": (start + timedelta(minutes=seq)).isoformat(),
+                    "number": BUSINESS,
+                }
+            )
+        for n in range(facts):
+            batch.put_item(
+                Item={
+                    "pk": pk,
+                    "sk": f"FACT#{n:016x}",
+                    "text": f"Fact {n}",
+                    "at": start.isoformat(),
+                }
+            )
+        for n in range(ledger):
+            batch.put_item(
+                Item={
+                    "pk": pk,
+                    "sk": ledger_sk(f"evt_{phone}_{n}"),
+                    "event_id": f"evt_{phone}_{n}",
+                    "status": "sent",
+                }
+            )
+        batch.put_item(
+            Item={
+                "pk": pk,
+                "sk": "STATE",
+                "last_seq": messages,
+                "marker": 0,
+                "summary": "Maya told me about her new job.",
+                "last_number": BUSINESS,
+                "last_inbound_at": start.isoformat(),
+                "compaction_due": False,
+            }
+        )
+
+
+def mine(items: list[dict], phone: str) -> list[dict]:
+    return [i for i in items if i["pk"] == person_key(AGENT, phone)]
+
+
+def failures(response: dict) -> list[str]:
+    return [f["itemIdentifier"] for f in response["batchItemFailures"]]
+
+
+# ------------------------------------------------------------------ forget
+
+
+def test_forget_leaves_only_the_content_free_erasure_mark(resources):
+    fill(resources.table_name, MAYA, messages=500, facts=50, ledger=250)
+    fill(resources.table_name, SAM, messages=30, facts=5, ledger=15)
+    store = MemoryStore(resources.table_name)
+    before_sam = mine(scan(resources.table_name), SAM)
+
+    receipt = forget(store, AGENT, MAYA)
+
+    assert receipt.by_kind["messages"] == 500
+    assert receipt.by_kind["facts"] == 50
+    assert receipt.by_kind["ledger"] == 250
+    everything = scan(resources.table_name)
+    [mark] = mine(everything, MAYA)
+    assert set(mark) == {"pk", "sk", "erased_at"}
+    assert MAYA not in json.dumps(everything, default=str)
+    # other people are untouched
+    assert mine(everything, SAM) == before_sam
+    # a second run succeeds and removes nothing more
+    again = forget(store, AGENT, MAYA)
+    assert again.removed == 0
+    [mark_again] = mine(scan(resources.table_name), MAYA)
+    assert set(mark_again) == {"pk", "sk", "erased_at"}
+
+
+def test_after_forget_an_old_redelivery_is_ignored_and_a_new_message_starts_fresh(
+    consumer, resources, whasp, openai, lambda_context
+):
+    old = whasp_message("I live at 1 Private Road", created_at="2026-11-29T09:00:00Z")
+    consumer.handler(sqs_batch(old), lambda_context)
+    assert len(whasp.sent) == 1
+    store = consumer.consumer.agent.store
+    forget(store, AGENT, MAYA)  # erased now, after the message was sent
+
+    # when the old event is delivered again (a late whasp retry)
+    response = consumer.handler({"Records": [sqs_record(old, receive_count=2)]}, lambda_context)
+    # then it is neither stored nor answered
+    assert failures(response) == []
+    assert len(whasp.sent) == 1
+    assert len(mine(scan(resources.table_name), MAYA)) == 1  # still only the mark
+
+    # when Maya writes again, afterwards
+    later = (datetime.now(UTC) + timedelta(minutes=1)).isoformat()
+    consumer.handler(sqs_batch(whasp_message("Hello again", created_at=later)), lambda_context)
+    # then a fresh memory starts and she is answered, without the old message in context
+    assert len(whasp.sent) == 2
+    assert [m["content"] for m in openai.calls()[-1]["input"]] == ["Hello again"]
+
+
+# ------------------------------------------------------------------ the admin API
+
+
+def admin_event(method: str, phone: str) -> dict[str, Any]:
+    raw = quote(phone, safe="")
+    return {
+        "version": "2.0",
+        "routeKey": f"{method} /people/{{phone}}",
+        "rawPath": f"/people/{raw}",
+        "rawQueryString": "",
+        "headers": {"authorization": "AWS4-HMAC-SHA256 Credential=...", "host": "admin.example"},
+        "pathParameters": {"phone": phone},
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "adm1234567",
+            "authorizer": {
+                "iam": {
+                    "accessKey": "AKIAEXAMPLE",
+                    "accountId": "123456789012",
+                    "userArn": "arn:aws:iam::123456789012:user/operator",
+                    "userId": "AIDAEXAMPLE",
+                    "callerId": "AIDAEXAMPLE",
+                }
+            },
+            "domainName": "adm1234567.execute-api.us-east-1.amazonaws.com",
+            "domainPrefix": "adm1234567",
+            "http": {
+                "method": method,
+                "path": f"/people/{raw}",
+                "protocol": "HTTP/1.1",
+                "sourceIp": "198.51.100.7",
+                "userAgent": "aws-cli",
+            },
+            "requestId": uuid.uuid4().hex,
+            "routeKey": f"{method} /people/{{phone}}",
+            "stage": "$default",
+            "time": "30/Nov/2026:09:00:00 +0000",
+            "timeEpoch": 1796029200000,
+        },
+        "isBase64Encoded": False,
+    }
+
+
+@pytest.fixture
+def admin(resources, monkeypatch) -> Any:
+    return load_function(
+        "admin", {"TABLE_NAME": resources.table_name, "AGENT_ID": AGENT}, monkeypatch
+    )
+
+
+def test_admin_export_holds_every_layer(admin, resources, lambda_context):
+    fill(resources.table_name, MAYA, messages=6, facts=2, ledger=3)
+    response = admin.handler(admin_event("GET", MAYA), lambda_context)
+    assert response["statusCode"] == 200
+    body = json.loads(response["body"])
+    assert body["phone"] == MAYA
+    assert body["summary"]["text"] == "Maya told me about her new job."
+    assert [m["seq"] for m in body["messages"]] == list(range(1, 7))
+    assert all(m["at"] and m["text"] for m in body["messages"])
+    assert sorted(f["text"] for f in body["facts"]) == ["Fact 0", "Fact 1"]
+    assert len(body["processed_events"]) == 3
+    assert body["state"]["last_seq"] == 6
+
+
+def test_admin_delete_forgets_and_returns_a_receipt(admin, resources, lambda_context):
+    fill(resources.table_name, MAYA, messages=6, facts=2, ledger=3)
+    response = admin.handler(admin_event("DELETE", MAYA), lambda_context)
+    assert response["statusCode"] == 200
+    receipt = json.loads(response["body"])
+    assert receipt["removed"] == 6 + 2 + 3 + 1
+    assert "erased_at" in receipt
+    assert MAYA not in response["body"]
+    assert len(mine(scan(resources.table_name), MAYA)) == 1
+
+
+@pytest.mark.parametrize("phone", ["447700900123", "+0447700900123", "hello", "+44 7700 900123"])
+def test_admin_refuses_a_phone_that_is_not_e164(admin, lambda_context, phone):
+    for method in ("GET", "DELETE"):
+        response = admin.handler(admin_event(method, phone), lambda_context)
+        assert response["statusCode"] == 400
+
+
+# ------------------------------------------------------------------ chat keywords
+
+
+def test_forget_me_in_the_chat_asks_then_erases_then_says_goodbye(
+    consumer, resources, whasp, openai, lambda_context
+):
+    consumer.handler(
+        sqs_batch(whasp_message("I have a dog called Biscuit", created_at="2026-11-29T09:00:00Z")),
+        lambda_context,
+    )
+    consumer.handler(
+        sqs_batch(whasp_message("Forget me", created_at="2026-11-29T09:01:00Z")), lambda_context
+    )
+    assert "Reply YES" in whasp.sent[-1]["text"]
+    assert len(mine(scan(resources.table_name), MAYA)) > 1  # nothing erased yet
+    model_calls = len(openai.calls())
+
+    consumer.handler(
+        sqs_batch(whasp_message("yes", created_at="2026-11-29T09:02:00Z")), lambda_context
+    )
+
+    assert "forgotten everything" in whasp.sent[-1]["text"]
+    assert len(whasp.sent) == 3
+    assert len(openai.calls()) == model_calls  # keyword replies need no model
+    [mark] = mine(scan(resources.table_name), MAYA)
+    assert set(mark) == {"pk", "sk", "erased_at"}
+
+
+def test_anything_but_yes_keeps_the_memory(consumer, resources, whasp, lambda_context):
+    consumer.handler(
+        sqs_batch(whasp_message("forget me", created_at="2026-11-29T09:01:00Z")), lambda_context
+    )
+    consumer.handler(
+        sqs_batch(whasp_message("no, keep it", created_at="2026-11-29T09:02:00Z")), lambda_context
+    )
+    consumer.handler(
+        sqs_batch(whasp_message("yes", created_at="2026-11-29T09:03:00Z")), lambda_context
+    )
+    assert "forgotten" not in whasp.sent[-1]["text"]
+    assert (
+        len([i for i in mine(scan(resources.table_name), MAYA) if i["sk"].startswith("MSG#")]) == 6
+    )
+
+
+def test_what_do_you_remember_is_answered_from_facts_and_summary(
+    consumer, resources, whasp, lambda_context
+):
+    fill(resources.table_name, MAYA, messages=2, facts=2, ledger=0)
+    consumer.handler(
+        sqs_batch(
+            whasp_message("What do you remember about me?", created_at="2026-11-29T09:00:00Z")
+        ),
+        lambda_context,
+    )
+    reply = whasp.sent[-1]["text"]
+    assert "Maya told me about her new job." in reply
+    assert "- Fact 0" in reply and "- Fact 1" in reply
+
+
+# ------------------------------------------------------------------ opt-out policy
+
+
+def opted_out_event(created_at: str = "2026-11-29T11:00:00Z") -> dict[str, Any]:
+    return {
+        "id": f"evt_{uuid.uuid4().hex[:8]}",
+        "type": "chat.opted_out",
+        "created_at": created_at,
+        "data": {"number": BUSINESS, "chat": MAYA},
+    }
+
+
+def test_keep_policy_stops_sending_and_the_next_message_lifts_it(
+    consumer, resources, whasp, lambda_context
+):
+    consumer.handler(
+        sqs_batch(whasp_message("hi", created_at="2026-11-29T10:00:00Z")), lambda_context
+    )
+    sent = len(whasp.sent)
+    # STOP arrives as a message (no reply) and as an opt-out event
+    consumer.handler(
+        sqs_batch(whasp_message("STOP", created_at="2026-11-29T10:59:00Z"), opted_out_event()),
+        lambda_context,
+    )
+    assert len(whasp.sent) == sent
+    state = next(i for i in mine(scan(resources.table_name), MAYA) if i["sk"] == "STATE")
+    assert state["opted_out"] is True
+    # memory survives under the keep policy
+    assert any(i["sk"].startswith("MSG#") for i in mine(scan(resources.table_name), MAYA))
+    # the next message lifts the opt-out and is answered
+    consumer.handler(
+        sqs_batch(whasp_message("I'm back", created_at="2026-11-29T12:00:00Z")), lambda_context
+    )
+    assert len(whasp.sent) == sent + 1
+    state = next(i for i in mine(scan(resources.table_name), MAYA) if i["sk"] == "STATE")
+    assert state["opted_out"] is False
+
+
+def test_an_opt_out_older_than_the_last_message_is_ignored(consumer, resources, lambda_context):
+    consumer.handler(
+        sqs_batch(whasp_message("hi", created_at="2026-11-29T12:00:00Z")), lambda_context
+    )
+    consumer.handler(sqs_batch(opted_out_event("2026-11-29T11:00:00Z")), lambda_context)
+    state = next(i for i in mine(scan(resources.table_name), MAYA) if i["sk"] == "STATE")
+    assert state["opted_out"] is False
+
+
+def test_erase_policy_forgets_on_opt_out(
+    consumer_env, resources, whasp, monkeypatch, lambda_context
+):
+    consumer = load_function("consumer", {**consumer_env, "OPT_OUT_POLICY": "erase"}, monkeypatch)
+    consumer.handler(
+        sqs_batch(whasp_message("hi", created_at="2026-11-29T10:00:00Z")), lambda_context
+    )
+    sent = len(whasp.sent)
+    consumer.handler(sqs_batch(opted_out_event()), lambda_context)
+    assert len(whasp.sent) == sent
+    [mark] = mine(scan(resources.table_name), MAYA)
+    assert set(mark) == {"pk", "sk", "erased_at"}
+
+
+def test_erase_policy_forgets_on_a_stop_message(
+    consumer_env, resources, whasp, monkeypatch, lambda_context
+):
+    consumer = load_function("consumer", {**consumer_env, "OPT_OUT_POLICY": "erase"}, monkeypatch)
+    consumer.handler(
+        sqs_batch(whasp_message("hi", created_at="2026-11-29T10:00:00Z")), lambda_context
+    )
+    consumer.handler(
+        sqs_batch(whasp_message("stop", created_at="2026-11-29T10:01:00Z")), lambda_context
+    )
+    assert len(whasp.sent) == 1
+    assert len(mine(scan(resources.table_name), MAYA)) == 1
+
+
+# ------------------------------------------------------------------ a replaced number
+
+
+def test_after_number_replaced_the_same_person_gets_the_same_context(
+    consumer, resources, whasp, openai, lambda_context
+):
+    consumer.handler(
+        sqs_batch(whasp_message("My name is Maya", created_at="2026-11-29T09:00:00Z")),
+        lambda_context,
+    )
+    replaced = {
+        "id": "evt_91c0",
+        "type": "number.replaced",
+        "created_at": "2026-11-29T10:00:00Z",
+        "data": {"old_number": BUSINESS, "new_number": NEW_NUMBER, "label": "Coach"},
+    }
+    assert failures(consumer.handler(sqs_batch(replaced), lambda_context)) == []
+    agent_row = (
+        boto3.resource("dynamodb")
+        .Table(resources.table_name)
+        .get_item(Key={"pk": f"A#{AGENT}", "sk": "NUMBER"})["Item"]
+    )
+    assert (agent_row["current"], agent_row["previous"]) == (NEW_NUMBER, BUSINESS)
+
+    # when Maya writes through the new number
+    consumer.handler(
+        sqs_batch(
+            whasp_message("Hi, new number?", number=NEW_NUMBER, created_at="2026-11-29T10:05:00Z")
+        ),
+        lambda_context,
+    )
+    call = openai.calls()[-1]
+    # then the context holds her earlier turn, and the reply goes out from the new number
+    assert [m["content"] for m in call["input"]][0] == "My name is Maya"
+    assert "new" in call["instructions"].lower() and "number" in call["instructions"].lower()
+    assert whasp.sent[-1]["from"] == NEW_NUMBER
+    # the new-number line appears once
+    consumer.handler(
+        sqs_batch(whasp_message("Thanks", number=NEW_NUMBER, created_at="2026-11-29T10:06:00Z")),
+        lambda_context,
+    )
+    from memagent.context import NEW_NUMBER_LINE
+
+    assert NEW_NUMBER_LINE in call["instructions"]
+    assert NEW_NUMBER_LINE not in openai.calls()[-1]["instructions"]
