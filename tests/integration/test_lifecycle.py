@@ -12,7 +12,7 @@ from urllib.parse import quote
 import boto3
 import pytest
 
-from memagent.lifecycle import export, forget
+from memagent.lifecycle import forget
 from memagent.person import person_key
 from memagent.store import MemoryStore, ledger_sk
 from tests.conftest import (
@@ -398,7 +398,7 @@ def test_after_number_replaced_the_same_person_gets_the_same_context(
     )
     call = openai.calls()[-1]
     # then the context holds her earlier turn, and the reply goes out from the new number
-    assert [m["content"] for m in call["input"]][0] == "My name is Maya"
+    assert call["input"][0]["content"] == "My name is Maya"
     assert "new" in call["instructions"].lower() and "number" in call["instructions"].lower()
     assert whasp.sent[-1]["from"] == NEW_NUMBER
     # the new-number line appears once
