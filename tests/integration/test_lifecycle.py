@@ -410,3 +410,24 @@ def test_after_number_replaced_the_same_person_gets_the_same_context(
 
     assert NEW_NUMBER_LINE in call["instructions"]
     assert NEW_NUMBER_LINE not in openai.calls()[-1]["instructions"]
+
+
+def test_the_command_line_tool_exports_and_forgets(resources, capsys):
+    import runpy
+    import sys
+    from pathlib import Path
+
+    fill(resources.table_name, MAYA, messages=4, facts=1, ledger=2)
+    script = str(Path(__file__).resolve().parents[2] / "scripts" / "people.py")
+    for action in ("export", "forget"):
+        sys.argv = [script, action, MAYA, "--table", resources.table_name, "--agent", AGENT]
+        with pytest.raises(SystemExit) as done:
+            runpy.run_path(script, run_name="__main__")
+        assert done.value.code == 0
+        out = json.loads(capsys.readouterr().out)
+        if action == "export":
+            assert len(out["messages"]) == 4 and out["summary"]
+        else:
+            assert out["removed"] == 4 + 1 + 2 + 1
+    [mark] = mine(scan(resources.table_name), MAYA)
+    assert set(mark) == {"pk", "sk", "erased_at"}

@@ -1,0 +1,57 @@
+"""Export or forget a person, through boto3, against a deployed stack or the local stack.
+
+    python scripts/people.py export +447700900123 --stack whasp-agent > maya.json
+    python scripts/people.py forget +447700900123 --stack whasp-agent
+    python scripts/people.py forget +447700900123 --table t-memory --agent coach   # local stack
+
+With --stack, the table name and agent id are read from the CloudFormation stack (its
+MemoryTableName output and AgentId parameter), with your usual AWS credentials. For the local
+stack, point boto3 at it with AWS_ENDPOINT_URL and pass --table and --agent. The same operations
+are served over HTTP by the admin API (AdminApiUrl output, AWS_IAM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import boto3
+
+from memagent.lifecycle import export, forget
+from memagent.store import MemoryStore
+from memagent.whasp import E164
+
+
+def from_stack(stack: str) -> tuple[str, str]:
+    description = boto3.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in description.get("Outputs", [])}
+    parameters = {p["ParameterKey"]: p["ParameterValue"] for p in description["Parameters"]}
+    return outputs["MemoryTableName"], parameters.get("AgentId", "coach")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=["export", "forget"])
+    parser.add_argument("phone", help="the person's number in E.164, e.g. +447700900123")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--stack", help="CloudFormation stack name (deployed)")
+    source.add_argument("--table", help="memory table name (e.g. the local stack's)")
+    parser.add_argument("--agent", help="agent id (default: the stack's AgentId, or coach)")
+    args = parser.parse_args(argv)
+
+    if not E164.match(args.phone):
+        parser.error("phone must be E.164, e.g. +447700900123")
+    table, agent = from_stack(args.stack) if args.stack else (args.table, "coach")
+    agent = args.agent or agent
+    store = MemoryStore(table)
+    if args.action == "export":
+        json.dump(export(store, agent, args.phone), sys.stdout, indent=2, default=str)
+    else:
+        json.dump(forget(store, agent, args.phone).as_dict(), sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
