@@ -41,6 +41,8 @@ class EventQueue:
         try:
             response = self._sqs.send_message(
                 QueueUrl=self.queue_url,
+                # ASCII-escaped: SQS refuses some characters JSON allows (lone surrogates);
+                # a 256 KB body stays under SQS's 1 MiB message limit even fully escaped
                 MessageBody=json.dumps(envelope.raw, separators=(",", ":")),
                 MessageGroupId=group_id(agent, envelope),
                 MessageDeduplicationId=deduplication_id(envelope.id),

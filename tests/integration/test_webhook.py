@@ -418,3 +418,31 @@ def test_arbitrary_requests_never_500_and_never_enqueue_unsigned(
     # nothing here carries a valid signature, so the only right answer is 401
     assert response["statusCode"] == 401
     assert queued() == []
+
+
+def test_the_webhook_never_imports_openai():
+    # given a fresh interpreter (a cold start), when the webhook module loads
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    app = Path(__file__).resolve().parents[2] / "functions" / "webhook" / "app.py"
+    code = (
+        "import importlib.util, sys;"
+        f"spec = importlib.util.spec_from_file_location('app', {str(app)!r});"
+        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module);"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('openai', 'httpx')))"
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/q.fifo",
+        "AGENT_ID": AGENT,
+        "WEBHOOK_SECRET": TEST_SECRET,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "POWERTOOLS_TRACE_DISABLED": "1",
+    }
+    result = subprocess.run(  # noqa: S603 (our own interpreter and code)
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    # then neither the model client nor its HTTP stack is loaded
+    assert result.stdout.strip() == "[]"
