@@ -9,7 +9,7 @@ from urllib.parse import unquote
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from memagent.compaction import TranscriptArchive
+from memagent.archive import TranscriptArchive
 from memagent.lifecycle import export, forget
 from memagent.observability import logger, metrics, tracer
 from memagent.settings import MemorySettings

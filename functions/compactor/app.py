@@ -9,7 +9,8 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from memagent.compaction import Compactor, TranscriptArchive
+from memagent.archive import TranscriptArchive
+from memagent.compaction import Compactor
 from memagent.model import ModelClient
 from memagent.observability import logger, metrics, tracer
 from memagent.settings import CompactorSettings

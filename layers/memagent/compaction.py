@@ -21,7 +21,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from memagent.errors import ConcurrentUpdate
 from memagent.facts import cap_facts, fact_key, screen_facts
-from memagent.memory import Fact, Turn
+from memagent.memory import Fact
 from memagent.observability import logger, metrics
 
 if TYPE_CHECKING:
@@ -121,41 +121,3 @@ class Compactor:
             },
         )
         return "compacted"
-
-
-class TranscriptArchive:
-    """Optional S3 archive of folded transcripts (operator's choice; off by default)."""
-
-    def __init__(self, bucket: str, *, expires_days: int = 365, client: Any | None = None):
-        import boto3
-
-        self.bucket = bucket
-        self.expires_days = expires_days
-        self._s3 = client or boto3.client("s3")
-
-    def put(self, pk: str, turns: list[Turn]) -> str:
-        import json
-
-        key = f"{pk}/{turns[0].seq:012d}-{turns[-1].seq:012d}.json"
-        body = [
-            {"seq": t.seq, "role": t.role, "text": t.text, "at": t.at.isoformat()} for t in turns
-        ]
-        self._s3.put_object(
-            Bucket=self.bucket,
-            Key=key,
-            Body=json.dumps(body).encode(),
-            ContentType="application/json",
-            ServerSideEncryption="aws:kms",
-        )
-        return key
-
-    def delete_person(self, pk: str) -> int:
-        """Erase every archived transcript of a person (forget())."""
-        removed = 0
-        paginator = self._s3.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=f"{pk}/"):
-            keys = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
-            if keys:
-                self._s3.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
-                removed += len(keys)
-        return removed

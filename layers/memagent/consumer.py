@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from memagent.archive import TranscriptArchive
 from memagent.errors import MalformedEvent
 from memagent.model import ModelClient
 from memagent.observability import logger, metrics
@@ -39,7 +40,8 @@ class Consumer:
             timeout_seconds=settings.whasp_timeout_seconds,
         )
         model = ModelClient(settings, transcription_model=settings.transcription_model)
-        agent = Agent(settings, MemoryStore(settings.table_name), model, whasp)
+        archive = TranscriptArchive(settings.archive_bucket) if settings.archive_bucket else None
+        agent = Agent(settings, MemoryStore(settings.table_name), model, whasp, archive)
         parking = ParkingQueue(settings.parking_queue_url) if settings.parking_queue_url else None
         return cls(agent, parking)
 

@@ -39,6 +39,7 @@ from memagent.whasp import (
 )
 
 if TYPE_CHECKING:
+    from memagent.archive import TranscriptArchive
     from memagent.model import ModelClient
     from memagent.settings import ConsumerSettings
     from memagent.store import MemoryStore
@@ -89,8 +90,10 @@ class Agent:
         store: MemoryStore,
         model: ModelClient,
         whasp: WhaspClient,
+        archive: TranscriptArchive | None = None,
     ):
         self.settings = settings
+        self.archive = archive
         self.store = store
         self.model = model
         self.whasp = whasp
@@ -118,7 +121,7 @@ class Agent:
             # sent before the person asked to be forgotten: never bring it back. Nothing is
             # written (not even a ledger entry); an erasure a crash left half-done is finished.
             if memory.turns or memory.facts or memory.summary or memory.leftovers:
-                forget_key(self.store, pk, at=state.erased_at)
+                forget_key(self.store, pk, archive=self.archive, at=state.erased_at)
             _count("EventsSkippedAfterErasure")
             logger.info("event predates an erasure; skipped")
             return "skipped"
@@ -166,7 +169,7 @@ class Agent:
                 "person opted out by message", extra={"policy": self.settings.opt_out_policy}
             )
             if self.settings.opt_out_policy == "erase":
-                forget_key(self.store, pk)
+                forget_key(self.store, pk, archive=self.archive)
                 return "forgotten"
             return "opted_out"
 
@@ -286,7 +289,7 @@ class Agent:
             text=FORGOTTEN_REPLY,
             key=idempotency_key(message.event_id, 0),
         )
-        receipt = forget_key(self.store, pk)
+        receipt = forget_key(self.store, pk, archive=self.archive)
         _count("ForgottenOnRequest")
         logger.info("forgotten at the person's request", extra={"removed": receipt.removed})
         return "forgotten"
@@ -325,7 +328,7 @@ class Agent:
         pk = person_key(self.settings.agent_id, event.chat)
         logger.append_keys(event_id=event.event_id, person=pk)
         if self.settings.opt_out_policy == "erase":
-            forget_key(self.store, pk, at=event.created_at)
+            forget_key(self.store, pk, archive=self.archive, at=event.created_at)
             _count("OptOuts")
             logger.info("opt-out event: person forgotten (policy erase)")
             return "forgotten"

@@ -329,3 +329,29 @@ def test_invariants_hold_under_interleaved_writes_compactions_and_crashes(
         # facts are unique per person, on normalised text
         texts = [f.text.casefold().strip(". ") for f in memory.facts]
         assert len(texts) == len(set(texts))
+
+
+def test_optional_archive_keeps_the_folded_transcript_until_forget(
+    compactor_env, resources, openai, monkeypatch
+):
+    # given the operator turned the archive on
+    bucket = f"archive-{resources.table_name}".lower()
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=bucket)
+    compactor = load_function("compactor", {**compactor_env, "ARCHIVE_BUCKET": bucket}, monkeypatch)
+    openai.responder = fold_reply()
+    talk(compactor.compactor.store, 45)
+    # when a compaction folds 25 turns
+    assert compactor.compactor.compact(person_key(AGENT, MAYA)) == "compacted"
+    # then their transcript is in the bucket, encrypted, under the person's key
+    [obj] = s3.list_objects_v2(Bucket=bucket)["Contents"]
+    head = s3.head_object(Bucket=bucket, Key=obj["Key"])
+    assert head["ServerSideEncryption"] == "aws:kms"
+    transcript = json.loads(s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read())
+    assert [t["seq"] for t in transcript] == list(range(1, 26))
+    # and forget removes it with everything else
+    from memagent.lifecycle import forget
+
+    receipt = forget(compactor.compactor.store, AGENT, MAYA, archive=compactor.compactor.archive)
+    assert receipt.by_kind["archived"] == 1
+    assert s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
