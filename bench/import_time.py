@@ -20,6 +20,8 @@ light) and which third-party packages the module load pulled in. A benchmark, no
 asserts nothing about time.
 
     python bench/import_time.py [--runs 15] [--out bench/results.md]
+
+`make bench` (bench/run.py) runs the same comparison through `compare()`.
 """
 
 from __future__ import annotations
@@ -194,6 +196,18 @@ def report(results: list[Result], runs: int) -> str:
     return "\n".join(lines)
 
 
+def compare(runs: int) -> list[Result]:
+    """`import boto3` (the baseline) and the webhook's module load, `runs` fresh interpreters
+    each."""
+    with tempfile.TemporaryDirectory() as home:
+        env = lambda_like_env(home)
+        webhook = LOAD_WEBHOOK.format(task_root=str(WEBHOOK_APP.parent), path=str(WEBHOOK_APP))
+        return [
+            measure("`import boto3`", IMPORT_BOTO3, runs, env),
+            measure("`functions/webhook/app.py` (import + init)", webhook, runs, env),
+        ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Cold import time: webhook vs boto3.")
     parser.add_argument("--runs", type=int, default=15, help="fresh interpreters per row")
@@ -202,13 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1:
         parser.error("--runs must be at least 1")
 
-    with tempfile.TemporaryDirectory() as home:
-        env = lambda_like_env(home)
-        webhook = LOAD_WEBHOOK.format(task_root=str(WEBHOOK_APP.parent), path=str(WEBHOOK_APP))
-        results = [
-            measure("`import boto3`", IMPORT_BOTO3, args.runs, env),
-            measure("`functions/webhook/app.py` (import + init)", webhook, args.runs, env),
-        ]
+    results = compare(args.runs)
     text = report(results, args.runs)
     print(text)
     if args.out:
