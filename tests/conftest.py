@@ -251,6 +251,8 @@ def consumer_env(resources, openai, whasp) -> dict[str, str]:
         "OPENAI_BASE_URL": f"{openai.url}/v1",
         "SYSTEM_PROMPT": "You are Coach, a warm running coach.",
         "PARKING_QUEUE_URL": resources.queue_urls["EventDeadLetterQueue"],
+        # the sample events carry fixed dates; a long dedupe window keeps them "recent"
+        "LEDGER_TTL_DAYS": "3650",
     }
 
 
@@ -312,5 +314,7 @@ def seed_turns(
                 ledger_ttl=timedelta(days=30),
             )
         else:
-            store.remember_reply(pk, previous=state, event_id=event_id, turn=turn, compact=due)
+            store.remember_reply(
+                pk, previous=state, event_id=event_id, turn=turn, compact=due, event_time=turn.at
+            )
         state = store.load(pk).state

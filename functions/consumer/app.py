@@ -17,8 +17,9 @@ processor = SqsFifoPartialProcessor(skip_group_on_error=True)
 
 
 @tracer.capture_method(capture_response=False)
-def record_handler(record: SQSRecord) -> str:
-    return consumer.process(record)
+def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = None) -> str:
+    seconds_left = lambda_context.get_remaining_time_in_millis() / 1000 if lambda_context else None
+    return consumer.process(record, seconds_left=seconds_left)
 
 
 @logger.inject_lambda_context(clear_state=True)

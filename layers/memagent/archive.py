@@ -36,6 +36,9 @@ class TranscriptArchive:
         )
         return key
 
+    def delete(self, key: str) -> None:
+        self._s3.delete_object(Bucket=self.bucket, Key=key)
+
     def delete_person(self, pk: str) -> int:
         """Erase every archived transcript of a person (forget())."""
         removed = 0
@@ -43,6 +46,8 @@ class TranscriptArchive:
         for page in paginator.paginate(Bucket=self.bucket, Prefix=f"{pk}/"):
             keys = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
             if keys:
-                self._s3.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
+                response = self._s3.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
+                if response.get("Errors"):
+                    raise RuntimeError(f"{len(response['Errors'])} archived objects not deleted")
                 removed += len(keys)
         return removed

@@ -92,8 +92,8 @@ class Compactor:
         dropped_keys = set(sorted(dropped_keys)[:room])
 
         new_marker = to_fold[-1].seq
-        if self.archive is not None:
-            self.archive.put(pk, to_fold)
+        # archive before the commit, so nothing is deleted unarchived; withdrawn if we lose
+        archived = self.archive.put(pk, to_fold) if self.archive is not None else None
         try:
             self.store.commit_compaction(
                 pk,
@@ -102,10 +102,13 @@ class Compactor:
                 summary=_words(folded.summary, SUMMARY_MAX_WORDS),
                 new_facts=[(fact_key(fact.text), fact) for fact in new_facts],
                 dropped_fact_keys=dropped_keys,
+                erased_at=state.erased_at,
             )
         except ConcurrentUpdate:
+            if archived is not None:
+                self.archive.delete(archived)
             _count("CompactionsLostRace")
-            logger.info("another compaction committed first; nothing to do")
+            logger.info("memory changed (another compaction, or an erasure); nothing to do")
             return "lost_race"
         deleted = self.store.delete_turns(pk, [turn.seq for turn in to_fold])
         _count("TurnsFolded", len(to_fold))

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools.metrics import MetricUnit
 
 from memagent.archive import TranscriptArchive
-from memagent.errors import MalformedEvent
+from memagent.errors import MalformedEvent, TransientError
 from memagent.model import ModelClient
 from memagent.observability import logger, metrics
 from memagent.queue import ParkingQueue
@@ -45,8 +45,14 @@ class Consumer:
         parking = ParkingQueue(settings.parking_queue_url) if settings.parking_queue_url else None
         return cls(agent, parking)
 
-    def process(self, record: SQSRecord) -> str:
+    def process(self, record: SQSRecord, *, seconds_left: float | None = None) -> str:
+        """Handle one record. With too little time left in the invocation, fail it at once:
+        it is retried later, instead of a Lambda timeout failing the whole batch."""
         logger.append_keys(message_id=record.message_id)
+        budget = self.agent.settings.record_time_budget_seconds
+        if seconds_left is not None and budget and seconds_left < budget:
+            metrics.add_metric(name="RecordsDeferred", unit=MetricUnit.Count, value=1)
+            raise TransientError("not enough time left in this invocation")
         try:
             event = parse_event(json.loads(record.body))
         except (ValueError, MalformedEvent) as error:

@@ -33,6 +33,10 @@ class TransientError(AgentError):
     """A dependency failed in a way that a retry may fix (5xx, 429, timeout)."""
 
 
+class ModelRejected(AgentError):
+    """The model refused a request for good (400/413/415/422): retrying cannot help."""
+
+
 class SendRejected(AgentError):
     """whasp refused a send for good (4xx other than opt-out); retrying cannot help."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memagent.errors import MalformedEvent
+from memagent.errors import MalformedEvent, ModelRejected
 from memagent.observability import logger
 
 if TYPE_CHECKING:
@@ -41,10 +41,16 @@ def message_text(
             logger.warning("media unusable", extra={"kind": message.kind, "reason": str(error)})
             return _with_caption(NOTES[message.kind], message.caption)
         mime_type = message.media.mime_type or content_type
-        if message.kind == "audio":
-            transcript = model.transcribe(data, mime_type)
-            return f"[voice note] {transcript}" if transcript else NOTES["audio"]
-        description = model.describe_image(data, mime_type)
+        try:
+            if message.kind == "audio":
+                transcript = model.transcribe(data, mime_type)
+                return f"[voice note] {transcript}" if transcript else NOTES["audio"]
+            description = model.describe_image(data, mime_type)
+        except ModelRejected as error:  # e.g. a format the model does not take
+            logger.warning(
+                "media refused by the model", extra={"kind": message.kind, "reason": str(error)}
+            )
+            return _with_caption(NOTES[message.kind], message.caption)
         return _with_caption(f"[photo: {description}]", message.caption)
     note = NOTES.get(message.kind, f"[sent a {message.kind} message]")
     return _with_caption(note, message.caption)

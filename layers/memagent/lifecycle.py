@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from memagent.store import MemoryStore
 
 
+_MAX_PASSES = 5
+
+
 @dataclass(frozen=True)
 class Receipt:
     """What forget() removed, and when. Holds no content."""
@@ -64,20 +67,25 @@ def forget(
 def forget_key(
     store: MemoryStore, pk: str, *, archive: Any | None = None, at: datetime | None = None
 ) -> Receipt:
-    at = at or datetime.now(UTC)
-    store.mark_erased(pk, at)
-    items = store.everything(pk)
-    doomed = [item["sk"] for item in items if item["sk"] != STATE]
+    at = store.mark_erased(pk, at or datetime.now(UTC))
     by_kind: dict[str, int] = {}
-    for sk in doomed:
-        by_kind[_kind(sk)] = by_kind.get(_kind(sk), 0) + 1
-    store.delete_items(pk, doomed)
-    state = next((item for item in items if item["sk"] == STATE), {})
-    if any(key not in ("pk", "sk", "erased_at") for key in state):
-        by_kind["state"] = 1
-        if state.get("summary"):
-            by_kind["summary"] = 1
-    store.reduce_state_to_mark(pk, at)
+    # a turn in flight may commit between our read and our deletes: read again until only the
+    # mark is left (its writes are refused once they see the mark, so this ends quickly)
+    for _ in range(_MAX_PASSES):
+        items = store.everything(pk)
+        doomed = [item["sk"] for item in items if item["sk"] != STATE]
+        state = next((item for item in items if item["sk"] == STATE), {})
+        content = [key for key in state if key not in ("pk", "sk", "erased_at")]
+        if not doomed and not content:
+            break
+        for sk in doomed:
+            by_kind[_kind(sk)] = by_kind.get(_kind(sk), 0) + 1
+        store.delete_items(pk, doomed)
+        if content:
+            by_kind["state"] = 1
+            if state.get("summary"):
+                by_kind["summary"] = 1
+        store.reduce_state_to_mark(pk, at)
     if archive is not None:
         by_kind["archived"] = archive.delete_person(pk)
     removed = sum(v for k, v in by_kind.items() if k not in ("summary",))

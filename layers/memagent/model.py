@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from memagent.errors import TransientError
+from memagent.errors import ModelRejected, TransientError
 from memagent.observability import metrics
 
 if TYPE_CHECKING:
@@ -60,19 +60,35 @@ class Folded:
     facts: list[str]
 
 
+def _classified(error: Exception, what: str) -> Exception:
+    """Permanent refusals (a bad or unsupported input) vs everything a retry may fix. 401/403
+    count as retryable: they fail every message until the key is fixed, then the redrive works."""
+    status = getattr(error, "status_code", None)
+    message = f"{what} failed: {type(error).__name__} {status or ''}".strip()
+    if status in PERMANENT_STATUSES:
+        return ModelRejected(message)
+    return TransientError(message)
+
+
+PERMANENT_STATUSES = frozenset({400, 404, 413, 415, 422})
+
+
 class ModelClient:
     def __init__(self, settings: ModelSettings, *, transcription_model: str | None = None):
         self._settings = settings
         self._transcription_model = transcription_model
         self._client: Any = None
+        self._key: str | None = None
 
     @property
     def client(self) -> Any:
-        if self._client is None:
+        key = self._settings.openai_api_key.get()  # cached; a rotated key shows up within 5 min
+        if self._client is None or key != self._key:
             from openai import OpenAI  # heavy: imported only by the functions that call the model
 
+            self._key = key
             self._client = OpenAI(
-                api_key=self._settings.openai_api_key.get(),
+                api_key=key,
                 base_url=self._settings.openai_base_url,
                 timeout=self._settings.openai_timeout_seconds,
                 max_retries=self._settings.openai_max_retries,
@@ -87,7 +103,7 @@ class ModelClient:
                 model=self._settings.openai_model, store=False, **request
             )
         except openai.APIError as error:
-            raise TransientError(f"model call failed: {type(error).__name__}") from None
+            raise _classified(error, "model call") from None
         usage = getattr(response, "usage", None)
         if usage is not None:
             metrics.add_metric(name="ModelCalls", unit=MetricUnit.Count, value=1)
@@ -134,7 +150,7 @@ class ModelClient:
                 file=(f"voice.{extension}", data, mime_type),
             )
         except openai.APIError as error:
-            raise TransientError(f"transcription failed: {type(error).__name__}") from None
+            raise _classified(error, "transcription") from None
         metrics.add_metric(name="Transcriptions", unit=MetricUnit.Count, value=1)
         return (getattr(result, "text", "") or "").strip()
 

@@ -47,8 +47,14 @@ class Secret:
         try:
             if self._provider is None:
                 from aws_lambda_powertools.utilities.parameters import SSMProvider
+                from botocore.config import Config
 
-                self._provider = SSMProvider()
+                # fail fast: a webhook must answer within whasp's deadline, a 503 beats a timeout
+                self._provider = SSMProvider(
+                    boto_config=Config(
+                        connect_timeout=1, read_timeout=2, retries={"max_attempts": 2}
+                    )
+                )
             value = self._provider.get(
                 self._parameter, decrypt=True, max_age=SECRET_MAX_AGE_SECONDS
             )
@@ -148,6 +154,7 @@ class ConsumerSettings(ModelSettings):
     forget_keyword: str = Field(alias="FORGET_KEYWORD", default="forget me")
     whasp_timeout_seconds: float = Field(alias="WHASP_TIMEOUT_SECONDS", default=10.0, gt=0)
     parking_queue_url: str | None = Field(alias="PARKING_QUEUE_URL", default=None)
+    record_time_budget_seconds: float = Field(alias="RECORD_TIME_BUDGET_SECONDS", default=0, ge=0)
 
     @field_validator("whasp_api_url")
     @classmethod

@@ -268,6 +268,8 @@ class MemoryStore:
             codes = _cancel_codes(error)
             if codes and codes[0] == "ConditionalCheckFailed":
                 return False
+            # a failed condition on the state (someone wrote first) or a TransactionConflict
+            # with a concurrent compaction: the caller retries from a fresh read
             raise ConcurrentUpdate("memory changed while remembering; retry") from None
         return True
 
@@ -279,6 +281,7 @@ class MemoryStore:
         event_id: str,
         turn: Turn,
         compact: bool,
+        event_time: datetime,
         extra_set: dict[str, Any] | None = None,
     ) -> None:
         """Store the agent's reply and move the event to `replied`, in one transaction; the
@@ -307,7 +310,12 @@ class MemoryStore:
                 }
             },
             self._state_update(
-                pk, previous=previous, seq=turn.seq, compact=compact, extra_set=extra_set
+                pk,
+                previous=previous,
+                seq=turn.seq,
+                compact=compact,
+                extra_set=extra_set,
+                event_time=event_time,
             ),
         ]
         try:
@@ -360,7 +368,8 @@ class MemoryStore:
                 Key={"pk": pk, "sk": STATE},
                 UpdateExpression="SET opted_out = :true, opted_out_at = :at, updated_at = :now",
                 ConditionExpression=(
-                    "attribute_not_exists(last_inbound_at) OR last_inbound_at < :at"
+                    "(attribute_not_exists(last_inbound_at) OR last_inbound_at < :at)"
+                    " AND (attribute_not_exists(erased_at) OR erased_at < :at)"
                 ),
                 ExpressionAttributeValues={
                     ":true": True,
@@ -398,13 +407,22 @@ class MemoryStore:
 
     # ------------------------------------------------------------------ erasure
 
-    def mark_erased(self, pk: str, at: datetime) -> None:
-        """Record the erasure mark first: from now on no event older than `at` is stored."""
-        self.table.update_item(
-            Key={"pk": pk, "sk": STATE},
-            UpdateExpression="SET erased_at = :at",
-            ExpressionAttributeValues={":at": _iso(at)},
-        )
+    def mark_erased(self, pk: str, at: datetime) -> datetime:
+        """Record the erasure mark first: from now on no event older than it is stored. The mark
+        only moves forward; returns the mark in force (`at`, or a later one already there)."""
+        try:
+            self.table.update_item(
+                Key={"pk": pk, "sk": STATE},
+                UpdateExpression="SET erased_at = :at",
+                ConditionExpression="attribute_not_exists(erased_at) OR erased_at < :at",
+                ExpressionAttributeValues={":at": _iso(at)},
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            state = self.table.get_item(Key={"pk": pk, "sk": STATE}, ConsistentRead=True)
+            return _time(state["Item"]["erased_at"]) or at
+        return at
 
     def delete_items(self, pk: str, sort_keys: Iterable[str]) -> int:
         """Delete items by sort key, idempotently, in batches of 25 (boto3's batch writer)."""
@@ -440,13 +458,22 @@ class MemoryStore:
         summary: str,
         new_facts: Iterable[tuple[str, Fact]],
         dropped_fact_keys: Iterable[str] = (),
+        erased_at: datetime | None = None,
     ) -> None:
         """The commit point of a compaction: summary, new marker and facts, all or nothing, and
-        only if nobody moved the marker since we read it. Raises ConcurrentUpdate otherwise."""
+        only if nobody moved the marker since we read it and nobody erased the person meanwhile
+        (an erasure strips last_seq and moves erased_at). Raises ConcurrentUpdate otherwise."""
         now = _iso(datetime.now(UTC))
         condition = (
-            "marker = :old" if old_marker else "attribute_not_exists(marker) OR marker = :old"
+            "marker = :old" if old_marker else "(attribute_not_exists(marker) OR marker = :old)"
         )
+        condition += " AND attribute_exists(last_seq) AND last_seq >= :new"
+        values: dict[str, Any] = {}
+        if erased_at is None:
+            condition += " AND attribute_not_exists(erased_at)"
+        else:
+            condition += " AND erased_at = :erased"
+            values[":erased"] = _iso(erased_at)
         actions: list[dict[str, Any]] = [
             {
                 "Update": {
@@ -456,8 +483,9 @@ class MemoryStore:
                         "SET summary = :summary, summary_at = :now, marker = :new, "
                         "compaction_due = :false, updated_at = :now"
                     ),
-                    "ConditionExpression": f"attribute_exists(pk) AND ({condition})",
+                    "ConditionExpression": f"attribute_exists(pk) AND {condition}",
                     "ExpressionAttributeValues": {
+                        **values,
                         ":summary": summary,
                         ":now": now,
                         ":new": new_marker,

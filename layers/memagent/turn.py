@@ -16,6 +16,8 @@ So every inbound message ends with exactly one reply sent, whatever step crashed
 from __future__ import annotations
 
 import dataclasses
+import random
+import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -23,7 +25,14 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from memagent import store as ledger
 from memagent.context import build_context
-from memagent.errors import MalformedEvent, OptedOut, SendRejected
+from memagent.errors import (
+    ConcurrentUpdate,
+    MalformedEvent,
+    ModelRejected,
+    OptedOut,
+    SendRejected,
+    TransientError,
+)
 from memagent.inbound import message_text
 from memagent.lifecycle import forget_key
 from memagent.memory import Memory, PersonState, Turn
@@ -46,6 +55,8 @@ if TYPE_CHECKING:
     from memagent.whasp import WhaspClient
 
 STOP_WORDS = frozenset({"stop", "unsubscribe"})
+RACE_ATTEMPTS = 3
+FALLBACK_REPLY = "Sorry, I couldn't take that in. Could you say it another way?"
 CONFIRM_WORDS = frozenset({"yes", "y", "confirm", "yes forget me", "yes, forget me"})
 RECALL_QUESTIONS = frozenset(
     {
@@ -100,7 +111,20 @@ class Agent:
         self.ledger_ttl = timedelta(days=settings.ledger_ttl_days)
 
     def handle(self, event: WhaspEvent) -> str:
-        """Process one event; return the decision taken (for logs and tests)."""
+        """Process one event; return the decision taken (for logs and tests). A write that
+        lost a race (a compaction committing at the same moment) is retried from a fresh read:
+        every step is idempotent, so a retry resumes where the last try stopped."""
+        for attempt in range(1, RACE_ATTEMPTS + 1):
+            try:
+                return self._handle(event)
+            except ConcurrentUpdate:
+                if attempt == RACE_ATTEMPTS:
+                    raise
+                _count("RetriedRaces")
+                time.sleep(random.uniform(0.05, 0.2) * attempt)  # jitter
+        raise AssertionError("unreachable")
+
+    def _handle(self, event: WhaspEvent) -> str:
         if isinstance(event, InboundMessage):
             return self.answer(event)
         if isinstance(event, ChatOptedOut):
@@ -125,6 +149,13 @@ class Agent:
             _count("EventsSkippedAfterErasure")
             logger.info("event predates an erasure; skipped")
             return "skipped"
+
+        too_old = datetime.now(UTC) - self.ledger_ttl + timedelta(days=1)
+        if message.created_at < too_old:
+            # older than the dedupe ledger reaches back: we could not tell it from a repeat
+            _count("EventsTooOld")
+            logger.warning("event older than the dedupe window; skipped")
+            return "too_old"
 
         if message.kind != "text":
             # media is costly to convert: look the event up before fetching anything
@@ -214,6 +245,9 @@ class Agent:
             )
         if status == ledger.REPLIED:
             return self._send(pk, message, entry["reply"])
+        if status == ledger.OPTED_OUT and self.settings.opt_out_policy == "erase":
+            forget_key(self.store, pk, archive=self.archive)  # a crash stopped it half-way
+            return "forgotten"
         return "duplicate"
 
     def _reply(
@@ -256,7 +290,15 @@ class Agent:
                 "facts": context.facts_used,
             },
         )
-        return self._answer_with(pk, message, memory, self.model.reply(context), extra)
+        try:
+            text = self.model.reply(context)
+        except ModelRejected as error:
+            # the model will never accept this request (a refusal, an unsupported input):
+            # the person still gets exactly one reply, and the operator a metric
+            _count("ModelRejected")
+            logger.error("model refused the turn; fallback reply", extra={"error": str(error)})
+            text = FALLBACK_REPLY
+        return self._answer_with(pk, message, memory, text, extra)
 
     def _answer_with(
         self, pk: str, message: InboundMessage, memory: Memory, text: str, extra: dict
@@ -275,6 +317,7 @@ class Agent:
             event_id=message.event_id,
             turn=reply,
             compact=self._needs_compaction(state, reply.seq),
+            event_time=message.created_at,
             extra_set=extra or None,
         )
         return self._send(pk, message, text)
@@ -282,13 +325,20 @@ class Agent:
     def _forget_on_request(self, pk: str, message: InboundMessage) -> str:
         """The person confirmed: send one last short reply, then erase. A crash in between is
         safe: the redelivery finds the event still `stored`, sends again under the same
-        Idempotency-Key (a no-op at whasp) and erases."""
-        self.whasp.send_text(
-            sender=message.number,
-            to=message.chat,
-            text=FORGOTTEN_REPLY,
-            key=idempotency_key(message.event_id, 0),
-        )
+        Idempotency-Key (a no-op at whasp) and erases. The erasure matters more than the
+        goodbye: if whasp cannot take it, we erase all the same."""
+        try:
+            self.whasp.send_text(
+                sender=message.number,
+                to=message.chat,
+                text=FORGOTTEN_REPLY,
+                key=idempotency_key(message.event_id, 0),
+            )
+        except (OptedOut, SendRejected, TransientError) as error:
+            _count("GoodbyeNotSent")
+            logger.warning(
+                "goodbye not sent; erasing anyway", extra={"error": type(error).__name__}
+            )
         receipt = forget_key(self.store, pk, archive=self.archive)
         _count("ForgottenOnRequest")
         logger.info("forgotten at the person's request", extra={"removed": receipt.removed})
@@ -328,7 +378,12 @@ class Agent:
         pk = person_key(self.settings.agent_id, event.chat)
         logger.append_keys(event_id=event.event_id, person=pk)
         if self.settings.opt_out_policy == "erase":
-            forget_key(self.store, pk, archive=self.archive, at=event.created_at)
+            state = self.store.load(pk).state
+            if state.last_inbound_at and state.last_inbound_at >= event.created_at:
+                _count("StaleOptOuts")  # they wrote again since: the opt-out no longer holds
+                logger.info("opt-out event older than the last message; ignored")
+                return "stale"
+            forget_key(self.store, pk, archive=self.archive)
             _count("OptOuts")
             logger.info("opt-out event: person forgotten (policy erase)")
             return "forgotten"

@@ -67,6 +67,7 @@ CHAT_OPTED_OUT = "chat.opted_out"
 QUEUED_TYPES = frozenset({MESSAGE_RECEIVED, NUMBER_REPLACED, CHAT_OPTED_OUT})
 
 MAX_TEXT_CHARS = 4096
+MAX_RETRY_AFTER_SECONDS = 5
 MAX_IDEMPOTENCY_KEY = 255
 E164 = re.compile(r"^\+[1-9]\d{6,14}$")
 
@@ -106,8 +107,8 @@ def verify_signature(
     signatures = _header(headers, HEADER_SIGNATURE)
     if not event_id or not timestamp or not signatures:
         raise InvalidSignature("missing signature headers")
-    if not timestamp.isascii() or not timestamp.isdigit():
-        raise InvalidSignature("malformed timestamp")
+    if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 12:
+        raise InvalidSignature("malformed timestamp")  # (int() refuses over 4,300 digits)
     now = time.time() if now is None else now
     if abs(now - int(timestamp)) > tolerance_seconds:
         raise InvalidSignature("timestamp outside tolerance")
@@ -323,15 +324,22 @@ class WhaspClient:
         api_key: str | Secret,
         *,
         timeout_seconds: float = 10.0,
-        retries: int = 3,
+        retries: int = 2,
         backoff_factor: float = 0.5,
     ):
         import urllib3
         from urllib3.util import Retry, Timeout
 
+        class CappedRetry(Retry):
+            """Honour Retry-After, but never sleep past our own deadline."""
+
+            def get_retry_after(self, response):  # type: ignore[no-untyped-def]
+                seconds = super().get_retry_after(response)
+                return None if seconds is None else min(seconds, MAX_RETRY_AFTER_SECONDS)
+
         self._api_url = api_url.rstrip("/")
         self._api_key = api_key  # a Secret is read on first use, so cold starts never wait on SSM
-        retry = Retry(
+        retry = CappedRetry(
             total=retries,
             connect=retries,
             read=retries,

@@ -16,7 +16,16 @@ from boto3.dynamodb.conditions import Key
 
 from memagent.person import person_key
 from memagent.whasp import idempotency_key
-from tests.conftest import AGENT, BUSINESS, MAYA, seed_turns, sqs_batch, sqs_record, whasp_message
+from tests.conftest import (
+    AGENT,
+    BUSINESS,
+    MAYA,
+    load_function,
+    seed_turns,
+    sqs_batch,
+    sqs_record,
+    whasp_message,
+)
 
 SAM = "+447700900456"
 
@@ -417,3 +426,51 @@ def test_logs_of_a_whole_turn_hold_no_text_and_no_phone(consumer, whasp, lambda_
     reply = whasp.sent[0]["text"]
     for private in (secret_text, "xyzzy", MAYA, MAYA.lstrip("+"), BUSINESS, reply):
         assert private not in logs
+
+
+def test_a_turn_the_model_refuses_gets_one_fallback_reply(consumer, openai, whasp, lambda_context):
+    openai.fail_next(1, status=400)  # e.g. a content-policy refusal: retrying cannot help
+    response = consumer.handler(sqs_batch(message("something the model refuses")), lambda_context)
+    assert failures(response) == []
+    assert len(whasp.sent) == 1
+    from memagent.turn import FALLBACK_REPLY
+
+    assert whasp.sent[0]["text"] == FALLBACK_REPLY
+
+
+def test_a_photo_the_model_cannot_read_becomes_a_note(
+    consumer, resources, openai, whasp, lambda_context
+):
+    url = whasp.add_media(b"HEIC....", "image/heic")
+    photo = message(
+        "",
+        0,
+        message={
+            "id": "m1",
+            "type": "image",
+            "caption": "look",
+            "timestamp": at(0),
+            "media": {"url": url, "mime_type": "image/heic", "size": 8},
+        },
+    )
+    openai.fail_next(1, status=400)  # the image description is refused
+    assert failures(consumer.handler(sqs_batch(photo), lambda_context)) == []
+    assert turns(resources.table_name)[0] == (
+        "user",
+        "[sent a photo that could not be opened] look",
+    )
+    assert len(whasp.sent) == 1
+
+
+def test_records_are_deferred_when_the_invocation_runs_out_of_time(
+    consumer_env, monkeypatch, whasp, lambda_context
+):
+    consumer = load_function(
+        "consumer", {**consumer_env, "RECORD_TIME_BUDGET_SECONDS": "120"}, monkeypatch
+    )
+    from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+
+    lambda_context.get_remaining_time_in_millis = lambda: 30_000  # 30 s left < 120 s budget
+    with pytest.raises(BatchProcessingError):  # every record failed: the batch is retried
+        consumer.handler(sqs_batch(message("later please")), lambda_context)
+    assert whasp.sent == []

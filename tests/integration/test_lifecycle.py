@@ -431,3 +431,79 @@ def test_the_command_line_tool_exports_and_forgets(resources, capsys):
             assert out["removed"] == 4 + 1 + 2 + 1
     [mark] = mine(scan(resources.table_name), MAYA)
     assert set(mark) == {"pk", "sk", "erased_at"}
+
+
+# ------------------------------------------------------------------ races with an erasure
+
+
+def test_a_compaction_racing_an_erasure_commits_nothing(
+    compactor_env, resources, openai, monkeypatch
+):
+    from tests.conftest import seed_turns
+
+    compactor = load_function("compactor", compactor_env, monkeypatch).compactor
+    store = compactor.store
+
+    def fold_while_forgotten(request):
+        forget(store, AGENT, MAYA)  # the admin erases Maya while the model is folding
+        return json.dumps({"summary": "Maya's secrets", "facts": ["Has a dog called Biscuit"]})
+
+    openai.responder = fold_while_forgotten
+    seed_turns(store, MAYA, [f"turn {i}" for i in range(45)])
+    assert compactor.compact(person_key(AGENT, MAYA)) == "lost_race"
+    [mark] = mine(scan(resources.table_name), MAYA)
+    assert set(mark) == {"pk", "sk", "erased_at"}
+
+
+def test_a_late_opt_out_never_moves_the_erasure_back(
+    consumer_env, resources, whasp, monkeypatch, lambda_context
+):
+    consumer = load_function("consumer", {**consumer_env, "OPT_OUT_POLICY": "erase"}, monkeypatch)
+    before = whasp_message("sent at nine", created_at="2026-11-29T09:00:00Z")
+    consumer.handler(sqs_batch(before), lambda_context)
+    forget(consumer.consumer.agent.store, AGENT, MAYA)  # erased now
+    # when an opt-out created at eight arrives late
+    consumer.handler(sqs_batch(opted_out_event("2026-11-29T08:00:00Z")), lambda_context)
+    # then the nine o'clock message, redelivered, is still refused
+    consumer.handler({"Records": [sqs_record(before, receive_count=2)]}, lambda_context)
+    assert len(whasp.sent) == 1
+    [mark] = mine(scan(resources.table_name), MAYA)
+    assert mark["erased_at"] > "2026-11-29T09:00:00"
+
+
+def test_confirmed_forget_erases_even_if_the_goodbye_cannot_be_sent(
+    consumer, resources, whasp, lambda_context
+):
+    consumer.handler(
+        sqs_batch(whasp_message("forget me", created_at="2026-11-29T09:01:00Z")), lambda_context
+    )
+    whasp.reject_next(1, status=403)
+    response = consumer.handler(
+        sqs_batch(whasp_message("yes", created_at="2026-11-29T09:02:00Z")), lambda_context
+    )
+    assert failures(response) == []
+    [mark] = mine(scan(resources.table_name), MAYA)
+    assert set(mark) == {"pk", "sk", "erased_at"}
+
+
+def test_a_reply_stored_after_the_erasure_mark_is_refused(consumer, resources, lambda_context):
+    from memagent.errors import ConcurrentUpdate
+    from memagent.memory import Turn
+
+    consumer.handler(
+        sqs_batch(whasp_message("hi", created_at="2026-11-29T09:00:00Z")), lambda_context
+    )
+    store = consumer.consumer.agent.store
+    pk = person_key(AGENT, MAYA)
+    state = store.load(pk).state
+    store.mark_erased(pk, datetime.now(UTC))
+    reply = Turn(seq=state.last_seq + 1, role="assistant", text="late", at=datetime.now(UTC))
+    with pytest.raises(ConcurrentUpdate):
+        store.remember_reply(
+            pk,
+            previous=state,
+            event_id="evt_x",
+            turn=reply,
+            compact=False,
+            event_time=datetime(2026, 11, 29, 9, tzinfo=UTC),
+        )

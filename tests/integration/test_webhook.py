@@ -446,3 +446,13 @@ def test_the_webhook_never_imports_openai():
     )
     # then neither the model client nor its HTTP stack is loaded
     assert result.stdout.strip() == "[]"
+
+
+def test_an_absurdly_long_timestamp_is_a_401_not_a_500(webhook, queued, lambda_context):
+    event = whasp_message()
+    body = to_bytes(event)
+    headers = signed_headers(body, event["id"])
+    headers["webhook-timestamp"] = "9" * 5000
+    status, _ = call(webhook, http_event(body, headers), lambda_context)
+    assert status == 401
+    assert queued() == []
