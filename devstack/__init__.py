@@ -73,7 +73,10 @@ class LoopbackServer:
     def start(self) -> Self:
         if self._httpd is not None:
             return self
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        handler = _handler_for(self)
+        httpd = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 64})(
+            ("127.0.0.1", 0), handler
+        )  # a backlog for many concurrent clients (the default is 5)
         httpd.daemon_threads = True  # a stuck client never blocks interpreter exit
         self._httpd = httpd
         self.url = f"http://127.0.0.1:{httpd.server_address[1]}"

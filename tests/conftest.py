@@ -39,6 +39,9 @@ os.environ.update(
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoServer]:
+    from devstack import moto_fixes
+
+    moto_fixes.apply()  # moto's own concurrency and ordering gaps (see the module)
     with MotoServer() as server:
         previous = {key: os.environ.get(key) for key in aws_env(server.url)}
         os.environ.update(aws_env(server.url))

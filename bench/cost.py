@@ -1,0 +1,324 @@
+"""Figure 6: dollars per 1,000 messages on AWS, computed from the counts measured in this run.
+
+A "message" is one inbound message from a person, answered with one reply (so two stored
+turns). Every line is (a count measured by a benchmark) x (a list price), plus the stated
+assumptions that this machine cannot measure: AWS-side latencies (Lambda bills wall time, most
+of it spent waiting on the model) and how much slower a fraction of a vCPU runs our own code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+# us-east-1 list prices, as known to the authors; check https://aws.amazon.com/pricing before
+# relying on them. No free tier is applied.
+PRICES_AS_OF = "2025"
+PRICES_NOTE = "not re-checked online: the machine that ran this has no internet access"
+PRICES = {
+    "lambda_gb_second_arm64": 0.0000133334,  # first 7.5 billion GB-s a month
+    "lambda_request": 0.20 / 1e6,
+    "apigw_http_request": 1.00 / 1e6,  # HTTP API, first 300 million a month, per 512 KB
+    "sqs_fifo_request": 0.50 / 1e6,  # per 64 KB chunk of payload
+    "dynamodb_wru": 0.625 / 1e6,  # on-demand, after the November 2024 price cut
+    "dynamodb_rru": 0.125 / 1e6,
+    "dynamodb_storage_gb_month": 0.25,
+    "cloudwatch_logs_ingest_gb": 0.50,
+    "xray_trace_recorded": 5.00 / 1e6,
+    "cloudwatch_metric_month": 0.30,  # custom metric, first 10,000, prorated by the hour
+}
+
+
+@dataclass
+class Assumptions:
+    """What the cost model needs and this machine cannot measure; all overridable from run.py."""
+
+    model_input_per_million: float = 0.40  # a small model's list price; gpt-6-luna's is yours
+    model_output_per_million: float = 1.60
+    model_reply_seconds: float = 1.5  # the model's latency per reply (Lambda waits, and bills)
+    model_fold_seconds: float = 4.0  # per compaction call (longer output)
+    dynamodb_call_ms: float = 6.0
+    sqs_call_ms: float = 8.0
+    whasp_send_ms: float = 150.0
+    full_vcpu_mb: int = 1769  # Lambda gives one full vCPU at 1,769 MB; less, proportionally
+    sqs_requests_per_message: float = 3.0  # send, receive, delete: batches of one (low traffic)
+    sqs_idle_requests_per_month: float = 5 * 3 * 60 * 24 * 30  # 5 pollers, 20 s long polls
+    traces_per_message: float = 2.0  # webhook and consumer; an upper bound (sampling records less)
+    platform_log_bytes_per_invocation: int = 350  # Lambda's own START / END / REPORT lines
+
+
+@dataclass
+class Line:
+    name: str
+    per_message: float  # dollars per inbound message
+    formula: str  # how it is computed, with the measured counts
+    source: str  # which benchmark measured the counts
+    fixed_per_month: float = 0.0
+    group: str = "AWS"
+    notes: list[str] = field(default_factory=list)
+
+    def monthly(self, messages: int) -> float:
+        return self.per_message * messages + self.fixed_per_month
+
+
+def cpu_factor(memory_mb: int, assumptions: Assumptions) -> float:
+    return max(1.0, assumptions.full_vcpu_mb / memory_mb)
+
+
+def function_memory(template: dict[str, Any]) -> dict[str, int]:
+    default = int(template.get("Globals", {}).get("Function", {}).get("MemorySize", 128))
+    memory = {}
+    for name in ("WebhookFunction", "ConsumerFunction", "CompactorFunction"):
+        props = template["Resources"][name]["Properties"]
+        memory[name] = int(props.get("MemorySize", default))
+    return memory
+
+
+def billed_ms(ms: float) -> float:
+    return math.ceil(ms)  # Lambda bills per 1 ms
+
+
+def lines(
+    measured: dict[str, Any], template: dict[str, Any], assumptions: Assumptions
+) -> list[Line]:
+    a = assumptions
+    p = PRICES
+    memory = function_memory(template)
+    webhook = measured["webhook"]["handler"]
+    costing = measured["context"]["costing"]
+    turn = measured["turn"]
+    out: list[Line] = []
+
+    # ---------------------------------------------------------------- Lambda
+    w_own = webhook["ours"]["own"]["mean"]
+    w_factor = cpu_factor(memory["WebhookFunction"], a)
+    w_ms = billed_ms(w_own * w_factor + a.sqs_call_ms)
+    w_gbs = w_ms / 1000 * memory["WebhookFunction"] / 1024
+    c_factor = cpu_factor(memory["ConsumerFunction"], a)
+    c_ms = billed_ms(
+        costing["consumer_own_ms"] * c_factor
+        + costing["consumer_dynamodb_calls"] * a.dynamodb_call_ms
+        + costing["consumer_model_calls"] * a.model_reply_seconds * 1000
+        + costing["consumer_whasp_calls"] * a.whasp_send_ms
+    )
+    c_gbs = c_ms / 1000 * memory["ConsumerFunction"] / 1024
+    k_factor = cpu_factor(memory["CompactorFunction"], a)
+    k_ms = billed_ms(
+        costing["compactor_own_ms"] * k_factor
+        + costing["compactor_dynamodb_calls"] * a.dynamodb_call_ms
+        + costing["compactor_model_calls"] * a.model_fold_seconds * 1000
+    )
+    k_per_turn = costing["compactor_invocations_per_turn"]
+    k_gbs = k_ms / 1000 * memory["CompactorFunction"] / 1024
+    out.append(
+        Line(
+            "Lambda: webhook duration",
+            w_gbs * p["lambda_gb_second_arm64"],
+            f"({w_own:.2f} ms own code x {w_factor:.1f} CPU share at "
+            f"{memory['WebhookFunction']} MB + {a.sqs_call_ms:g} ms SQS) = {w_ms:.0f} ms x "
+            f"{memory['WebhookFunction'] / 1024:g} GB = {w_gbs:.4f} GB-s x "
+            f"${p['lambda_gb_second_arm64']:.10f}",
+            "figure 1 (webhook own-code time, 1 SQS call per request)",
+        )
+    )
+    out.append(
+        Line(
+            "Lambda: consumer duration",
+            c_gbs * p["lambda_gb_second_arm64"],
+            f"({costing['consumer_own_ms']:.1f} ms own code x {c_factor:.1f} + "
+            f"{costing['consumer_dynamodb_calls']:.2f} DynamoDB calls x {a.dynamodb_call_ms:g} ms"
+            f" + {costing['consumer_model_calls']:.2f} model calls x {a.model_reply_seconds:g} s"
+            f" + {costing['consumer_whasp_calls']:.2f} sends x {a.whasp_send_ms:g} ms) = "
+            f"{c_ms:.0f} ms x {memory['ConsumerFunction'] / 1024:g} GB = {c_gbs:.4f} GB-s",
+            "figure 3 run (consumer own-code time and calls per turn)",
+        )
+    )
+    out.append(
+        Line(
+            "Lambda: compactor duration",
+            k_per_turn * k_gbs * p["lambda_gb_second_arm64"],
+            f"{k_per_turn:.3f} invocations per message x ({costing['compactor_own_ms']:.1f} ms"
+            f" own code x {k_factor:.1f} + {costing['compactor_dynamodb_calls']:.2f} DynamoDB "
+            f"calls x {a.dynamodb_call_ms:g} ms + {costing['compactor_model_calls']:.2f} model "
+            f"calls x {a.model_fold_seconds:g} s) = {k_ms:.0f} ms x "
+            f"{memory['CompactorFunction'] / 1024:g} GB",
+            "figure 3 run (compactor invocations, time and calls)",
+        )
+    )
+    invocations = 2 + k_per_turn  # webhook, consumer (batches of one at low traffic), compactor
+    out.append(
+        Line(
+            "Lambda: requests",
+            invocations * p["lambda_request"],
+            f"(1 webhook + 1 consumer + {k_per_turn:.3f} compactor) invocations x "
+            f"${p['lambda_request'] * 1e6:.2f}/M",
+            "figure 3 run (compactor invocations per message)",
+        )
+    )
+
+    # ---------------------------------------------------------------- edge and queue
+    out.append(
+        Line(
+            "API Gateway HTTP API",
+            p["apigw_http_request"],
+            f"1 request (< 512 KB) x ${p['apigw_http_request'] * 1e6:.2f}/M",
+            "one webhook delivery per message",
+        )
+    )
+    out.append(
+        Line(
+            "SQS FIFO",
+            a.sqs_requests_per_message * p["sqs_fifo_request"],
+            f"{a.sqs_requests_per_message:g} requests (1 SendMessage measured in figure 1; "
+            f"receive and delete, batches of one) x ${p['sqs_fifo_request'] * 1e6:.2f}/M, plus "
+            f"Lambda's idle polling ~{a.sqs_idle_requests_per_month / 1e6:.2f} M requests/month",
+            "figure 1 (1 SendMessage per request); polling assumed",
+            fixed_per_month=a.sqs_idle_requests_per_month * p["sqs_fifo_request"],
+        )
+    )
+
+    # ---------------------------------------------------------------- DynamoDB
+    amortised = turn["ours_with_compaction"]
+    out.append(
+        Line(
+            "DynamoDB writes (on-demand)",
+            amortised["wru"] * p["dynamodb_wru"],
+            f"{amortised['wru']:.2f} WRU per message (turn {turn['ours']['wru']:.2f} + "
+            f"compaction spread over the turns) x ${p['dynamodb_wru'] * 1e6:.3f}/M",
+            "figure 2 (item sizes, transactions count double)",
+        )
+    )
+    out.append(
+        Line(
+            "DynamoDB reads (on-demand)",
+            amortised["rru"] * p["dynamodb_rru"],
+            f"{amortised['rru']:.2f} RRU per message (turn {turn['ours']['rru']:.2f}, strongly "
+            f"consistent, + compaction) x ${p['dynamodb_rru'] * 1e6:.3f}/M",
+            "figure 2",
+        )
+    )
+
+    # ---------------------------------------------------------------- the model
+    tokens_note = "o200k_base tokens" if costing["chars_per_token"] else "characters / 4"
+    reply_in = costing["reply_input_tokens"] or costing["reply_input_chars"] / 4
+    reply_out = costing["reply_output_tokens"] or costing["reply_output_chars"] / 4
+    compaction = measured["context"]["compaction"]
+    folds = costing["folds_per_turn"]
+    fold_in = (
+        compaction.get("input_tokens_per_fold") or compaction.get("input_chars_per_fold", 0) / 4
+    )
+    fold_out = (
+        compaction.get("output_tokens_per_fold") or compaction.get("output_chars_per_fold", 0) / 4
+    )
+    tokens_in = reply_in + folds * fold_in
+    tokens_out = reply_out + folds * fold_out
+    out.append(
+        Line(
+            "Model: input tokens",
+            tokens_in * a.model_input_per_million / 1e6,
+            f"({reply_in:.0f} per reply + {folds:.3f} folds x {fold_in:.0f}) = {tokens_in:.0f} "
+            f"{tokens_note} x ${a.model_input_per_million:g}/M",
+            "figure 3 (mean model input per turn over 1,000 messages) and figure 4",
+            group="Model",
+        )
+    )
+    out.append(
+        Line(
+            "Model: output tokens",
+            tokens_out * a.model_output_per_million / 1e6,
+            f"({reply_out:.0f} per reply + {folds:.3f} folds x {fold_out:.0f}) = {tokens_out:.0f}"
+            f" x ${a.model_output_per_million:g}/M (replies of 200-400 characters)",
+            "figure 3 and figure 4",
+            group="Model",
+        )
+    )
+
+    # ---------------------------------------------------------------- observability
+    log_bytes = (
+        webhook["log_bytes_per_request"]
+        + costing["consumer_log_bytes_per_turn"]
+        + costing["compactor_log_bytes_per_turn"]
+        + invocations * a.platform_log_bytes_per_invocation
+    )
+    out.append(
+        Line(
+            "CloudWatch Logs ingestion",
+            log_bytes / 1e9 * p["cloudwatch_logs_ingest_gb"],
+            f"({webhook['log_bytes_per_request']:.0f} webhook + "
+            f"{costing['consumer_log_bytes_per_turn']:.0f} consumer + "
+            f"{costing['compactor_log_bytes_per_turn']:.0f} compactor bytes measured + "
+            f"{invocations:.2f} x {a.platform_log_bytes_per_invocation} platform) = "
+            f"{log_bytes:.0f} bytes x ${p['cloudwatch_logs_ingest_gb']:.2f}/GB",
+            "figures 1 and 3 (Powertools JSON logs and EMF metrics, at INFO)",
+            group="Observability",
+        )
+    )
+    tracing = template.get("Globals", {}).get("Function", {}).get("Tracing") == "Active"
+    if tracing:
+        out.append(
+            Line(
+                "X-Ray traces (Tracing: Active)",
+                a.traces_per_message * p["xray_trace_recorded"],
+                f"{a.traces_per_message:g} traces x ${p['xray_trace_recorded'] * 1e6:.2f}/M "
+                "(upper bound: the default sampling rule records 1/s + 5%)",
+                "template.yaml (Tracing: Active)",
+                group="Observability",
+            )
+        )
+    metric_names = sorted(
+        set(measured["webhook"]["handler"]["metric_names"]) | set(costing["metric_names"])
+    )
+    out.append(
+        Line(
+            "CloudWatch custom metrics",
+            0.0,
+            f"{len(metric_names)} metrics seen in the EMF output x "
+            f"${p['cloudwatch_metric_month']:.2f}/month (an upper bound: prorated by the hours in "
+            "which each is published; error-path metrics add more when they occur)",
+            "figures 1 and 3 (" + ", ".join(n.split("[")[0] for n in metric_names) + ")",
+            fixed_per_month=len(metric_names) * p["cloudwatch_metric_month"],
+            group="Observability",
+        )
+    )
+    return out
+
+
+def full_history_model_input(measured: dict[str, Any], assumptions: Assumptions) -> float:
+    """Dollars per message for the input tokens if the full history were sent instead."""
+    context = measured["context"]["context"]
+    turns = measured["context"]["turns"]
+    total = context["full_total_tokens"] or context["full_total_chars"] / 4
+    return total / turns * assumptions.model_input_per_million / 1e6
+
+
+def table(rows: list[Line], volumes: list[int]) -> list[str]:
+    header = (
+        "| line | per 1,000 messages | " + " | ".join(f"{v:,} msgs/month" for v in volumes) + " |"
+    )
+    out = [header, "| --- | ---: |" + " ---: |" * len(volumes)]
+    for row in rows:
+        fixed = f" + ${row.fixed_per_month:.2f}/mo" if row.fixed_per_month else ""
+        out.append(
+            f"| {row.name} | ${row.per_message * 1000:.4f}{fixed} | "
+            + " | ".join(f"${row.monthly(v):,.2f}" for v in volumes)
+            + " |"
+        )
+    for group in ("AWS", "Model", "Observability"):
+        members = [r for r in rows if r.group == group]
+        per = sum(r.per_message for r in members) * 1000
+        fixed = sum(r.fixed_per_month for r in members)
+        fixed_text = f" + ${fixed:.2f}/mo" if fixed else ""
+        out.append(
+            f"| **subtotal {group}** | **${per:.4f}{fixed_text}** | "
+            + " | ".join(f"**${sum(r.monthly(v) for r in members):,.2f}**" for v in volumes)
+            + " |"
+        )
+    per = sum(r.per_message for r in rows) * 1000
+    fixed = sum(r.fixed_per_month for r in rows)
+    out.append(
+        f"| **total** | **${per:.4f} + ${fixed:.2f}/mo** | "
+        + " | ".join(f"**${sum(r.monthly(v) for r in rows):,.2f}**" for v in volumes)
+        + " |"
+    )
+    return out

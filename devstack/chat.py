@@ -1,0 +1,215 @@
+"""`make chat`: talk to the agent as a person, through the whole local pipeline.
+
+    python -m devstack.chat [--phone +447700900123] [--level quiet|normal|verbose]
+
+Type a message and the agent answers, as on WhatsApp. Commands:
+
+    /phone +447700900123   write as another person (E.164)
+    /memory                what is stored about the current person
+    /days N                let N days pass (later messages are dated N days later)
+    /replace +14155550199  whasp replaces the business number (number.replaced)
+    /optout                whasp opts the chat out (as after STOP); writing again lifts it
+    /forget                the operator erases the person (memagent.lifecycle.forget)
+    /help                  this list
+    /quit                  stop the stack and leave (also Ctrl-D)
+
+The person can also use the agent's own keywords: "what do you remember about me", "forget me".
+Input can be piped: `printf 'Hi!\\n/memory\\n' | python -m devstack.chat`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from datetime import timedelta
+from typing import TextIO
+
+from devstack.console import Console
+from devstack.stack import LOG_PATH, LocalStack
+
+E164 = re.compile(r"^\+[1-9]\d{6,14}$")
+DEFAULT_PHONE = "+447700900123"
+REPLY_TIMEOUT_SECONDS = 180.0
+COMMANDS = __doc__.split("Commands:\n\n", 1)[1].split("\n\n", 1)[0]
+
+
+class Chat:
+    def __init__(self, stack: LocalStack, console: Console, phone: str):
+        self.stack = stack
+        self.console = console
+        self.phone = phone
+
+    # ------------------------------------------------------------------ input
+
+    def run(self, lines: TextIO, *, interactive: bool) -> None:
+        while True:
+            if interactive:
+                try:
+                    line = input(self.console.style(f"{self.phone}> ", "cyan", "bold"))
+                except EOFError:
+                    self.console.print()
+                    return
+            else:
+                line = lines.readline()
+                if not line:
+                    return
+                line = line.rstrip("\n")
+                self.console.print(self.console.style(f"{self.phone}> ", "cyan", "bold") + line)
+            line = line.strip()
+            if not line:
+                continue
+            if line.startswith("/"):
+                if not self.command(line):
+                    return
+            else:
+                self.write(line)
+
+    def command(self, line: str) -> bool:
+        """Run one /command; False to leave."""
+        name, _, argument = line.partition(" ")
+        argument = argument.strip()
+        if name in ("/quit", "/exit", "/q"):
+            return False
+        handlers = {
+            "/help": lambda: self.console.print(COMMANDS),
+            "/phone": lambda: self.switch(argument),
+            "/memory": self.memory,
+            "/days": lambda: self.days(argument),
+            "/replace": lambda: self.replace(argument),
+            "/optout": self.opt_out,
+            "/forget": self.forget,
+        }
+        handler = handlers.get(name)
+        if handler is None:
+            self.console.note(f"unknown command {name}; /help lists them", style="red")
+        else:
+            handler()
+        return True
+
+    # ------------------------------------------------------------------ actions
+
+    def write(self, text: str) -> None:
+        before = len(self.stack.replies_to(self.phone))
+        self.stack.send_message(self.phone, text)
+        # Idle, not just "one reply": compaction then finishes before the next prompt.
+        if not self.stack.wait_idle(timeout=REPLY_TIMEOUT_SECONDS):
+            self.console.note("still working after 3 minutes; see the detailed log", style="red")
+        replies = self.stack.replies_to(self.phone)[before:]
+        for reply in replies:
+            sender = (
+                "" if reply["from"] == self.stack.business_number else f" (from {reply['from']})"
+            )
+            self.console.say(f"{self.stack.agent_id}{sender}", reply["text"], style="green")
+        if not replies:
+            view = self.stack.view(self.phone)
+            why = "the chat is opted out" if view.opted_out else "see the detailed log"
+            self.console.note(f"(no reply sent: {why})")
+
+    def switch(self, phone: str) -> None:
+        if not E164.match(phone):
+            self.console.note("a phone number in E.164, e.g. /phone +447700900123", style="red")
+            return
+        self.phone = phone
+        self.console.note(f"you are now {phone}")
+
+    def memory(self) -> None:
+        view = self.stack.view(self.phone)
+        rows = [
+            ("person key", view.pk),
+            ("turns stored (last_seq)", view.last_seq),
+            ("summary marker", view.marker),
+            ("pending after the marker", view.pending),
+            ("raw turns held", len(view.turns)),
+            ("compaction due", view.compaction_due),
+            ("opted out", view.opted_out),
+            ("last whasp number", view.last_number or "-"),
+        ]
+        if view.erased_at:
+            rows.append(("erased at", view.erased_at))
+        for label, value in rows:
+            self.console.print(f"    {label:<26} {value}")
+        self.console.print(self.console.style("    summary", "bold"))
+        self.console.note(view.summary or "(none yet)", style="italic")
+        self.console.print(self.console.style(f"    facts ({len(view.facts)})", "bold"))
+        for fact in view.facts or ["(none yet)"]:
+            self.console.note(f"- {fact}", style="italic")
+
+    def days(self, argument: str) -> None:
+        try:
+            days = float(argument)
+        except ValueError:
+            self.console.note("how many days? e.g. /days 21", style="red")
+            return
+        self.stack.clock_offset += timedelta(days=days)
+        now = f"{self.stack.now():%Y-%m-%d %H:%M}"
+        self.console.note(f"{days:g} day(s) pass: your messages are now dated {now} UTC")
+
+    def replace(self, number: str) -> None:
+        if not E164.match(number):
+            self.console.note(
+                "the new business number in E.164, e.g. /replace +14155550199", style="red"
+            )
+            return
+        old = self.stack.business_number
+        self.stack.replace_number(number)
+        self.stack.wait_idle(timeout=60)
+        self.console.note(
+            f"number.replaced: {old} -> {number}; your next message arrives through it"
+        )
+
+    def opt_out(self) -> None:
+        self.stack.opt_out(self.phone)
+        self.stack.wait_idle(timeout=60)
+        self.console.note(
+            f"chat.opted_out sent; opted out: {self.stack.view(self.phone).opted_out}. "
+            "Writing again lifts it."
+        )
+
+    def forget(self) -> None:
+        from memagent.lifecycle import forget
+
+        self.stack.wait_idle(timeout=60)
+        receipt = forget(self.stack.store(), self.stack.agent_id, self.phone)
+        left = self.stack.view(self.phone).items
+        self.console.note(
+            f"forgotten: {receipt.removed} item(s) removed; left: "
+            + ", ".join(f"{item['sk']} {sorted(item)}" for item in left)
+        )
+
+
+def main(argv: list[str] | None = None, *, stdin: TextIO | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make chat", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--phone", default=DEFAULT_PHONE, help="who you are (E.164)")
+    parser.add_argument("--level", choices=["quiet", "normal", "verbose"], default="normal")
+    parser.add_argument("--log", default=str(LOG_PATH), help="detailed log (default %(default)s)")
+    args = parser.parse_args(argv)
+    if not E164.match(args.phone):
+        parser.error("--phone must be E.164, e.g. +447700900123")
+
+    stdin = stdin or sys.stdin
+    console = Console(level=args.level)
+    with LocalStack(console=console, log_path=args.log) as stack:
+        console.print()
+        if stack.model.offline:
+            console.banner(
+                [
+                    "MODEL: OFFLINE STAND-IN. This is NOT AI: it echoes what reached it.",
+                    "Set OPENAI_API_KEY, or OPENAI_BASE_URL (Ollama, vLLM, LM Studio).",
+                ]
+            )
+        else:
+            console.banner([f"MODEL: {stack.model.label}"], style="bold")
+        console.note(f"whasp webhook: {stack.webhook_url} (secret: the documented test secret)")
+        console.note(f"you are {args.phone}; type a message, or /help")
+        interactive = stdin is sys.stdin and sys.stdin.isatty()
+        try:
+            Chat(stack, console, args.phone).run(stdin, interactive=interactive)
+        except KeyboardInterrupt:
+            console.print()
+        console.note("stopping the local stack")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

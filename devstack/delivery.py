@@ -1,0 +1,463 @@
+"""Event source mappings on moto: what Lambda does between a queue or a stream and a function.
+
+moto stores messages and stream records but invokes nothing. These loops do what Lambda's event
+source mappings do, with the settings the template gives them:
+
+`QueueDelivery` (SQS FIFO -> consumer)
+    One poller receives batches of up to BatchSize with every attribute, shapes each message as a
+    Lambda SQS record and hands the batch to a free execution environment. Records the function
+    reports as failed (`batchItemFailures`, or every record when it raises) stay on the queue and
+    come back after `retry_delay` seconds (the template's 360 s visibility timeout, shortened for
+    local runs); the others are deleted. moto's FIFO queue withholds a message group while one of
+    its messages is in flight and moves a message to the dead-letter queue once it has been
+    received maxReceiveCount times, as SQS does; the poller is the only receiver (moto's receive is
+    not atomic across concurrent calls) and counts any group handed out twice at once in
+    `group_conflicts`, which must stay 0.
+
+`StreamDelivery` (DynamoDB stream -> compactor)
+    Reads the stream from LATEST, keeps the records that pass the template's FilterCriteria
+    (devstack.streams.StreamTap, moto's event-pattern matcher), invokes in batches of up to
+    BatchSize, one batch at a time, in order. A failed batch is retried from the first failed
+    record, up to MaximumRetryAttempts, then described on the OnFailure queue in Lambda's format
+    and skipped. Not emulated: BisectBatchOnFunctionError, MaximumRecordAgeInSeconds,
+    ParallelizationFactor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from devstack.aws import REGION
+from devstack.runtime import Outcome
+
+Report = Callable[..., None]  # report(kind, message, **details)
+
+_QUEUE_COUNTERS = (
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "ApproximateNumberOfMessagesDelayed",
+)
+
+
+def _quiet(kind: str, message: str, **details: Any) -> None:
+    pass
+
+
+def sqs_record(message: dict[str, Any], queue_arn: str) -> dict[str, Any]:
+    """A received SQS message in the shape Lambda's event source mapping delivers it."""
+    attributes = {
+        name: message.get("Attributes", {})[name]
+        for name in (
+            "ApproximateReceiveCount",
+            "SentTimestamp",
+            "SequenceNumber",
+            "MessageGroupId",
+            "SenderId",
+            "MessageDeduplicationId",
+            "ApproximateFirstReceiveTimestamp",
+        )
+        if name in message.get("Attributes", {})
+    }
+    record = {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": attributes,
+        "messageAttributes": {
+            name: {
+                "stringValue": value.get("StringValue"),
+                "binaryValue": value.get("BinaryValue"),
+                "stringListValues": value.get("StringListValues", []),
+                "binaryListValues": value.get("BinaryListValues", []),
+                "dataType": value["DataType"],
+            }
+            for name, value in (message.get("MessageAttributes") or {}).items()
+        },
+        "md5OfBody": message.get("MD5OfBody") or hashlib.md5(message["Body"].encode()).hexdigest(),  # noqa: S324 (SQS's checksum)
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": REGION,
+    }
+    if message.get("MD5OfMessageAttributes"):
+        record["md5OfMessageAttributes"] = message["MD5OfMessageAttributes"]
+    return record
+
+
+def failed_ids(outcome: Outcome, ids: list[str]) -> set[str]:
+    """The records to retry: those reported in batchItemFailures, or all after a function error
+    or a response Lambda cannot read."""
+    if not outcome.ok:
+        return set(ids)
+    result = outcome.result
+    if result is None:
+        return set()
+    if not isinstance(result, dict):
+        return set(ids)
+    failures = result.get("batchItemFailures") or []
+    reported = [f.get("itemIdentifier") for f in failures if isinstance(f, dict)]
+    known = {r for r in reported if isinstance(r, str) and r in ids}
+    if len(known) != len(set(reported)):
+        return set(ids)  # an unknown or empty identifier fails the whole batch, as in Lambda
+    return known
+
+
+@dataclass
+class DeliveryStats:
+    batches: int = 0
+    records: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    errors: int = 0  # invocations that raised or timed out
+    group_conflicts: int = 0
+    sent_to_failure_queue: int = 0
+    durations_ms: list[float] = field(default_factory=list)
+
+
+class QueueDelivery:
+    def __init__(
+        self,
+        *,
+        sqs: Any,
+        queue_url: str,
+        queue_arn: str,
+        invoke: Callable[[dict[str, Any]], Outcome],
+        batch_size: int,
+        concurrency: int,
+        retry_delay: int = 1,
+        report: Report = _quiet,
+        label: str = "consumer",
+    ):
+        self._sqs = sqs
+        self.queue_url = queue_url
+        self.queue_arn = queue_arn
+        self._invoke = invoke
+        self.batch_size = batch_size
+        self.concurrency = max(1, concurrency)
+        self.retry_delay = retry_delay
+        self._report = report
+        self.label = label
+        self.stats = DeliveryStats()
+        self._slots = threading.Semaphore(self.concurrency)
+        self._lock = threading.Lock()
+        self._in_flight_groups: dict[str, int] = {}
+        self._in_flight = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    def start(self) -> None:
+        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"{self.label}-batch")
+        self._thread = threading.Thread(target=self._poll, name=f"{self.label}-poller", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+        if self._pool:
+            self._pool.shutdown(wait=True, cancel_futures=False)
+
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return self._in_flight
+
+    def queue_counts(self) -> dict[str, int]:
+        attributes = self._sqs.get_queue_attributes(
+            QueueUrl=self.queue_url, AttributeNames=list(_QUEUE_COUNTERS)
+        )["Attributes"]
+        return {name: int(attributes.get(name, 0)) for name in _QUEUE_COUNTERS}
+
+    def idle(self) -> bool:
+        return self.in_flight == 0 and not any(self.queue_counts().values())
+
+    def _poll(self) -> None:
+        pause = 0.02
+        while not self._stop.is_set():
+            if not self._slots.acquire(timeout=0.2):
+                continue
+            try:
+                # A short poll: moto's long poll spins while every visible message belongs to a
+                # group in flight, which is the usual state of a busy FIFO queue.
+                messages = self._sqs.receive_message(
+                    QueueUrl=self.queue_url,
+                    MaxNumberOfMessages=self.batch_size,
+                    WaitTimeSeconds=0,
+                    AttributeNames=["All"],
+                    MessageSystemAttributeNames=["All"],
+                    MessageAttributeNames=["All"],
+                ).get("Messages", [])
+            except Exception as error:  # moto stopping, or a transient error: try again
+                self._slots.release()
+                if not self._stop.is_set():
+                    self._report("error", f"receive failed: {type(error).__name__}", level="warn")
+                self._stop.wait(0.5)
+                continue
+            if not messages:
+                self._slots.release()
+                self._stop.wait(pause)
+                pause = min(pause * 2, 0.2)
+                continue
+            pause = 0.02
+            messages = self._claim(messages)
+            if not messages:
+                self._slots.release()
+                continue
+            assert self._pool is not None
+            self._pool.submit(self._deliver, messages)
+
+    def _claim(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Mark the batch's groups in flight; give back any message whose group already is."""
+        groups = {m["Attributes"].get("MessageGroupId") for m in messages}
+        with self._lock:
+            taken = {g for g in groups if g in self._in_flight_groups}
+            for group in groups - taken:
+                self._in_flight_groups[group] = 1
+            keep = [m for m in messages if m["Attributes"].get("MessageGroupId") not in taken]
+            self._in_flight += 1 if keep else 0
+        if taken:
+            conflicting = [m for m in messages if m["Attributes"].get("MessageGroupId") in taken]
+            self.stats.group_conflicts += len(conflicting)
+            self._report(
+                "error", f"{len(conflicting)} message(s) of a group in flight", level="warn"
+            )
+            self._release(conflicting)
+        return keep
+
+    def _deliver(self, messages: list[dict[str, Any]]) -> None:
+        groups = {m["Attributes"].get("MessageGroupId") for m in messages}
+        try:
+            records = [sqs_record(m, self.queue_arn) for m in messages]
+            ids = [r["messageId"] for r in records]
+            outcome = self._invoke({"Records": records})
+            failed = failed_ids(outcome, ids)
+            done = [m for m in messages if m["MessageId"] not in failed]
+            retry = [m for m in messages if m["MessageId"] in failed]
+            # Our claim on the groups ends before the queue's: once a message is deleted, the
+            # poller may rightly receive the group's next one.
+            self._unclaim(groups)
+            self._delete(done)
+            self._release(retry)
+            with self._lock:
+                self.stats.batches += 1
+                self.stats.records += len(messages)
+                self.stats.succeeded += len(done)
+                self.stats.retried += len(retry)
+                self.stats.errors += 0 if outcome.ok else 1
+                self.stats.durations_ms.append(outcome.duration_ms)
+            self._report(
+                "batch",
+                f"{len(messages)} record(s), {len(groups)} group(s): "
+                f"{len(done)} done" + (f", {len(retry)} to retry" if retry else ""),
+                outcome=outcome,
+                level="warn" if retry else "info",
+            )
+            if not outcome.ok:
+                self._report(
+                    "error",
+                    f"{outcome.error_type}: {outcome.error_message}",
+                    outcome=outcome,
+                    level="warn",
+                )
+        except Exception as error:  # never lose the poller's slot to a bug here
+            self._report("error", f"delivery failed: {error!r}", level="warn")
+        finally:
+            self._unclaim(groups)
+            with self._lock:
+                self._in_flight -= 1
+            self._slots.release()
+
+    def _unclaim(self, groups: set[Any]) -> None:
+        with self._lock:
+            for group in groups:
+                self._in_flight_groups.pop(group, None)
+
+    def _delete(self, messages: list[dict[str, Any]]) -> None:
+        for start in range(0, len(messages), 10):
+            chunk = messages[start : start + 10]
+            self._sqs.delete_message_batch(
+                QueueUrl=self.queue_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)
+                ],
+            )
+
+    def _release(self, messages: list[dict[str, Any]]) -> None:
+        """Make messages visible again after `retry_delay` seconds (instead of the full
+        visibility timeout), so a local retry comes quickly."""
+        for start in range(0, len(messages), 10):
+            chunk = messages[start : start + 10]
+            self._sqs.change_message_visibility_batch(
+                QueueUrl=self.queue_url,
+                Entries=[
+                    {
+                        "Id": str(i),
+                        "ReceiptHandle": m["ReceiptHandle"],
+                        "VisibilityTimeout": self.retry_delay,
+                    }
+                    for i, m in enumerate(chunk)
+                ],
+            )
+
+
+class StreamDelivery:
+    def __init__(
+        self,
+        *,
+        tap: Any,  # devstack.streams.StreamTap
+        invoke: Callable[[dict[str, Any]], Outcome],
+        batch_size: int,
+        max_retries: int,
+        sqs: Any,
+        failure_queue_url: str | None,
+        function_arn: str,
+        poll_interval: float = 0.2,
+        report: Report = _quiet,
+        label: str = "compactor",
+    ):
+        self._tap = tap
+        self._invoke = invoke
+        self.batch_size = batch_size
+        self.max_retries = max_retries
+        self._sqs = sqs
+        self.failure_queue_url = failure_queue_url
+        self.function_arn = function_arn
+        self.poll_interval = poll_interval
+        self._report = report
+        self.label = label
+        self.stats = DeliveryStats()
+        self._lock = threading.Lock()
+        self._cycles = 0
+        self._busy = False
+        self._cycle_done = threading.Condition(self._lock)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._tap.skip_to_end()  # StartingPosition: LATEST
+        self._thread = threading.Thread(target=self._run, name=f"{self.label}-stream", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=30)
+
+    @property
+    def cycles(self) -> int:
+        with self._lock:
+            return self._cycles
+
+    def wait_cycles(self, count: int, timeout: float) -> bool:
+        """Wait until `count` more full read-and-deliver cycles have completed."""
+        with self._cycle_done:
+            target = self._cycles + count
+            return self._cycle_done.wait_for(lambda: self._cycles >= target, timeout=timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                records = self._tap.matching()
+            except Exception as error:  # moto stopping, or a transient error: try again
+                if not self._stop.is_set():
+                    self._report(
+                        "error", f"stream read failed: {type(error).__name__}", level="warn"
+                    )
+                records = []
+            for start in range(0, len(records), self.batch_size):
+                self._deliver(records[start : start + self.batch_size])
+            with self._cycle_done:
+                self._cycles += 1
+                self._cycle_done.notify_all()
+            if not records:
+                self._stop.wait(self.poll_interval)
+
+    def _deliver(self, batch: list[dict[str, Any]]) -> None:
+        pending = batch
+        attempts = 0
+        while pending and not self._stop.is_set():
+            attempts += 1
+            outcome = self._invoke({"Records": pending})
+            sequence = [r["dynamodb"]["SequenceNumber"] for r in pending]
+            failed = failed_ids(outcome, sequence)
+            with self._lock:
+                self.stats.batches += 1
+                self.stats.records += len(pending)
+                self.stats.errors += 0 if outcome.ok else 1
+                self.stats.durations_ms.append(outcome.duration_ms)
+            self._report(
+                "stream",
+                f"{len(pending)} record(s): "
+                + ("done" if not failed else f"{len(failed)} failed (attempt {attempts})"),
+                outcome=outcome,
+                records=pending,
+                level="warn" if failed else "info",
+            )
+            if not failed:
+                with self._lock:
+                    self.stats.succeeded += len(pending)
+                return
+            # Lambda resumes from the lowest failed sequence number: that record and all after.
+            first = min(sequence.index(s) for s in failed)
+            with self._lock:
+                self.stats.succeeded += first
+            pending = pending[first:]
+            if 0 <= self.max_retries < attempts:  # -1: retry until it works, as Lambda does
+                self._send_to_failure_queue(pending, outcome, attempts)
+                return
+            with self._lock:
+                self.stats.retried += len(pending)
+            self._stop.wait(min(0.2 * attempts, 1.0))
+
+    def _send_to_failure_queue(
+        self, records: list[dict[str, Any]], outcome: Outcome, attempts: int
+    ):
+        """Describe the batch on the OnFailure destination, as Lambda does (no record data)."""
+        with self._lock:
+            self.stats.sent_to_failure_queue += len(records)
+        self._report("error", f"{len(records)} record(s) sent to the failure queue", level="warn")
+        if not self.failure_queue_url:
+            return
+        created = [r["dynamodb"].get("ApproximateCreationDateTime", 0) for r in records]
+        body = {
+            "requestContext": {
+                "requestId": str(uuid.uuid4()),
+                "functionArn": self.function_arn,
+                "condition": "RetryAttemptsExhausted",
+                "approximateInvokeCount": attempts,
+            },
+            "responseContext": {
+                "statusCode": 200,
+                "executedVersion": "$LATEST",
+                "functionError": None if outcome.ok else "Unhandled",
+            },
+            "version": "1.0",
+            "timestamp": datetime.now(UTC).isoformat(),
+            "DDBStreamBatchInfo": {
+                "shardId": "shardId-local",
+                "startSequenceNumber": records[0]["dynamodb"]["SequenceNumber"],
+                "endSequenceNumber": records[-1]["dynamodb"]["SequenceNumber"],
+                "approximateArrivalOfFirstRecord": _iso_seconds(min(created)),
+                "approximateArrivalOfLastRecord": _iso_seconds(max(created)),
+                "batchSize": len(records),
+                "streamArn": records[0].get("eventSourceARN"),
+            },
+        }
+        with contextlib.suppress(Exception):
+            self._sqs.send_message(QueueUrl=self.failure_queue_url, MessageBody=json.dumps(body))
+
+
+def _iso_seconds(value: Any) -> str:
+    try:
+        return datetime.fromtimestamp(float(value), UTC).isoformat()
+    except (TypeError, ValueError):
+        return str(value)

@@ -1,0 +1,286 @@
+"""`make demo`: the whole pipeline on this machine, a scripted conversation, checked as it goes.
+
+    python -m devstack.demo [--level quiet|normal|verbose] [--log local/stack.log]
+
+No AWS account, no network and no API key needed: the local stack (devstack.stack) runs the real
+handlers behind moto, a local whasp and, unless OPENAI_BASE_URL or OPENAI_API_KEY is set, an
+offline stand-in for the model that is not AI and says so in every reply. The demo shows, as it
+happens: messages in and replies out; compaction firing once 40 turns are pending, with the
+summary and facts it produced; the person returning three weeks later; a replaced business
+number; an opt-out; and an operator's forget that leaves nothing of the person behind.
+
+Each expectation is checked; the exit status is 1 if any failed. Checks that depend on the
+wording of the reply are made only with the offline stand-in, whose replies are predictable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+
+from devstack.console import Console
+from devstack.stack import LOG_PATH, LocalStack
+
+MAYA = "+447700900123"
+NEW_NUMBER = "+14155550199"
+AGENT = "Coach"
+
+# Three weeks ago: twenty messages, so that the agent's twentieth reply makes 40 pending turns.
+FIRST_CONVERSATION = [
+    "Hi! My name is Maya.",
+    "I work as a nurse at St Mary's, mostly nights.",
+    "I have a dog called Biscuit.",
+    "I live in Leeds, near the park.",
+    "Biscuit chewed my running shoes again this morning.",
+    "Night shifts are exhausting this week.",
+    "Any tips for sleeping during the day?",
+    "Thanks, I'll try blackout curtains.",
+    "Big news: I'm starting a new job on Monday, at the children's hospital!",
+    "Day shifts at last, I can't wait.",
+    "I'm a bit nervous about the new team though.",
+    "My sister Jess says I'll be fine.",
+    "We're going for a walk with Biscuit on Sunday.",
+    "I still need to buy proper work shoes.",
+    "Do you think I should bring cake on my first day?",
+    "Good idea, lemon drizzle it is.",
+    "Packing my bag tonight.",
+    "Badge, lanyard, water bottle, snacks.",
+    "Going to bed early for once.",
+    "Night! Wish me luck.",
+]
+
+
+class Checks:
+    def __init__(self, console: Console):
+        self.console = console
+        self.failed: list[str] = []
+        self.passed = 0
+
+    def __call__(self, ok: bool, text: str) -> bool:
+        self.console.check(ok, text)
+        if ok:
+            self.passed += 1
+        else:
+            self.failed.append(text)
+        return ok
+
+
+class Demo:
+    def __init__(self, stack: LocalStack, console: Console, check: Checks):
+        self.stack = stack
+        self.console = console
+        self.check = check
+        self.offline = stack.model.offline
+
+    # ------------------------------------------------------------------ helpers
+
+    def talk(self, text: str, *, expect_reply: bool = True, at: Any = None) -> dict | None:
+        """Maya writes; print her message and, once it came, the agent's reply."""
+        before = len(self.stack.replies_to(MAYA))
+        self.console.say("Maya", text, style="cyan")
+        self.stack.send_message(MAYA, text, at=at)
+        if expect_reply:
+            if not self.stack.wait_for_replies(MAYA, before + 1, timeout=120):
+                self.check(False, "a reply arrived within 120 s")
+                return None
+        else:
+            self.stack.wait_idle(timeout=120)
+        replies = self.stack.replies_to(MAYA)[before:]
+        for reply in replies:
+            self.console.say(AGENT, reply["text"], style="green")
+        return replies[-1] if replies else None
+
+    def model_calls(self) -> list[dict[str, Any]]:
+        """What the offline stand-in received (the requests the real handlers made)."""
+        return self.stack.openai.calls() if self.stack.openai is not None else []
+
+    def _replies(self, since: int) -> list[dict[str, Any]]:
+        """The reply requests (not compaction's) the stand-in received after the first `since`."""
+        return [
+            call for call in self.model_calls()[since:] if "format" not in (call.get("text") or {})
+        ]
+
+    # ------------------------------------------------------------------ the story
+
+    def run(self) -> None:
+        self.first_conversation()
+        self.returning_after_weeks()
+        self.replaced_number()
+        self.opt_out()
+        self.forget()
+
+    def first_conversation(self) -> None:
+        self.console.heading("1. Maya chats with the agent (three weeks ago)")
+        self.console.note(
+            "Each message is signed like whasp signs it, POSTed to the local webhook, queued in "
+            "Maya's FIFO group, remembered by the consumer and answered once."
+        )
+        # The last of them exactly three weeks (and a few minutes) before "now".
+        start = self.stack.now() - timedelta(days=21, minutes=3 * len(FIRST_CONVERSATION))
+        for index, text in enumerate(FIRST_CONVERSATION):
+            self.talk(text, at=start + timedelta(minutes=3 * index))
+        replies = self.stack.replies_to(MAYA)
+        self.check(
+            len(replies) == len(FIRST_CONVERSATION),
+            f"{len(FIRST_CONVERSATION)} messages in, {len(replies)} replies out, one each",
+        )
+
+        self.console.heading("2. Compaction: 40 turns pending, the oldest folded away")
+        self.stack.wait_idle(timeout=120)
+        view = self.stack.view(MAYA)
+        self.console.note(
+            f"turns stored: {view.last_seq}; folded into the summary: 1-{view.marker}; "
+            f"still raw: {len(view.turns)}"
+        )
+        self.check(view.marker > 0, f"the compactor fired and moved the marker to {view.marker}")
+        self.check(
+            all(seq > view.marker for seq, _, _ in view.turns),
+            "the folded turns' raw text is deleted; the newest ones stay raw",
+        )
+        self.console.print(self.console.style("    Summary:", "bold"))
+        self.console.note(view.summary or "(none)", style="italic")
+        self.console.print(self.console.style("    Facts:", "bold"))
+        for fact in view.facts or ["(none)"]:
+            self.console.note(f"- {fact}", style="italic")
+        self.check(bool(view.summary), "a summary stands in for the folded turns")
+        if self.offline:
+            self.check(
+                any("Biscuit" in fact for fact in view.facts),
+                "the durable facts were extracted (e.g. the dog's name)",
+            )
+
+    def returning_after_weeks(self) -> None:
+        self.console.heading("3. Three weeks later, Maya writes again")
+        before = len(self.model_calls())
+        reply = self.talk("Hi again! First week at the new job is done.")
+        calls = self._replies(before)
+        if self.offline and calls:
+            instructions = calls[-1].get("instructions") or ""
+            line = next((x for x in instructions.splitlines() if "last wrote" in x), "")
+            self.console.note(f'the context told the model: "{line}"')
+            self.check("21 days" in line, "the days-since line reached the model")
+            self.check(
+                reply is not None and "21 days" in reply["text"],
+                "the (offline) reply picks the thread up with the gap",
+            )
+        self.talk("What do you remember about me?")
+        self.console.note("(the agent answers that from its notes, word for word, no model call)")
+
+    def replaced_number(self) -> None:
+        self.console.heading("4. WhatsApp bans the business number; whasp hands over a new one")
+        old = self.stack.business_number
+        pk_before = self.stack.view(MAYA).pk
+        self.stack.replace_number(NEW_NUMBER)
+        self.stack.wait_idle(timeout=60)
+        self.console.note(f"number.replaced: {old} -> {NEW_NUMBER}; memory is keyed by the person")
+        before = len(self.model_calls())
+        first = self.talk("Is this still you? The chat looks different.")
+        self.talk("Great. Talk tomorrow!")
+        view = self.stack.view(MAYA)
+        self.check(
+            first is not None and first["from"] == NEW_NUMBER,
+            "the reply comes from the new number, the one that carried her message",
+        )
+        self.check(view.pk == pk_before and bool(view.summary), "same person, same memory")
+        if self.offline:
+            from memagent.context import NEW_NUMBER_LINE
+
+            told = [NEW_NUMBER_LINE in (c.get("instructions") or "") for c in self._replies(before)]
+            self.check(told == [True, False], "the model is told about the new number once")
+
+    def opt_out(self) -> None:
+        self.console.heading("5. Maya writes STOP")
+        sent_before = len(self.stack.replies_to(MAYA))
+        self.talk("STOP", expect_reply=False)
+        view = self.stack.view(MAYA)
+        self.console.note("whasp unsubscribes the chat and sends chat.opted_out")
+        self.check(
+            len(self.stack.replies_to(MAYA)) == sent_before and view.opted_out,
+            "while opted out, nothing is sent (not even a reply to STOP)",
+        )
+        self.talk("Sorry, that was a mistake! Still here.")
+        self.check(
+            not self.stack.view(MAYA).opted_out
+            and len(self.stack.replies_to(MAYA)) == sent_before + 1,
+            "writing again lifts the opt-out, and the memory survived it",
+        )
+
+    def forget(self) -> None:
+        self.console.heading("6. Maya asks the operator to erase her (GDPR art. 17)")
+        try:
+            from memagent.lifecycle import forget
+        except ImportError:
+            self.console.note("memagent.lifecycle.forget is not available in this version: skipped")
+            return
+        self.stack.wait_idle(timeout=60)
+        receipt = forget(self.stack.store(), self.stack.agent_id, MAYA)
+        self.console.note(f"forget(): {receipt.removed} items removed at {receipt.at:%H:%M:%S}")
+        self.stack.wait_idle(timeout=60)
+        pk = self.stack.person_key(MAYA)
+        everything = self.stack.scan()
+        hers = [item for item in everything if item.get("pk") == pk]
+        for item in hers:
+            self.console.note(f"left: {dict(sorted(item.items()))}")
+        self.check(
+            len(hers) == 1 and set(hers[0]) == {"pk", "sk", "erased_at"},
+            "nothing of Maya remains but the content-free erasure mark",
+        )
+        words = [MAYA, "Biscuit", "Maya", "nurse", "Leeds"]
+        leftovers = [w for w in words if any(w in str(item) for item in everything)]
+        self.check(not leftovers, "no item of the table mentions her number, name or stories")
+        self.console.note(
+            "Copies outside the table (stream records for 24 h, backups, logs with ids only) "
+            "are listed in docs/privacy.md."
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--level", choices=["quiet", "normal", "verbose"], default="normal")
+    parser.add_argument("--log", default=str(LOG_PATH), help="detailed log (default %(default)s)")
+    args = parser.parse_args(argv)
+
+    console = Console(level=args.level)
+    checks = Checks(console)
+    began = time.monotonic()
+    console.heading("The local stack: the whole pipeline on this machine")
+    with LocalStack(console=console, log_path=args.log) as stack:
+        if stack.model.offline:
+            console.banner(
+                [
+                    "MODEL: OFFLINE STAND-IN. This is NOT AI.",
+                    "Replies are a scripted echo that shows what reached the model",
+                    "(days since, facts, summary). Set OPENAI_API_KEY, or OPENAI_BASE_URL",
+                    "for Ollama / vLLM / LM Studio, to talk to a real model.",
+                ]
+            )
+        else:
+            console.banner([f"MODEL: {stack.model.label}"], style="bold")
+        Demo(stack, console, checks).run()
+        stats = {name: (pool.invocations, pool.cold_starts) for name, pool in stack.pools.items()}
+    console.heading("Done")
+    for name, (invocations, cold) in stats.items():
+        if invocations:
+            console.note(f"{name}: {invocations} invocations, {cold} cold start(s)")
+    console.note(f"detailed log (the functions' JSON logs and metrics): {args.log}")
+    elapsed = time.monotonic() - began
+    if checks.failed:
+        console.print(
+            console.style(
+                f"  {len(checks.failed)} check(s) failed in {elapsed:.0f} s:", "red", "bold"
+            )
+        )
+        for text in checks.failed:
+            console.print(f"    - {text}")
+        return 1
+    console.print(
+        console.style(f"  all {checks.passed} checks passed in {elapsed:.0f} s", "green", "bold")
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,350 @@
+"""Fixes to moto 5.2 (DynamoDB, Streams, SQS) that the local stack needs: correct under
+concurrent clients, faithful to the AWS behaviour the design relies on, and fast enough.
+
+`apply()` applies them all, once per process (they patch moto's classes, so every moto server and
+`mock_aws()` of the process gets them). What they fix:
+
+Concurrency (`make_dynamodb_thread_safe`). moto's DynamoDB was written for one client at a time:
+- a cancelled TransactWriteItems (a condition failed: a duplicate event, a lost race) puts back a
+  deep copy of the whole table taken before the transaction started. Every write other clients
+  made meanwhile is lost, and as the copy holds the table's stream shard, so are their stream
+  records, while stream readers keep reading the discarded shard. The copy also costs time in
+  proportion to the table and its stream, and fails with "dictionary changed size during
+  iteration" when another request writes meanwhile;
+- reads iterate dicts that concurrent writes change in place.
+The fix serialises moto's DynamoDB and Streams operations on one lock and gives transactions
+DynamoDB's documented semantics: every condition is checked against the state before the
+transaction, nothing is written if one fails, and a failure while applying undoes only the
+transaction's own items and stream records.
+
+FIFO order (`make_sqs_faithful`). When two messages of a group come back together after a failed
+batch, moto delivers the second before the first; the fix keeps the group's order. It also makes
+moto's SQS clock a plain time.time() and stops a receive from computing every queue attribute
+(counts over all messages, each reading the clock through datetime) once per received message.
+
+Speed (`make_dynamodb_faster`). A Query on the table's key reads only the queried partition
+(moto sorts the whole table first), and item results and stream records are written as plain
+JSON, which is what moto's shape-driven serializer produces for them, at a fraction of the cost.
+"""
+
+from __future__ import annotations
+
+import calendar
+import copy
+import functools
+import json
+import threading
+import time
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+_LOCK = threading.RLock()
+_SQS_LOCK = threading.RLock()  # moto's receive is not atomic either
+_applied = False
+_fast_applied = False
+_sqs_applied = False
+# Operations whose results moto already holds in wire format (DynamoDB JSON): item operations
+# and the stream's records.
+_PLAIN_JSON_OPERATIONS = frozenset(
+    [
+        *(
+            ("dynamodb", name)
+            for name in (
+                "GetItem",
+                "PutItem",
+                "UpdateItem",
+                "DeleteItem",
+                "Query",
+                "Scan",
+                "BatchGetItem",
+                "BatchWriteItem",
+                "TransactGetItems",
+                "TransactWriteItems",
+            )
+        ),
+        ("dynamodbstreams", "GetRecords"),
+    ]
+)
+
+_DYNAMODB_OPERATIONS = (
+    "create_table",
+    "delete_table",
+    "update_table",
+    "describe_table",
+    "put_item",
+    "get_item",
+    "query",
+    "scan",
+    "update_item",
+    "delete_item",
+    "batch_get_item",
+    "batch_write_item",
+    "transact_get_items",
+    "execute_statement",
+    "execute_transaction",
+    "batch_execute_statement",
+    "update_time_to_live",
+)
+_STREAM_OPERATIONS = ("describe_stream", "get_shard_iterator", "get_records", "list_streams")
+
+
+def make_dynamodb_thread_safe() -> None:
+    global _applied
+    with _LOCK:
+        if _applied:
+            return
+        from moto.dynamodb.models import DynamoDBBackend
+        from moto.dynamodbstreams.models import DynamoDBStreamsBackend
+
+        for cls, names in (
+            (DynamoDBBackend, _DYNAMODB_OPERATIONS),
+            (DynamoDBStreamsBackend, _STREAM_OPERATIONS),
+        ):
+            for name in names:
+                if hasattr(cls, name):
+                    _patch(cls, name, _locked(getattr(cls, name)))
+        _patch(DynamoDBBackend, "transact_write_items", _locked(_transact_write_items))
+        _applied = True
+
+
+def make_dynamodb_faster() -> None:
+    global _fast_applied
+    with _LOCK:
+        if _fast_applied:
+            return
+        from moto.core.responses import ActionResult
+        from moto.dynamodb.models.table import Table
+        from moto.dynamodb.responses import DynamoResult
+
+        _patch(Table, "query", _partition_query(Table.query))
+        generic = ActionResult.execute_result
+        _patch(DynamoResult, "execute_result", _plain_json_result(generic))
+        _patch(ActionResult, "execute_result", _plain_json_result(generic))
+        _fast_applied = True
+
+
+def apply() -> None:
+    """Every fix above, once per process."""
+    make_dynamodb_thread_safe()
+    make_dynamodb_faster()
+    make_sqs_faithful()
+
+
+def make_sqs_faithful() -> None:
+    global _sqs_applied
+    with _LOCK:
+        if _sqs_applied:
+            return
+        from moto.sqs import models
+
+        original_time, original_millis = models.unix_time, models.unix_time_millis
+
+        def unix_time(dt: Any = None) -> float:
+            return time.time() if dt is None else original_time(dt)
+
+        def unix_time_millis(dt: Any = None) -> float:
+            return time.time() * 1000.0 if dt is None else original_millis(dt)
+
+        def is_message_valid_based_on_retention_period(
+            backend: Any, queue_name: str, message: Any
+        ) -> bool:
+            retention = int(backend.get_queue(queue_name).message_retention_period)
+            return retention + message.sent_timestamp / 1000 > time.time()
+
+        models.unix_time, models.unix_time_millis = unix_time, unix_time_millis
+        backend = models.SQSBackend
+        _patch(
+            backend,
+            "is_message_valid_based_on_retention_period",
+            is_message_valid_based_on_retention_period,
+        )
+        _patch(backend, "receive_message", _in_group_order(backend.receive_message))
+        _sqs_applied = True
+
+
+def _in_group_order(receive_message: Any) -> Any:
+    """moto frees a FIFO group from "in flight" only when its receive loop reaches each expired
+    message, so when two messages of a group come back together (both failed in one batch),
+    the first is skipped as "group in flight" and the second is delivered before it. SQS
+    delivers a group in order: forget every expired message's flight before the loop starts."""
+
+    @functools.wraps(receive_message)
+    def receive_in_order(backend: Any, queue_name: str, *args: Any, **kwargs: Any) -> Any:
+        with _SQS_LOCK:
+            queue = backend.get_queue(queue_name)
+            for message in [m for m in queue.pending_messages if m.visible]:
+                queue.pending_messages.discard(message)
+            return receive_message(backend, queue_name, *args, **kwargs)
+
+    return receive_in_order
+
+
+def _patch(owner: Any, name: str, value: Any) -> None:
+    setattr(owner, name, value)
+
+
+def _locked(method: Any) -> Any:
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with _LOCK:
+            return method(*args, **kwargs)
+
+    return call
+
+
+def _plain_json_result(generic: Any) -> Any:
+    """An item operation's result as plain JSON (moto's shape-driven serializer is most of the
+    cost of a Query); anything else, or anything json cannot encode (bytes, datetimes), goes
+    through moto's serializer as before."""
+
+    @functools.wraps(generic)
+    def execute_result(result: Any, context: Any) -> Any:
+        operation = (context.service_model.service_name, context.operation_model.name)
+        if operation in _PLAIN_JSON_OPERATIONS and isinstance(result.result, dict):
+            try:
+                body = json.dumps(result.result, separators=(",", ":"), default=_epoch_seconds)
+            except (TypeError, ValueError):
+                return generic(result, context)
+            return 200, {"Content-Type": "application/x-amz-json-1.0"}, body
+        return generic(result, context)
+
+    return execute_result
+
+
+def _epoch_seconds(value: Any) -> float:
+    """A naive-UTC datetime as JSON protocol timestamps travel: seconds since the epoch."""
+    if isinstance(value, datetime):
+        return calendar.timegm(value.utctimetuple()) + value.microsecond / 1e6
+    raise TypeError(type(value).__name__)
+
+
+def _partition_query(query: Any) -> Any:
+    """Table.query, shown only the queried partition when it reads the table's own key (moto
+    would otherwise sort the whole table first). Runs under the lock, so no writer sees the
+    narrowed view."""
+
+    @functools.wraps(query)
+    def partition_query(table: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+        index_name = args[6] if len(args) > 6 else kwargs.get("index_name")
+        if index_name is not None or hash_key is None:
+            return query(table, hash_key, *args, **kwargs)
+        with _LOCK:
+            everything = table.items
+            partition = everything.get(hash_key)
+            table.items = defaultdict(dict)
+            if partition is not None:
+                table.items[hash_key] = partition
+            try:
+                return query(table, hash_key, *args, **kwargs)
+            finally:
+                table.items = everything
+
+    return partition_query
+
+
+def _transact_write_items(backend: Any, transact_items: list[dict[str, Any]]) -> None:
+    from moto.dynamodb.comparisons import get_filter_expression
+    from moto.dynamodb.exceptions import (
+        ConditionalCheckFailed,
+        MockValidationException,
+        MultipleTransactionsException,
+        TooManyTransactionsException,
+        TransactionCanceledException,
+        TransactWriteSingleOpException,
+    )
+
+    if len(transact_items) > 100:
+        raise TooManyTransactionsException()
+
+    # 1. Check: every operation's condition against the state before the transaction.
+    operations: list[tuple[str, dict[str, Any], Any, dict[str, Any]]] = []
+    targets: set[tuple[str, str]] = set()
+    errors: list[tuple[Any, Any, Any]] = []
+    for entry in transact_items:
+        if len(entry) > 1:
+            raise TransactWriteSingleOpException
+        op_type, op = next(iter(entry.items()))
+        original = None
+        try:
+            if op_type not in {"ConditionCheck", "Put", "Delete", "Update"}:
+                raise ValueError("Unsupported transaction operation")
+            table = backend.get_table(op["TableName"])
+            if op_type == "Put":
+                key = {table.hash_key_attr: op["Item"][table.hash_key_attr]}
+                if table.range_key_attr is not None:
+                    key[table.range_key_attr] = op["Item"][table.range_key_attr]
+            else:
+                key = op["Key"]
+            target = (str(op["TableName"]), str(dict(sorted(key.items()))))
+            if target in targets:
+                raise MultipleTransactionsException()
+            targets.add(target)
+            current = backend.get_item(op["TableName"], key)
+            if op.get("ConditionExpression") is not None:
+                condition = get_filter_expression(
+                    op["ConditionExpression"],
+                    op.get("ExpressionAttributeNames"),
+                    op.get("ExpressionAttributeValues"),
+                )
+                if not condition.expr(current):
+                    if op.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD" and current:
+                        original = current.to_json()["Attributes"]
+                    raise ConditionalCheckFailed(item=original)
+            operations.append((op_type, op, table, key))
+            errors.append((None, None, None))
+        except (MultipleTransactionsException, MockValidationException):
+            raise
+        except ConditionalCheckFailed as error:
+            errors.append(("ConditionalCheckFailed", str(error.message), original))
+        except Exception as error:
+            errors.append((type(error).__name__, str(error), original))
+    if any(code is not None for code, _, _ in errors):
+        raise TransactionCanceledException(errors)
+
+    # 2. Apply, keeping what is needed to undo this transaction alone.
+    undo: list[tuple[Any, Any, Any, Any]] = []
+    stream_lengths = {
+        id(table): (table, len(table.stream_shard.items))
+        for _, _, table, _ in operations
+        if table.stream_shard is not None
+    }
+    try:
+        for op_type, op, table, key in operations:
+            if op_type == "ConditionCheck":
+                continue
+            hash_key, range_key = backend.get_keys_value(table, key)
+            undo.append(
+                (table, hash_key, range_key, copy.deepcopy(table.get_item(hash_key, range_key)))
+            )
+            arguments = {
+                "condition_expression": op.get("ConditionExpression"),
+                "expression_attribute_names": op.get("ExpressionAttributeNames"),
+                "expression_attribute_values": op.get("ExpressionAttributeValues"),
+            }
+            if op_type == "Put":
+                backend.put_item(op["TableName"], op["Item"], **arguments)
+            elif op_type == "Delete":
+                backend.delete_item(op["TableName"], key, **arguments)
+            else:
+                backend.update_item(
+                    op["TableName"], key, update_expression=op["UpdateExpression"], **arguments
+                )
+    except BaseException:
+        for table, hash_key, range_key, previous in reversed(undo):
+            _restore(table, hash_key, range_key, previous)
+        for table, length in stream_lengths.values():
+            del table.stream_shard.items[length:]
+        raise
+
+
+def _restore(table: Any, hash_key: Any, range_key: Any, previous: Any) -> None:
+    if range_key is not None:
+        if previous is None:
+            table.items[hash_key].pop(range_key, None)
+        else:
+            table.items[hash_key][range_key] = previous
+    elif previous is None:
+        table.items.pop(hash_key, None)
+    else:
+        table.items[hash_key] = previous

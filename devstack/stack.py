@@ -1,0 +1,974 @@
+"""The whole pipeline on one machine: the real handlers, unchanged, behind local stand-ins.
+
+    whasp (you) --signed POST--> LocalHttpApi --payload 2.0--> webhook  (execution environment)
+                                                                  | SendMessage
+    moto:  SQS FIFO  --QueueDelivery (batches, groups, retries, DLQ)--> consumer (environments)
+           DynamoDB  <------------------------------------------------------'  |  \\
+           stream --StreamDelivery (FilterCriteria, retries, OnFailure)--> compactor   \\
+    FakeWhasp <-- replies                          model <-- Responses API, store=false
+
+Everything is read from template.yaml: the table and queues (devstack.resources), each function's
+code, handler, timeout, memory and environment with its intrinsics resolved (devstack.cfn), the
+HTTP routes, the SQS batch size and concurrency, the stream's filter, batch size, retries and
+failure queue. Secrets are SecureStrings in moto's Parameter Store under the template's
+SecretsPrefix, read by the functions exactly as in AWS.
+
+    with LocalStack() as stack:
+        stack.send_message("+447700900123", "Hi! I start the new job on Monday")
+        stack.wait_idle()
+        stack.whasp.texts_to("+447700900123")
+
+The model: `OPENAI_BASE_URL` (any OpenAI-compatible server: Ollama, vLLM, LM Studio) with
+`OPENAI_API_KEY` or a dummy key; else `OPENAI_API_KEY` alone (OpenAI itself); else a local
+stand-in answering with devstack.fake_openai.offline_model, which is not AI and says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Self
+
+from devstack import cfn, moto_fixes
+from devstack.apigw import LocalHttpApi, Route
+from devstack.aws import REGION, MotoServer, aws_env
+from devstack.console import Console
+from devstack.delivery import QueueDelivery, StreamDelivery
+from devstack.resources import ROOT, LocalResources, create_all, load_template, stream_filters
+from devstack.runtime import FunctionPool, Outcome, base_environment
+
+# The documented TEST-ONLY webhook secret (scripts/sign_events.py, tests/conftest.py). Public on
+# purpose: the local endpoint accepts what the sample events and the docs sign with it.
+TEST_SECRET = "whsec_bWVtYWdlbnQtdGVzdC1vbmx5LXNlY3JldC1kby1ub3QtdXNl"  # noqa: S105
+BUSINESS_NUMBER = "+14155550100"
+LOG_PATH = ROOT / "local" / "stack.log"
+DUMMY_KEY = "sk-local-no-key-needed"
+STOP_WORDS = frozenset({"stop", "unsubscribe"})  # what whasp treats as an opt-out
+
+
+# --------------------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    kind: str  # "offline" | "openai" | "compatible"
+    model: str
+    base_url: str | None  # None: api.openai.com
+    api_key: str
+
+    @property
+    def offline(self) -> bool:
+        return self.kind == "offline"
+
+    @property
+    def label(self) -> str:
+        if self.kind == "offline":
+            return "OFFLINE STAND-IN, NOT AI: a scripted echo that shows the memory mechanics"
+        if self.kind == "openai":
+            return f"{self.model} on api.openai.com (your OPENAI_API_KEY; store=false)"
+        return f"{self.model} at {self.base_url} (OpenAI-compatible server)"
+
+
+def choose_model(
+    env: Mapping[str, str] | None = None,
+    model: str | None = None,
+    *,
+    template: dict[str, Any] | None = None,
+) -> ModelChoice:
+    """OPENAI_BASE_URL -> that server; else OPENAI_API_KEY -> OpenAI; else the offline stand-in.
+    The model is `model`, else OPENAI_MODEL, else the template's OpenAIModel default."""
+    env = os.environ if env is None else env
+    parameters = (template or load_template()).get("Parameters") or {}
+    default = str((parameters.get("OpenAIModel") or {}).get("Default", "gpt-6-luna"))
+    name = model or env.get("OPENAI_MODEL") or default
+    base_url, key = env.get("OPENAI_BASE_URL"), env.get("OPENAI_API_KEY")
+    if base_url:
+        return ModelChoice("compatible", name, base_url.rstrip("/"), key or DUMMY_KEY)
+    if key:
+        return ModelChoice("openai", name, None, key)
+    return ModelChoice("offline", name, None, DUMMY_KEY)
+
+
+# --------------------------------------------------------------------------- what we read back
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """The answer of the local webhook endpoint to one POST."""
+
+    event_id: str
+    status: int
+    body: Any
+
+
+@dataclass(frozen=True)
+class PersonView:
+    """A person's memory as stored, for display and checks."""
+
+    pk: str
+    last_seq: int = 0
+    marker: int = 0
+    summary: str | None = None
+    facts: list[str] = field(default_factory=list)
+    turns: list[tuple[int, str, str]] = field(default_factory=list)  # (seq, role, text)
+    ledger: int = 0
+    opted_out: bool = False
+    last_number: str | None = None
+    erased_at: str | None = None
+    compaction_due: bool = False
+    items: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def pending(self) -> int:
+        return self.last_seq - self.marker
+
+
+# --------------------------------------------------------------------------- the stack
+
+
+class LocalStack:
+    """See the module docstring. Options:
+
+    agent_id            the AgentId parameter (memory is keyed by agent and phone)
+    model               a model name (else OPENAI_MODEL, else the template's default)
+    env                 where to look for OPENAI_BASE_URL / OPENAI_API_KEY (default os.environ)
+    compact_threshold   COMPACT_THRESHOLD / COMPACT_KEEP for the functions (default: settings')
+    compact_keep
+    consumer_concurrency  environments of the consumer (different people in parallel)
+    webhook_concurrency   environments of the webhook
+    retry_delay         seconds before a failed SQS record comes back (AWS: the visibility timeout)
+    parameters          more template parameter overrides (SystemPrompt, OptOutPolicy ...)
+    extra_env           more environment variables for every function
+    template            a parsed template (default: template.yaml)
+    console / level     where progress goes: "quiet", "normal" or "verbose"
+    log_path            the detailed log (functions' Powertools JSON, the stack's own lines)
+    """
+
+    def __init__(
+        self,
+        *,
+        agent_id: str = "coach",
+        model: str | None = None,
+        env: Mapping[str, str] | None = None,
+        compact_threshold: int | None = None,
+        compact_keep: int | None = None,
+        consumer_concurrency: int = 3,
+        webhook_concurrency: int = 2,
+        retry_delay: int = 1,
+        parameters: Mapping[str, str] | None = None,
+        extra_env: Mapping[str, str] | None = None,
+        template: dict[str, Any] | None = None,
+        webhook_secret: str = TEST_SECRET,
+        business_number: str = BUSINESS_NUMBER,
+        console: Console | None = None,
+        level: str = "normal",
+        log_path: Path | str = LOG_PATH,
+    ):
+        self.agent_id = agent_id
+        self.template = template if template is not None else load_template()
+        self.model = choose_model(env, model, template=self.template)
+        self.compact_threshold = compact_threshold
+        self.compact_keep = compact_keep
+        self.consumer_concurrency = consumer_concurrency
+        self.webhook_concurrency = webhook_concurrency
+        self.retry_delay = retry_delay
+        self.parameters = dict(parameters or {})
+        self.extra_env = dict(extra_env or {})
+        self.webhook_secret = webhook_secret
+        self.business_number = business_number
+        self.console = console or Console(level=level)
+        self.log_path = Path(log_path)
+        self.prefix = f"local-{uuid.uuid4().hex[:6]}"
+        self.clock_offset = timedelta(0)  # events are dated now + offset ("let days pass")
+
+        self.moto: MotoServer | None = None
+        self.whasp: Any = None  # devstack.fake_whasp.FakeWhasp
+        self.openai: Any = None  # devstack.fake_openai.FakeOpenAI, when offline
+        self.resources: LocalResources | None = None
+        self.functions: dict[str, cfn.FunctionSpec] = {}
+        self.pools: dict[str, FunctionPool] = {}
+        self.apis: dict[str, LocalHttpApi] = {}
+        self.queue_delivery: QueueDelivery | None = None
+        self.stream_delivery: StreamDelivery | None = None
+        self.webhook_url = ""
+        self.buckets: dict[str, str] = {}  # logical id -> bucket name
+        self._cfn: cfn.Resolver | None = None
+        self._webhook_route: tuple[str, str] | None = None  # (HTTP API, path)
+        self._saved_env: dict[str, str | None] = {}
+        self._log: Any = None
+        self._log_lock = threading.Lock()
+        self._sent = threading.Condition()
+        self._reply_listeners: list[Callable[[dict[str, Any]], None]] = []
+        self._started = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> Self:
+        if self._started:
+            return self
+        self._started = True
+        began = time.monotonic()
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        self.console.event(
+            "stack", f"ready in {time.monotonic() - began:.1f} s; detailed log: {self._shown_log()}"
+        )
+        return self
+
+    def _start(self) -> None:
+        from devstack.fake_whasp import FakeWhasp
+
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.write_text("")  # a fresh log per run; everyone then appends (O_APPEND)
+        self._log = open(self.log_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        moto_fixes.apply()
+        self._route_memagent_logs()
+        self.moto = MotoServer().start()
+        self._use_aws_env(aws_env(self.moto.url))
+        self.resources = create_all(self.prefix, self.template)
+        self.console.event(
+            "stack",
+            f"moto at {self.moto.url}: table and {len(self.resources.queue_urls)} queues "
+            "created from template.yaml",
+        )
+        self.whasp = FakeWhasp(api_key=secrets.token_urlsafe(16), on_send=self._on_send).start()
+        base_url = self.model.base_url
+        if self.model.offline:
+            from devstack.fake_openai import FakeOpenAI
+
+            self.openai = FakeOpenAI().start()
+            base_url = f"{self.openai.url}/v1"
+        self.console.event("model", self.model.label)
+
+        resolver = self._cfn = self._resolver(base_url)
+        self._create_buckets(resolver)
+        self.functions = cfn.functions(self.template, resolver, ROOT)
+        # moto's Parameter Store takes seconds to initialise: overlap it with the cold starts
+        # (the functions read their secrets on first use, after both are done).
+        stored: list[BaseException | None] = [None]
+
+        def store() -> None:
+            try:
+                self._store_secrets()
+            except BaseException as error:
+                stored[0] = error
+
+        secrets_thread = threading.Thread(target=store, name="store-secrets")
+        secrets_thread.start()
+        try:
+            self._start_functions()
+        finally:
+            secrets_thread.join()
+        if stored[0] is not None:
+            raise stored[0]
+        self._start_apis()
+        self._start_deliveries(resolver)
+
+    def stop(self) -> None:
+        """Stop everything this stack started, newest first; safe to call twice."""
+        for api in self.apis.values():
+            api.stop()
+        for delivery in (self.queue_delivery, self.stream_delivery):
+            if delivery is not None:
+                delivery.stop()
+        threads = [threading.Thread(target=pool.stop) for pool in self.pools.values()]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for server in (self.whasp, self.openai):
+            if server is not None:
+                server.stop()
+        if self.moto is not None:
+            self._delete_resources()
+            self.moto.stop()
+            self.moto = None
+        self._restore_env()
+        self._unroute_memagent_logs()
+        self.apis, self.pools = {}, {}
+        self.queue_delivery = self.stream_delivery = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ wiring
+
+    def _route_memagent_logs(self) -> None:
+        """Operator actions run here (e.g. lifecycle.forget from the demo or the chat) log through
+        memagent's Powertools logger: into the detailed log, like the functions' lines."""
+        from memagent.observability import logger
+
+        handler = logger.registered_handler
+        if hasattr(handler, "setStream"):
+            self._memagent_stream = handler.setStream(self._log)
+
+    def _unroute_memagent_logs(self) -> None:
+        stream = getattr(self, "_memagent_stream", None)
+        if stream is not None:
+            from memagent.observability import logger
+
+            logger.registered_handler.setStream(stream)
+            self._memagent_stream = None
+
+    def _use_aws_env(self, values: dict[str, str]) -> None:
+        for key in [*values, "AWS_PROFILE"]:
+            self._saved_env.setdefault(key, os.environ.get(key))
+        os.environ.pop("AWS_PROFILE", None)
+        os.environ.update(values)
+
+    def _restore_env(self) -> None:
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env = {}
+
+    def _resolver(self, base_url: str | None) -> cfn.Resolver:
+        assert self.resources is not None
+        resources = self.template.get("Resources") or {}
+        refs: dict[str, str] = {}
+        attributes: dict[tuple[str, str], str] = {}
+        for logical_id, url in self.resources.queue_urls.items():
+            refs[logical_id] = url
+            attributes[(logical_id, "Arn")] = self.resources.queue_arns[logical_id]
+            attributes[(logical_id, "QueueName")] = url.rsplit("/", 1)[-1]
+            attributes[(logical_id, "QueueUrl")] = url
+        for logical_id, resource in resources.items():
+            kind = resource.get("Type")
+            if kind == "AWS::DynamoDB::Table":
+                refs[logical_id] = self.resources.table_name
+                arn = (
+                    f"arn:aws:dynamodb:{REGION}:{cfn.ACCOUNT_ID}:table/{self.resources.table_name}"
+                )
+                attributes[(logical_id, "Arn")] = arn
+                attributes[(logical_id, "StreamArn")] = self.resources.stream_arn or ""
+            elif kind == cfn.FUNCTION:
+                name = self.function_name(logical_id)
+                refs[logical_id] = name
+                attributes[(logical_id, "Arn")] = self.function_arn(logical_id)
+            elif kind == "AWS::Serverless::HttpApi":
+                refs[logical_id] = logical_id.lower()[:10]
+            elif kind == "AWS::Serverless::LayerVersion":
+                refs[logical_id] = f"arn:aws:lambda:{REGION}:{cfn.ACCOUNT_ID}:layer:{logical_id}:1"
+        overrides = {
+            "AgentId": self.agent_id,
+            "OpenAIModel": self.model.model,
+            "OpenAIBaseUrl": base_url or "",
+            "WhaspApiUrl": self.whasp.url,
+            **self.parameters,
+        }
+        declared = self.template.get("Parameters") or {}
+        overrides = {k: v for k, v in overrides.items() if k in declared}
+        return cfn.Resolver(
+            self.template, cfn.parameter_values(self.template, overrides), refs, attributes
+        )
+
+    def _create_buckets(self, resolver: cfn.Resolver) -> None:
+        """Create the template's S3 buckets whose Condition holds (e.g. the transcript archive,
+        when `parameters={"ArchiveBucket": "..."}`), named as the template names them."""
+        import boto3
+
+        for logical_id, resource in (self.template.get("Resources") or {}).items():
+            if resource.get("Type") != "AWS::S3::Bucket":
+                continue
+            if "Condition" in resource and not resolver.condition(resource["Condition"]):
+                continue
+            props = resource.get("Properties") or {}
+            name = resolver.resolve(props["BucketName"]) if "BucketName" in props else None
+            name = str(name or f"{self.prefix}-{logical_id}".lower())
+            boto3.client("s3").create_bucket(Bucket=name)
+            resolver.refs[logical_id] = name
+            resolver.attributes[(logical_id, "Arn")] = f"arn:aws:s3:::{name}"
+            self.buckets[logical_id] = name
+
+    def function_name(self, logical_id: str) -> str:
+        return f"{self.prefix}-{logical_id}"
+
+    def function_arn(self, logical_id: str) -> str:
+        return f"arn:aws:lambda:{REGION}:{cfn.ACCOUNT_ID}:function:{self.function_name(logical_id)}"
+
+    def _secret_values(self) -> dict[str, str]:
+        return {
+            "WEBHOOK_SECRET": self.webhook_secret,
+            "WHASP_API_KEY": self.whasp.api_key,
+            "OPENAI_API_KEY": self.model.api_key,
+        }
+
+    def _store_secrets(self) -> None:
+        """Put each secret a function reads from SSM (`<NAME>_PARAM`) into moto's Parameter
+        Store as a SecureString, so the functions read them as they do in AWS."""
+        import boto3
+
+        ssm = boto3.client("ssm")
+        values = self._secret_values()
+        for spec in self.functions.values():
+            for name, parameter in spec.environment.items():
+                if not name.endswith("_PARAM") or not parameter:
+                    continue
+                secret = name.removesuffix("_PARAM")
+                if secret not in values:
+                    raise cfn.TemplateError(
+                        f"{spec.logical_id} reads {secret} from {parameter}; "
+                        "the local stack has no value for it"
+                    )
+                ssm.put_parameter(
+                    Name=parameter, Value=values[secret], Type="SecureString", Overwrite=True
+                )
+
+    def _function_env(self, spec: cfn.FunctionSpec) -> dict[str, str]:
+        assert self.moto is not None
+        env = {
+            **base_environment(),
+            **aws_env(self.moto.url),
+            "AWS_REGION": REGION,
+            "AWS_LAMBDA_FUNCTION_NAME": self.function_name(spec.logical_id),
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory),
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+            "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{self.function_name(spec.logical_id)}",
+            "LAMBDA_TASK_ROOT": str(spec.code.parent),
+            "_HANDLER": f"{spec.code.stem}.{spec.handler}",
+            **spec.environment,
+            # No X-Ray daemon here: Tracer off (the template's `Tracing: Active` is AWS-only).
+            "POWERTOOLS_TRACE_DISABLED": "true",
+        }
+        if self.compact_threshold is not None:
+            env["COMPACT_THRESHOLD"] = str(self.compact_threshold)
+        if self.compact_keep is not None:
+            env["COMPACT_KEEP"] = str(self.compact_keep)
+        env.update(self.extra_env)
+        return env
+
+    def _role(self, spec: cfn.FunctionSpec) -> str:
+        kinds = {event.get("Type") for event in spec.events.values()}
+        if "SQS" in kinds:
+            return "consumer"
+        if "DynamoDB" in kinds:
+            return "compactor"
+        if "HttpApi" in kinds:
+            return "webhook" if "QUEUE_URL" in spec.environment else "admin"
+        return "other"
+
+    def _start_functions(self) -> None:
+        sizes = {
+            "consumer": self.consumer_concurrency,
+            "compactor": 1,
+            "webhook": self.webhook_concurrency,
+        }
+        warm = {"consumer": 1, "compactor": 1, "webhook": 1}
+        for logical_id, spec in self.functions.items():
+            role = self._role(spec)
+            size = sizes.get(role, 1)
+            if role == "consumer":
+                scaling = spec.event_of_type("SQS").get("ScalingConfig") or {}
+                limit = scaling.get("MaximumConcurrency")
+                if limit is not None and self._cfn is not None:
+                    size = min(size, int(self._cfn.resolve(limit)))
+            self.pools[logical_id] = FunctionPool(
+                spec,
+                function_name=self.function_name(logical_id),
+                env=self._function_env(spec),
+                log_path=self.log_path,
+                size=size,
+                warm=warm.get(role, 0),
+            )
+        self.console.event(
+            "stack",
+            "execution environments: "
+            + ", ".join(
+                f"{self._role(spec)} (up to {self.pools[lid].size})"
+                for lid, spec in self.functions.items()
+            ),
+        )
+        failures: list[BaseException] = []
+
+        def start(pool: FunctionPool) -> None:
+            try:
+                pool.start()
+            except BaseException as error:
+                failures.append(error)
+
+        threads = [threading.Thread(target=start, args=(p,)) for p in self.pools.values()]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if failures:
+            raise failures[0]
+
+    def _start_apis(self) -> None:
+        routes: dict[str, list[Route]] = {}
+        for logical_id, spec in self.functions.items():
+            for event in spec.events.values():
+                if event.get("Type") != "HttpApi":
+                    continue
+                props = event.get("Properties") or {}
+                api = cfn.logical_id_of(props["ApiId"]) if "ApiId" in props else "ServerlessHttpApi"
+                route = Route(
+                    method=str(props.get("Method", "ANY")).upper().replace("*", "ANY"),
+                    path=str(props.get("Path", "/{proxy+}")),
+                    invoke=self.pools[logical_id].invoke,
+                )
+                routes.setdefault(api, []).append(route)
+                if self._role(spec) == "webhook":
+                    self._webhook_route = (api, route.path)
+        for api, api_routes in routes.items():
+            server = LocalHttpApi(api, api_routes, on_request=self._on_request)
+            self.apis[api] = server.start()
+            listing = ", ".join(r.key for r in server.routes)
+            self.console.event("stack", f"{api} at {server.url}: {listing}", level="verbose")
+        if self._webhook_route is None:
+            raise cfn.TemplateError("no function has an HttpApi event and a QUEUE_URL: no webhook")
+        api, path = self._webhook_route
+        self.webhook_url = f"{self.apis[api].url}{path}"
+        self.console.event("webhook", f"POST {self.webhook_url} (signed as whasp signs)")
+
+    def _start_deliveries(self, resolver: cfn.Resolver) -> None:
+        import boto3
+
+        assert self.resources is not None
+        sqs = boto3.client("sqs")
+        for logical_id, spec in self.functions.items():
+            role = self._role(spec)
+            if role == "consumer":
+                props = spec.event_of_type("SQS")
+                queue = cfn.logical_id_of(props["Queue"])
+                self.queue_delivery = QueueDelivery(
+                    sqs=sqs,
+                    queue_url=self.resources.queue_urls[queue],
+                    queue_arn=self.resources.queue_arns[queue],
+                    invoke=self.pools[logical_id].invoke,
+                    batch_size=int(resolver.resolve(props.get("BatchSize", 10))),
+                    concurrency=self.pools[logical_id].size,
+                    retry_delay=self.retry_delay,
+                    report=self._report_for("consumer"),
+                )
+            elif role == "compactor":
+                from devstack.streams import StreamTap
+
+                props = spec.event_of_type("DynamoDB")
+                destination = ((props.get("DestinationConfig") or {}).get("OnFailure") or {}).get(
+                    "Destination"
+                )
+                failure_queue = (
+                    self.resources.queue_urls[cfn.logical_id_of(destination)]
+                    if destination
+                    else None
+                )
+                assert self.resources.stream_arn, "the compactor needs the table's stream"
+                self.stream_delivery = StreamDelivery(
+                    tap=StreamTap(
+                        self.resources.stream_arn, stream_filters(self.template, logical_id)
+                    ),
+                    invoke=self.pools[logical_id].invoke,
+                    batch_size=int(resolver.resolve(props.get("BatchSize", 100))),
+                    max_retries=int(resolver.resolve(props.get("MaximumRetryAttempts", -1))),
+                    sqs=sqs,
+                    failure_queue_url=failure_queue,
+                    function_arn=self.function_arn(logical_id),
+                    report=self._report_for("compactor"),
+                )
+        for delivery in (self.queue_delivery, self.stream_delivery):
+            if delivery is not None:
+                delivery.start()
+
+    # ------------------------------------------------------------------ progress and logs
+
+    def log(self, source: str, message: str, **details: Any) -> None:
+        """One JSON line of the stack's own in the detailed log, beside the functions' lines."""
+        if self._log is None:
+            return
+        line = {
+            "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "source": f"localstack.{source}",
+            "message": message,
+            **details,
+        }
+        with self._log_lock:
+            self._log.write(json.dumps(line, default=str) + "\n")
+
+    def _shown_log(self) -> str:
+        with contextlib.suppress(ValueError):
+            return str(self.log_path.relative_to(Path.cwd()))
+        return str(self.log_path)
+
+    def _report_for(self, tag: str) -> Callable[..., None]:
+        def report(kind: str, message: str, *, level: str = "info", **details: Any) -> None:
+            outcome: Outcome | None = details.get("outcome")
+            extra = {}
+            if outcome is not None:
+                extra = {
+                    "ok": outcome.ok,
+                    "ms": round(outcome.duration_ms, 1),
+                    "cold": outcome.cold,
+                    "error": outcome.error_type,
+                }
+            self.log(tag, message, kind=kind, **extra)
+            if kind == "stream" and outcome is not None and outcome.ok:
+                self._report_compaction(details.get("records") or [])
+                return
+            timing = ""
+            if outcome is not None:
+                timing = f" ({outcome.duration_ms:.0f} ms{', cold' if outcome.cold else ''})"
+            first_line = message.splitlines()[0][:160] if message else ""
+            self.console.event(
+                tag,
+                first_line + timing,
+                level="verbose" if level == "info" else "normal",
+                warn=level == "warn",
+            )
+
+        return report
+
+    def _report_compaction(self, records: list[dict[str, Any]]) -> None:
+        """Show what a compactor invocation did, read back from the table."""
+        markers: dict[str, int] = {}
+        for record in records:
+            image = record.get("dynamodb", {}).get("NewImage") or {}
+            pk = (record.get("dynamodb", {}).get("Keys") or {}).get("pk", {}).get("S")
+            if pk:
+                marker = int((image.get("marker") or {}).get("N", 0))
+                markers[pk] = min(marker, markers.get(pk, marker))
+        for pk, before in markers.items():
+            after = self.view_key(pk)
+            if after.marker > before:
+                self.console.event(
+                    "compactor",
+                    f"{pk[:10]}…: folded turns {before + 1}-{after.marker} into the summary "
+                    f"({len((after.summary or '').split())} words, {len(after.facts)} fact(s)); "
+                    f"{after.pending} turn(s) stay raw",
+                )
+                self.log("compactor", "compacted", person=pk, marker=after.marker, before=before)
+
+    def _on_request(self, route: str, status: int, ms: float) -> None:
+        self.log("apigw", "request", route=route, status=status, ms=round(ms, 1))
+        self.console.event(
+            "webhook", f"{route} -> {status} ({ms:.0f} ms)", level="verbose", warn=status >= 500
+        )
+
+    def _on_send(self, sent: dict[str, Any]) -> None:
+        self.log("whasp", "message sent", id=sent["id"], chars=len(sent["text"]))
+        with self._sent:
+            self._sent.notify_all()
+        for listener in list(self._reply_listeners):
+            listener(sent)
+
+    def on_reply(self, listener: Callable[[dict[str, Any]], None]) -> None:
+        """Call `listener(send)` for each message whasp accepts (from, to, text, ...)."""
+        self._reply_listeners.append(listener)
+
+    # ------------------------------------------------------------------ acting as whasp
+
+    def now(self) -> datetime:
+        """The stack's clock: real time plus `clock_offset` (to let days pass)."""
+        return datetime.now(UTC) + self.clock_offset
+
+    def post(
+        self,
+        event: dict[str, Any],
+        *,
+        secret: str | None = None,
+        timestamp: int | None = None,
+        attempts: int = 3,
+    ) -> Delivery:
+        """POST one event to the local webhook over HTTP, signed as whasp signs it (Standard
+        Webhooks). Like whasp, retries a 5xx or a refused connection (at-least-once)."""
+        from memagent.whasp import sign
+
+        body = json.dumps(event).encode()
+        status, answer = 0, None
+        for attempt in range(attempts):
+            stamp = int(time.time()) if timestamp is None else timestamp
+            request = urllib.request.Request(  # noqa: S310 (our own loopback URL)
+                self.webhook_url,
+                data=body,
+                method="POST",
+                headers={
+                    "Content-Type": "application/json",
+                    "User-Agent": "whasp-webhooks/1.0 (local)",
+                    "webhook-id": event["id"],
+                    "webhook-timestamp": str(stamp),
+                    "webhook-signature": sign(
+                        secret or self.webhook_secret, event["id"], stamp, body
+                    ),
+                },
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+                    status, answer = response.status, response.read()
+            except urllib.error.HTTPError as error:
+                status, answer = error.code, error.read()
+            except OSError:
+                status, answer = 0, b""
+            if (status and status < 500) or attempt + 1 == attempts:
+                break
+            time.sleep(0.2 * (attempt + 1))
+        try:
+            parsed = json.loads(answer or b"null")
+        except ValueError:
+            parsed = (answer or b"").decode("utf-8", "replace")
+        return Delivery(event["id"], status, parsed)
+
+    def _stamp(self, at: datetime | None) -> str:
+        at = (at or self.now()).astimezone(UTC)
+        return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    def message_event(
+        self,
+        phone: str,
+        text: str,
+        *,
+        at: datetime | None = None,
+        number: str | None = None,
+        event_id: str | None = None,
+    ) -> dict[str, Any]:
+        """A `message.received` event, as whasp sends it."""
+        event_id = event_id or f"evt_{uuid.uuid4().hex[:16]}"
+        created = self._stamp(at)
+        return {
+            "id": event_id,
+            "type": "message.received",
+            "created_at": created,
+            "data": {
+                "number": number or self.business_number,
+                "chat": phone,
+                "label": self.agent_id.title(),
+                "message": {
+                    "id": f"msg_{uuid.uuid4().hex[:12]}",
+                    "type": "text",
+                    "text": text,
+                    "timestamp": created,
+                },
+            },
+        }
+
+    def send_message(
+        self,
+        phone: str,
+        text: str,
+        *,
+        at: datetime | None = None,
+        number: str | None = None,
+        event_id: str | None = None,
+    ) -> dict[str, Any]:
+        """The person `phone` writes `text`: whasp delivers `message.received` to the webhook.
+
+        whasp's own opt-out rules come with it: a message lifts an opt-out, and STOP opts the
+        chat out of sends and is followed by `chat.opted_out`."""
+        event = self.message_event(phone, text, at=at, number=number, event_id=event_id)
+        stop = text.strip().casefold() in STOP_WORDS
+        if not stop:
+            self.whasp.opted_out.discard(phone)
+        delivery = self.post(event)
+        self._expect_accepted(delivery)
+        if stop:
+            self.opt_out(phone, number=number)
+        return event
+
+    def opt_out(self, phone: str, *, at: datetime | None = None, number: str | None = None) -> dict:
+        """whasp unsubscribes the chat (sends get 409) and delivers `chat.opted_out`."""
+        self.whasp.opted_out.add(phone)
+        event = {
+            "id": f"evt_{uuid.uuid4().hex[:16]}",
+            "type": "chat.opted_out",
+            "created_at": self._stamp(at),
+            "data": {"number": number or self.business_number, "chat": phone},
+        }
+        self._expect_accepted(self.post(event))
+        return event
+
+    def replace_number(self, new_number: str, *, at: datetime | None = None) -> dict[str, Any]:
+        """whasp retires the business number and hands over `new_number`: `number.replaced`.
+        Later messages from people arrive with the new number."""
+        event = {
+            "id": f"evt_{uuid.uuid4().hex[:16]}",
+            "type": "number.replaced",
+            "created_at": self._stamp(at),
+            "data": {
+                "old_number": self.business_number,
+                "new_number": new_number,
+                "label": self.agent_id.title(),
+            },
+        }
+        self._expect_accepted(self.post(event))
+        self.business_number = new_number
+        return event
+
+    @staticmethod
+    def _expect_accepted(delivery: Delivery) -> None:
+        if delivery.status != 200:
+            raise RuntimeError(
+                f"the local webhook answered {delivery.status} {delivery.body!r} "
+                f"to {delivery.event_id}; see the detailed log"
+            )
+
+    # ------------------------------------------------------------------ waiting and reading
+
+    def wait_idle(self, timeout: float = 120.0) -> bool:
+        """Wait until the queue is empty, nothing is in flight and the stream has nothing
+        pending; False if that did not happen within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._queue_idle():
+                stream = self.stream_delivery
+                if stream is None:
+                    return True
+                # Two full stream cycles after the queue went quiet: the first may have started
+                # before the consumer's last write, the second began after it.
+                started = stream.stats.batches
+                if not stream.wait_cycles(2, timeout=max(0.1, deadline - time.monotonic())):
+                    return False
+                if stream.stats.batches == started and self._queue_idle():
+                    return True
+                continue
+            time.sleep(0.2)
+        return False
+
+    def _queue_idle(self) -> bool:
+        return self.queue_delivery is None or self.queue_delivery.idle()
+
+    def wait_for_replies(self, phone: str, count: int, timeout: float = 30.0) -> bool:
+        """Wait until whasp has accepted at least `count` messages to `phone`."""
+        with self._sent:
+            return self._sent.wait_for(
+                lambda: len(self.whasp.texts_to(phone)) >= count, timeout=timeout
+            )
+
+    def replies_to(self, phone: str) -> list[dict[str, Any]]:
+        return [dict(s) for s in list(self.whasp.sent) if s["to"] == phone]
+
+    def table(self) -> Any:
+        import boto3
+
+        assert self.resources is not None
+        return boto3.resource("dynamodb").Table(self.resources.table_name)
+
+    def scan(self) -> list[dict[str, Any]]:
+        """Every item of the memory table."""
+        table = self.table()
+        items: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"ConsistentRead": True}
+        while True:
+            page = table.scan(**kwargs)
+            items.extend(page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                return items
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def person_key(self, phone: str) -> str:
+        from memagent.person import person_key
+
+        return person_key(self.agent_id, phone)
+
+    def view(self, phone: str) -> PersonView:
+        return self.view_key(self.person_key(phone))
+
+    def view_key(self, pk: str) -> PersonView:
+        from boto3.dynamodb.conditions import Key
+
+        table = self.table()
+        items: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {}
+        while True:
+            page = table.query(
+                KeyConditionExpression=Key("pk").eq(pk), ConsistentRead=True, **kwargs
+            )
+            items.extend(page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs = {"ExclusiveStartKey": page["LastEvaluatedKey"]}
+        state: dict[str, Any] = next((i for i in items if i["sk"] == "STATE"), {})
+        facts = sorted(
+            (i for i in items if i["sk"].startswith("FACT#")), key=lambda i: str(i.get("at", ""))
+        )
+        turns = sorted(
+            (int(i["seq"]), str(i["role"]), str(i.get("text", "")))
+            for i in items
+            if i["sk"].startswith("MSG#")
+        )
+        return PersonView(
+            pk=pk,
+            last_seq=int(state.get("last_seq", 0)),
+            marker=int(state.get("marker", 0)),
+            summary=state.get("summary"),
+            facts=[str(f["text"]) for f in facts],
+            turns=turns,
+            ledger=sum(1 for i in items if i["sk"].startswith("EVT#")),
+            opted_out=bool(state.get("opted_out", False)),
+            last_number=state.get("last_number"),
+            erased_at=state.get("erased_at"),
+            compaction_due=bool(state.get("compaction_due", False)),
+            items=items,
+        )
+
+    def queue_depth(self, logical_id: str) -> int:
+        """Messages held by a queue of the template (visible, in flight and delayed)."""
+        import boto3
+
+        assert self.resources is not None
+        attributes = boto3.client("sqs").get_queue_attributes(
+            QueueUrl=self.resources.queue_urls[logical_id],
+            AttributeNames=[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",
+            ],
+        )["Attributes"]
+        return sum(int(v) for v in attributes.values())
+
+    def dead_letter_queue(self) -> str:
+        """The logical id of the consumer queue's dead-letter queue (from its RedrivePolicy)."""
+        for resource in (self.template.get("Resources") or {}).values():
+            redrive = (resource.get("Properties") or {}).get("RedrivePolicy")
+            if redrive:
+                return cfn.logical_id_of(redrive["deadLetterTargetArn"])
+        raise LookupError("no queue of the template has a dead-letter queue")
+
+    def invoke(self, logical_id: str, event: Any) -> Outcome:
+        """Invoke any function of the template directly (like `aws lambda invoke`)."""
+        return self.pools[logical_id].invoke(event)
+
+    def store(self) -> Any:
+        """A memagent MemoryStore on the local table (for operator actions such as forget)."""
+        from memagent.store import MemoryStore
+
+        assert self.resources is not None
+        return MemoryStore(self.resources.table_name)
+
+    def _delete_resources(self) -> None:
+        import boto3
+
+        if self.resources is None:
+            return
+        with contextlib.suppress(Exception):
+            boto3.client("dynamodb").delete_table(TableName=self.resources.table_name)
+        sqs = boto3.client("sqs")
+        for url in self.resources.queue_urls.values():
+            with contextlib.suppress(Exception):
+                sqs.delete_queue(QueueUrl=url)
+        s3 = boto3.resource("s3")
+        for name in self.buckets.values():
+            with contextlib.suppress(Exception):
+                bucket = s3.Bucket(name)
+                bucket.objects.all().delete()
+                bucket.delete()

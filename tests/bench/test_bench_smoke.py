@@ -1,0 +1,62 @@
+"""`make bench` still runs: bench/run.py with tiny sizes, as a subprocess, as a person runs it.
+
+It asserts that every figure is reported and that the must-be counts hold; never a time.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def test_quick_bench_writes_every_figure(tmp_path):
+    # given the benchmarks with tiny sizes, writing into a scratch folder
+    out, plot, cost, data = (tmp_path / name for name in ("r.md", "c.png", "cost.md", "m.json"))
+    # when they run as `make bench` runs them
+    command = [sys.executable, "bench/run.py", "--quick", "--out", str(out), "--plot", str(plot)]
+    command += ["--cost-doc", str(cost), "--json", str(data)]
+    completed = subprocess.run(  # noqa: S603 (our own script, fixed arguments)
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    # then every figure is in the report, the plot is a PNG and the cost doc has its table
+    report = out.read_text()
+    for heading in (
+        "## 1. Webhook",
+        "## 2. A turn",
+        "## 3. Context size",
+        "## 4. Compaction",
+        "## 5. The local stack end to end",
+        "## 6. Cost",
+        "## 7. Hardening",
+    ):
+        assert heading in report
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    assert "| **total** |" in cost.read_text()
+    # and the counts that must be zero are zero, even at this size
+    measured = json.loads(data.read_text())
+    hardening = measured["hardening"]
+    assert hardening["fuzz"]["ours"]["server_errors"] == 0
+    assert hardening["fuzz"]["ours"]["unsigned_enqueues"] == 0
+    assert hardening["crash"]["cells_not_exactly_one"] == 0
+    assert hardening["duplicates"]["stored_extra"] == 0
+    assert hardening["duplicates"]["sent_extra"] == 0
+    e2e = measured["e2e"]
+    if "pending" not in e2e:
+        for run in ("parallel", "baseline"):
+            assert e2e[run]["ordering_violations"] == 0
+            assert e2e[run]["duplicates_sent"] == 0
+            assert e2e[run]["missing"] == 0

@@ -1,0 +1,231 @@
+"""The local stack: the real handlers, unchanged, behind moto, a local whasp and a local model,
+driven over HTTP as whasp drives the deployed webhook (devstack.stack, docs/local-stack.md)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from devstack.fake_openai import FakeOpenAI
+from devstack.resources import load_template
+from devstack.stack import LocalStack
+from memagent.store import ledger_sk
+
+ROOT = Path(__file__).resolve().parents[2]
+PEOPLE = 20
+MESSAGES = 60
+ECHO = re.compile(r'You said: "(.*)"$')
+
+
+def phone(index: int) -> str:
+    return f"+4477009{index:05d}"
+
+
+def stand_in_responder(calls: list[dict[str, Any]]):
+    """An OpenAI-compatible server's answers: a fold for compaction, a short reply otherwise;
+    answering a message containing "poison" makes the server fail, as a broken model would."""
+    lock = threading.Lock()
+
+    def respond(request: dict[str, Any]) -> str:
+        with lock:
+            calls.append(request)
+        if "poison" in json.dumps((request.get("input") or [{}])[-1]):
+            raise RuntimeError("the model cannot answer this")
+        if ((request.get("text") or {}).get("format") or {}).get("type") == "json_schema":
+            return json.dumps({"summary": "They chatted about their week.", "facts": ["Likes tea"]})
+        return "stand-in reply"
+
+    return respond
+
+
+# ------------------------------------------------------------------ the whole flow, concurrently
+
+
+@pytest.mark.slow
+def test_twenty_people_sixty_messages_each_with_duplicates(tmp_path):
+    # given the local stack with the offline model and the default compaction (40 / keep 20)
+    with LocalStack(env={}, level="quiet", log_path=tmp_path / "stack.log") as stack:
+        said = {
+            phone(i): [f"message {n} from person {i}" for n in range(MESSAGES)]
+            for i in range(PEOPLE)
+        }
+        events: dict[str, list[dict[str, Any]]] = {p: [] for p in said}
+        statuses: list[int] = []
+        chance = random.Random(6)
+
+        # when 20 people write 60 messages each, all at once, and whasp delivers 10% twice
+        def person(number: str) -> None:
+            for text in said[number]:
+                event = stack.message_event(number, text)
+                events[number].append(event)
+                statuses.append(stack.post(event).status)
+                if chance.random() < 0.1:
+                    statuses.append(stack.post(event).status)
+
+        with ThreadPoolExecutor(PEOPLE) as pool:
+            list(pool.map(person, said))
+        assert stack.wait_idle(timeout=900), "the pipeline did not settle within 15 minutes"
+
+        # then every delivery was accepted
+        assert statuses and set(statuses) == {200}
+        assert len(statuses) > PEOPLE * MESSAGES
+        table = stack.table()
+        for number, texts in said.items():
+            # every message answered exactly once, in the order it was written
+            echoed = [ECHO.search(text).group(1) for text in stack.whasp.texts_to(number)]
+            assert echoed == texts, number
+            # stored once each, in order: message n is turn 2n+1, its reply turn 2n+2
+            view = stack.view(number)
+            assert view.last_seq == 2 * MESSAGES
+            for n, event in enumerate(events[number]):
+                entry = table.get_item(
+                    Key={"pk": view.pk, "sk": ledger_sk(event["id"])}, ConsistentRead=True
+                )["Item"]
+                assert (entry["status"], int(entry["user_seq"])) == ("sent", 2 * n + 1)
+            # compaction ran: the marker moved and only turns after it are held raw
+            assert view.marker > 0 and view.summary
+            assert [seq for seq, _, _ in view.turns] == list(
+                range(view.marker + 1, 2 * MESSAGES + 1)
+            )
+            users = [text for _, role, text in view.turns if role == "user"]
+            assert users == texts[len(texts) - len(users) :]
+        # nothing was parked, nothing handed out twice at once, no compaction given up
+        assert stack.queue_depth(stack.dead_letter_queue()) == 0
+        assert stack.queue_depth("CompactionFailureQueue") == 0
+        assert stack.queue_delivery.stats.group_conflicts == 0
+        assert stack.stream_delivery.stats.sent_to_failure_queue == 0
+
+
+# ------------------------------------------------------------------ any OpenAI-compatible server
+
+
+@pytest.fixture(scope="module")
+def stand_in():
+    calls: list[dict[str, Any]] = []
+    with FakeOpenAI(responder=stand_in_responder(calls)) as server:
+        server.model_calls = calls
+        yield server
+
+
+@pytest.fixture(scope="module")
+def stand_in_stack(stand_in, tmp_path_factory):
+    env = {"OPENAI_BASE_URL": f"{stand_in.url}/v1", "OPENAI_MODEL": "llama3.2"}
+    with LocalStack(
+        env=env,
+        level="quiet",
+        compact_threshold=6,
+        compact_keep=2,
+        extra_env={"OPENAI_MAX_RETRIES": "0"},
+        log_path=tmp_path_factory.mktemp("stand-in") / "stack.log",
+    ) as stack:
+        yield stack
+
+
+def test_openai_base_url_points_the_stack_at_that_server(stand_in_stack, stand_in):
+    # given OPENAI_BASE_URL names an OpenAI-compatible server (no key)
+    stack = stand_in_stack
+    assert stack.model.kind == "compatible" and stack.openai is None
+    # when a person writes enough to be compacted
+    for n in range(4):
+        stack.send_message("+447700900501", f"hello {n}")
+    assert stack.wait_idle(timeout=120)
+    # then that server answered every reply and the fold, each call with store: false
+    assert stack.whasp.texts_to("+447700900501") == ["stand-in reply"] * 4
+    calls = stand_in.model_calls
+    folds = [
+        c for c in calls if (c.get("text") or {}).get("format", {}).get("type") == "json_schema"
+    ]
+    assert len(calls) > len(folds) >= 1
+    assert all(call["store"] is False for call in calls)
+    assert {call["model"] for call in calls} == {"llama3.2"}
+    assert stack.view("+447700900501").facts == ["Likes tea"]
+
+
+def test_a_message_failing_every_time_is_parked_after_max_receives(stand_in_stack):
+    # given a person whose message the model can never answer, and someone else writing too
+    stack = stand_in_stack
+    dlq = stack.dead_letter_queue()
+    before = stack.queue_depth(dlq)
+    stack.send_message("+447700900502", "poison")
+    stack.send_message("+447700900503", "hello")
+    # when the queue has redelivered it maxReceiveCount times
+    assert stack.wait_idle(timeout=180)
+    # then it waits on the dead-letter queue, while the other person was answered
+    assert stack.queue_depth(dlq) == before + 1
+    messages = boto3.client("sqs").receive_message(
+        QueueUrl=stack.resources.queue_urls[dlq], AttributeNames=["All"], MaxNumberOfMessages=10
+    )["Messages"]
+    parked = [m for m in messages if "poison" in m["Body"]]
+    assert parked and int(parked[0]["Attributes"]["ApproximateReceiveCount"]) > 5
+    assert stack.whasp.texts_to("+447700900502") == []
+    assert stack.whasp.texts_to("+447700900503") == ["stand-in reply"]
+
+
+# ------------------------------------------------------------------ template.yaml is the source
+
+
+def test_changing_the_template_changes_what_the_stack_creates(tmp_path):
+    # given a copy of template.yaml with other key names, visibility timeout and function timeout
+    template = copy.deepcopy(load_template())
+    table = next(r for r in template["Resources"].values() if r["Type"] == "AWS::DynamoDB::Table")[
+        "Properties"
+    ]
+    renamed = {"pk": "person", "sk": "item"}
+    for field in table["AttributeDefinitions"] + table["KeySchema"]:
+        field["AttributeName"] = renamed[field["AttributeName"]]
+    template["Resources"]["EventQueue"]["Properties"]["VisibilityTimeout"] = 42
+    template["Resources"]["ConsumerFunction"]["Properties"]["Timeout"] = 7
+    # when the local stack starts from it
+    with LocalStack(env={}, template=template, level="quiet", log_path=tmp_path / "s.log") as stack:
+        described = boto3.client("dynamodb").describe_table(TableName=stack.resources.table_name)[
+            "Table"
+        ]
+        attributes = boto3.client("sqs").get_queue_attributes(
+            QueueUrl=stack.resources.queue_urls["EventQueue"], AttributeNames=["All"]
+        )["Attributes"]
+        consumer_timeout = stack.functions["ConsumerFunction"].timeout
+    # then the table, the queue and the function are what the copy says
+    assert {k["AttributeName"]: k["KeyType"] for k in described["KeySchema"]} == {
+        "person": "HASH",
+        "item": "RANGE",
+    }
+    assert described["StreamSpecification"]["StreamViewType"] == "NEW_IMAGE"
+    assert attributes["VisibilityTimeout"] == "42"
+    assert attributes["FifoQueue"] == "true"
+    assert consumer_timeout == 7
+
+
+# ------------------------------------------------------------------ make demo
+
+
+@pytest.mark.slow
+def test_the_demo_runs_end_to_end_offline_and_exits_0(tmp_path):
+    # given no key and no model server: a fresh process, as `make demo` starts it
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AWS_"))}
+    # when the demo runs
+    result = subprocess.run(  # noqa: S603 (our interpreter, our module)
+        [sys.executable, "-m", "devstack.demo", "--log", str(tmp_path / "demo.log")],
+        cwd=ROOT,
+        env={**env, "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    # then it passed every check, showing the compaction and the offline label
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "OFFLINE STAND-IN" in result.stdout
+    assert "folded turns 1-20 into the summary" in result.stdout
+    assert "checks passed" in result.stdout and "FAIL" not in result.stdout
