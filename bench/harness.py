@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import importlib.util
 import json
 import math
@@ -23,6 +22,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from devstack import events
+from devstack.events import (  # noqa: F401 (for the benches)
+    http_event,
+    sqs_batch,
+    sqs_record,
+    whasp_message,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "whsec_" + base64.b64encode(b"memagent-bench-only-secret-do-not-use").decode()
@@ -78,53 +85,8 @@ class LambdaContext:
 # ---------------------------------------------------------------------- events
 
 
-def sign(secret: str, event_id: str, timestamp: int, body: bytes) -> str:
-    """The Standard Webhooks signature (written here, so the baseline shares no code with us)."""
-    import hmac
-
-    key = base64.b64decode(secret.removeprefix("whsec_"))
-    digest = hmac.new(key, f"{event_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
-    return f"v1,{base64.b64encode(digest).decode()}"
-
-
 def signed_headers(body: bytes, event_id: str, *, secret: str = SECRET) -> dict[str, str]:
-    timestamp = int(time.time())
-    return {
-        "webhook-id": event_id,
-        "webhook-timestamp": str(timestamp),
-        "webhook-signature": sign(secret, event_id, timestamp, body),
-    }
-
-
-def http_event(body: bytes, headers: dict[str, str], *, base64_encoded: bool = False) -> dict:
-    """An API Gateway HTTP API (payload v2.0) event, as Lambda receives it."""
-    return {
-        "version": "2.0",
-        "routeKey": "POST /webhook",
-        "rawPath": "/webhook",
-        "rawQueryString": "",
-        "headers": {"content-type": "application/json", **headers},
-        "requestContext": {
-            "accountId": "123456789012",
-            "apiId": "api1234567",
-            "domainName": "api1234567.execute-api.us-east-1.amazonaws.com",
-            "domainPrefix": "api1234567",
-            "http": {
-                "method": "POST",
-                "path": "/webhook",
-                "protocol": "HTTP/1.1",
-                "sourceIp": "203.0.113.10",
-                "userAgent": "whasp-webhooks/1.0",
-            },
-            "requestId": uuid.uuid4().hex,
-            "routeKey": "POST /webhook",
-            "stage": "$default",
-            "time": datetime.now(UTC).strftime("%d/%b/%Y:%H:%M:%S +0000"),
-            "timeEpoch": int(time.time() * 1000),
-        },
-        "body": base64.b64encode(body).decode() if base64_encoded else body.decode("utf-8"),
-        "isBase64Encoded": base64_encoded,
-    }
+    return events.signed_headers(body, event_id, secret=secret)
 
 
 def iso_now(minutes_ago: float = 0.0) -> str:
@@ -133,69 +95,9 @@ def iso_now(minutes_ago: float = 0.0) -> str:
     return at.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def whasp_message(
-    text: str,
-    *,
-    chat: str,
-    created_at: str,
-    event_id: str | None = None,
-    number: str = BUSINESS,
-) -> dict[str, Any]:
-    event_id = event_id or f"evt_{uuid.uuid4().hex[:16]}"
-    return {
-        "id": event_id,
-        "type": "message.received",
-        "created_at": created_at,
-        "data": {
-            "number": number,
-            "chat": chat,
-            "label": "Coach",
-            "message": {
-                "id": f"msg_{event_id[4:]}",
-                "type": "text",
-                "text": text,
-                "timestamp": created_at,
-            },
-        },
-    }
-
-
 def signed_request(event: dict[str, Any]) -> dict[str, Any]:
     body = json.dumps(event).encode()
     return http_event(body, signed_headers(body, event["id"]))
-
-
-def sqs_record(event: dict[str, Any], *, receive_count: int = 1) -> dict[str, Any]:
-    """One SQS FIFO record as Lambda's event source mapping delivers it."""
-    from memagent.person import agent_key, person_key
-
-    body = json.dumps(event)
-    chat = (event.get("data") or {}).get("chat")
-    group = person_key(AGENT, chat) if chat else agent_key(AGENT)
-    now_ms = str(int(time.time() * 1000))
-    return {
-        "messageId": str(uuid.uuid4()),
-        "receiptHandle": base64.b64encode(uuid.uuid4().bytes).decode(),
-        "body": body,
-        "attributes": {
-            "ApproximateReceiveCount": str(receive_count),
-            "SentTimestamp": now_ms,
-            "SequenceNumber": str(uuid.uuid4().int)[:20],
-            "MessageGroupId": group,
-            "SenderId": "AROAEXAMPLE:webhook",
-            "MessageDeduplicationId": hashlib.sha256(event["id"].encode()).hexdigest(),
-            "ApproximateFirstReceiveTimestamp": now_ms,
-        },
-        "messageAttributes": {},
-        "md5OfBody": hashlib.md5(body.encode()).hexdigest(),  # noqa: S324 (SQS's checksum)
-        "eventSource": "aws:sqs",
-        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:whasp-agent-EventQueue.fifo",
-        "awsRegion": "us-east-1",
-    }
-
-
-def sqs_batch(*events: dict[str, Any], receive_count: int = 1) -> dict[str, Any]:
-    return {"Records": [sqs_record(e, receive_count=receive_count) for e in events]}
 
 
 def failed_ids(handler: Any, event: dict[str, Any], context: Any) -> list[str]:

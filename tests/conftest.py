@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,9 +15,10 @@ from typing import Any
 
 import pytest
 
+from devstack import events
 from devstack.aws import MotoServer, aws_env
+from devstack.events import http_event, sqs_batch, sqs_record  # noqa: F401 (for the tests)
 from devstack.resources import LocalResources, create_all
-from memagent.whasp import sign
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_SECRET = "whsec_" + base64.b64encode(b"memagent-test-only-secret-do-not-use").decode()
@@ -88,77 +88,20 @@ def lambda_context() -> FakeLambdaContext:
     return FakeLambdaContext()
 
 
-def http_event(
-    body: bytes | str,
-    headers: dict[str, str],
-    *,
-    base64_encoded: bool = False,
-    path: str = "/webhook",
-) -> dict[str, Any]:
-    """An API Gateway HTTP API (payload v2.0) event, as Lambda receives it."""
-    raw = body.encode() if isinstance(body, str) else body
-    return {
-        "version": "2.0",
-        "routeKey": f"POST {path}",
-        "rawPath": path,
-        "rawQueryString": "",
-        "headers": {"content-type": "application/json", **headers},
-        "requestContext": {
-            "accountId": "123456789012",
-            "apiId": "api1234567",
-            "domainName": "api1234567.execute-api.us-east-1.amazonaws.com",
-            "domainPrefix": "api1234567",
-            "http": {
-                "method": "POST",
-                "path": path,
-                "protocol": "HTTP/1.1",
-                "sourceIp": "203.0.113.10",
-                "userAgent": "whasp-webhooks/1.0",
-            },
-            "requestId": uuid.uuid4().hex,
-            "routeKey": f"POST {path}",
-            "stage": "$default",
-            "time": "29/Nov/2026:09:30:00 +0000",
-            "timeEpoch": int(time.time() * 1000),
-        },
-        "body": base64.b64encode(raw).decode() if base64_encoded else raw.decode("utf-8"),
-        "isBase64Encoded": base64_encoded,
-    }
-
-
 def signed_headers(
     body: bytes, event_id: str, *, secret: str = TEST_SECRET, timestamp: int | None = None
 ) -> dict[str, str]:
-    timestamp = int(time.time()) if timestamp is None else timestamp
-    return {
-        "webhook-id": event_id,
-        "webhook-timestamp": str(timestamp),
-        "webhook-signature": sign(secret, event_id, timestamp, body),
-    }
+    return events.signed_headers(body, event_id, secret=secret, timestamp=timestamp)
 
 
 def whasp_message(
     text: str = "I start the new job on Monday!",
     *,
-    event_id: str | None = None,
     chat: str = MAYA,
-    number: str = BUSINESS,
     created_at: str = "2026-11-29T09:30:00Z",
-    message: dict[str, Any] | None = None,
+    **kwargs: Any,
 ) -> dict[str, Any]:
-    event_id = event_id or f"evt_{uuid.uuid4().hex[:12]}"
-    return {
-        "id": event_id,
-        "type": "message.received",
-        "created_at": created_at,
-        "data": {
-            "number": number,
-            "chat": chat,
-            "label": "Coach",
-            "message": message
-            or {"id": f"msg_{event_id[4:]}", "type": "text", "text": text, "timestamp": created_at},
-        },
-    }
+    return events.whasp_message(text, chat=chat, created_at=created_at, **kwargs)
 
 
 def to_bytes(event: dict[str, Any]) -> bytes:
@@ -172,42 +115,6 @@ def signed_event() -> Callable[..., dict[str, Any]]:
         return http_event(body, signed_headers(body, event["id"], **kwargs))
 
     return make
-
-
-def sqs_record(event: dict[str, Any], *, agent: str = AGENT, receive_count: int = 1) -> dict:
-    """One SQS FIFO record as Lambda's event source mapping delivers it."""
-    import hashlib
-
-    from memagent.person import agent_key, person_key
-    from memagent.queue import deduplication_id
-
-    body = json.dumps(event)
-    chat = (event.get("data") or {}).get("chat")
-    group = person_key(agent, chat) if chat else agent_key(agent)
-    now_ms = str(int(time.time() * 1000))
-    return {
-        "messageId": str(uuid.uuid4()),
-        "receiptHandle": base64.b64encode(uuid.uuid4().bytes).decode(),
-        "body": body,
-        "attributes": {
-            "ApproximateReceiveCount": str(receive_count),
-            "SentTimestamp": now_ms,
-            "SequenceNumber": str(uuid.uuid4().int)[:20],
-            "MessageGroupId": group,
-            "SenderId": "AROAEXAMPLE:webhook",
-            "MessageDeduplicationId": deduplication_id(event["id"]),
-            "ApproximateFirstReceiveTimestamp": now_ms,
-        },
-        "messageAttributes": {},
-        "md5OfBody": hashlib.md5(body.encode()).hexdigest(),  # noqa: S324 (SQS's own checksum)
-        "eventSource": "aws:sqs",
-        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:whasp-agent-EventQueue.fifo",
-        "awsRegion": "us-east-1",
-    }
-
-
-def sqs_batch(*events: dict[str, Any]) -> dict[str, Any]:
-    return {"Records": [sqs_record(event) for event in events]}
 
 
 @pytest.fixture(scope="session")
