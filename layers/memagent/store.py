@@ -244,13 +244,7 @@ class MemoryStore:
                     "ConditionExpression": "attribute_not_exists(pk)",
                 }
             },
-            {
-                "Put": {
-                    "TableName": self.table_name,
-                    "Item": self._turn_item(pk, turn),
-                    "ConditionExpression": "attribute_not_exists(pk)",
-                }
-            },
+            self._new_turn(pk, turn),
             self._state_update(
                 pk,
                 previous=previous,
@@ -287,13 +281,7 @@ class MemoryStore:
         """Store the agent's reply and move the event to `replied`, in one transaction; the
         ledger keeps the reply text until it is sent, so a redelivery re-sends the same words."""
         actions = [
-            {
-                "Put": {
-                    "TableName": self.table_name,
-                    "Item": self._turn_item(pk, turn),
-                    "ConditionExpression": "attribute_not_exists(pk)",
-                }
-            },
+            self._new_turn(pk, turn),
             {
                 "Update": {
                     "TableName": self.table_name,
@@ -546,6 +534,17 @@ class MemoryStore:
                 raise
 
     # ------------------------------------------------------------------ items
+
+    def _new_turn(self, pk: str, turn: Turn) -> dict[str, Any]:
+        """The transaction action that stores a turn; its seq must be new (one writer per
+        person, guarded again by the state's last_seq condition in the same transaction)."""
+        return {
+            "Put": {
+                "TableName": self.table_name,
+                "Item": self._turn_item(pk, turn),
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }
+        }
 
     @staticmethod
     def _turn_item(pk: str, turn: Turn) -> dict[str, Any]:
