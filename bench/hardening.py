@@ -181,7 +181,7 @@ STEPS = [
     ("remember_inbound", "store", "remember_inbound"),
     ("model reply", "model", "reply"),
     ("remember_reply", "store", "remember_reply"),
-    ("send", "whasp", "send_text"),
+    ("send", "provider", "send_text"),
     ("finish_event", "store", "finish_event"),
 ]
 FAULTS = ["crash after the step", "the step's dependency fails"]

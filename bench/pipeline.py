@@ -94,7 +94,7 @@ class Pipeline:
         self.consumer_clocks = {"dynamodb": Clock(), "model": Clock(), "whasp": Clock()}
         self.consumer_clocks["dynamodb"].watch_boto3(agent.store._client)
         agent.model.reply = self.consumer_clocks["model"].wrap(agent.model.reply)
-        agent.whasp.send_text = self.consumer_clocks["whasp"].wrap(agent.whasp.send_text)
+        agent.provider.send_text = self.consumer_clocks["whasp"].wrap(agent.provider.send_text)
 
         compactor = self.compactor.compactor
         self.compactor_clocks = {"dynamodb": Clock(), "model": Clock()}

@@ -19,8 +19,8 @@ import sys
 import boto3
 
 from memagent.lifecycle import export, forget
+from memagent.provider import PERSON_ID
 from memagent.store import MemoryStore
-from memagent.whasp import E164
 
 
 def from_stack(stack: str) -> tuple[str, str]:
@@ -33,15 +33,18 @@ def from_stack(stack: str) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=["export", "forget"])
-    parser.add_argument("phone", help="the person's number in E.164, e.g. +447700900123")
+    parser.add_argument(
+        "phone",
+        help="the person's number in E.164 (+447700900123) or Meta user id (US.1349120865530274)",
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--stack", help="CloudFormation stack name (deployed)")
     source.add_argument("--table", help="memory table name (e.g. the local stack's)")
     parser.add_argument("--agent", help="agent id (default: the stack's AgentId, or coach)")
     args = parser.parse_args(argv)
 
-    if not E164.match(args.phone):
-        parser.error("phone must be E.164, e.g. +447700900123")
+    if not PERSON_ID.match(args.phone):
+        parser.error("phone must be E.164 (+447700900123) or a Meta user id (US.13491208655302)")
     table, agent = from_stack(args.stack) if args.stack else (args.table, "coach")
     agent = args.agent or agent
     store = MemoryStore(table)

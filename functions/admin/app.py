@@ -2,6 +2,8 @@
 
 GET    /people/{phone}   export everything held about the person (JSON)
 DELETE /people/{phone}   forget the person; returns a receipt without content
+
+`{phone}` is any of the person's identifiers: a phone in E.164, or a Meta business-scoped user id.
 """
 
 from urllib.parse import unquote
@@ -12,9 +14,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from memagent.archive import TranscriptArchive
 from memagent.lifecycle import export, forget
 from memagent.observability import logger, metrics, tracer
+from memagent.provider import PERSON_ID
 from memagent.settings import MemorySettings
 from memagent.store import MemoryStore
-from memagent.whasp import E164
 
 settings = MemorySettings.from_env()
 store = MemoryStore(settings.table_name)
@@ -24,14 +26,17 @@ app = APIGatewayHttpResolver()
 
 def _phone(raw: str) -> str | None:
     phone = unquote(raw).strip()
-    return phone if E164.match(phone) else None
+    return phone if PERSON_ID.match(phone) else None
 
 
 def _invalid() -> Response:
     return Response(
         status_code=400,
         content_type=content_types.APPLICATION_JSON,
-        body={"error": "phone must be E.164, e.g. +447700900123 (URL-encode the +)"},
+        body={
+            "error": "phone must be E.164, e.g. +447700900123 (URL-encode the +), "
+            "or a Meta business-scoped user id, e.g. US.13491208655302741918"
+        },
     )
 
 

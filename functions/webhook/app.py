@@ -1,4 +1,6 @@
-"""Webhook Lambda: API Gateway (HTTP API) -> verify whasp's signature -> SQS FIFO -> 2xx."""
+"""Webhook Lambda: API Gateway (HTTP API) -> verify the provider's signature -> SQS FIFO -> 2xx.
+
+GET /webhook answers Meta's subscription check (provider `meta`)."""
 
 import base64
 
@@ -10,7 +12,7 @@ from memagent.errors import BadRequest, InvalidSignature, QueueUnavailable, Secr
 from memagent.observability import logger, metrics, tracer
 from memagent.queue import EventQueue
 from memagent.settings import WebhookSettings
-from memagent.webhook import receive
+from memagent.webhook import challenge, receive
 
 settings = WebhookSettings.from_env()
 queue = EventQueue(settings.queue_url)
@@ -68,14 +70,35 @@ def webhook() -> Response:
     )
     logger.info(
         "webhook accepted",
-        extra={"event_id": receipt.event_id, "type": receipt.event_type, "queued": receipt.queued},
+        extra={
+            "event_id": receipt.event_id,
+            "type": receipt.event_type,
+            "queued": receipt.queued,
+            "count": receipt.count,
+            "ignored": receipt.ignored,
+        },
     )
     metrics.add_metric(
         name="WebhookAccepted" if receipt.queued else "WebhookIgnored",
         unit=MetricUnit.Count,
         value=1,
     )
+    if receipt.count > 1:
+        metrics.add_metric(name="EventsQueued", unit=MetricUnit.Count, value=receipt.count)
+    for code in receipt.failed_codes:  # e.g. 131047: a reply sent outside the 24-hour window
+        with single_metric(name="ProviderDeliveryFailed", unit=MetricUnit.Count, value=1) as m:
+            m.add_dimension(name="code", value=str(code))
+    for value in receipt.preferences:  # Meta's marketing stop/resume: recorded, not acted on
+        with single_metric(name="MarketingPreference", unit=MetricUnit.Count, value=1) as m:
+            m.add_dimension(name="value", value=value[:32])
     return _json(200, {"ok": True})
+
+
+@app.get("/webhook")
+def subscription_check() -> Response:
+    answer = challenge(settings, app.current_event.query_string_parameters)
+    logger.info("subscription check answered")
+    return Response(status_code=200, content_type=content_types.TEXT_PLAIN, body=answer)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -38,11 +38,14 @@ class ModelRejected(AgentError):
 
 
 class SendRejected(AgentError):
-    """whasp refused a send for good (4xx other than opt-out); retrying cannot help."""
+    """The provider refused a send for good (whasp: 4xx other than opt-out; Meta: a permanent
+    error code such as 131047, the closed 24-hour window); retrying cannot help."""
 
-    def __init__(self, status: int):
-        super().__init__(f"whasp rejected the send with HTTP {status}")
+    def __init__(self, status: int, code: int | None = None):
+        detail = f" (code {code})" if code is not None else ""
+        super().__init__(f"the provider rejected the send with HTTP {status}{detail}")
         self.status = status
+        self.code = code
 
 
 class OptedOut(AgentError):

@@ -9,7 +9,7 @@ from memagent.observability import logger
 
 if TYPE_CHECKING:
     from memagent.model import ModelClient
-    from memagent.whasp import InboundMessage, WhaspClient
+    from memagent.provider import InboundMessage, Provider
 
 NOTES = {
     "video": "[sent a video]",
@@ -27,7 +27,7 @@ def _with_caption(note: str, caption: str | None) -> str:
 
 
 def message_text(
-    message: InboundMessage, *, whasp: WhaspClient, model: ModelClient, max_media_bytes: int
+    message: InboundMessage, *, provider: Provider, model: ModelClient, max_media_bytes: int
 ) -> str:
     """Text as is; voice notes transcribed; photos described (with their caption); anything
     else a short bracketed note. A media file we cannot use becomes a note, never a failure
@@ -36,7 +36,7 @@ def message_text(
         return (message.text or "").strip() or "[sent an empty message]"
     if message.kind in ("audio", "image") and message.media is not None:
         try:
-            data, content_type = whasp.fetch_media(message.media.url, max_bytes=max_media_bytes)
+            data, content_type = provider.fetch_media(message.media.url, max_bytes=max_media_bytes)
         except MalformedEvent as error:
             logger.warning("media unusable", extra={"kind": message.kind, "reason": str(error)})
             return _with_caption(NOTES[message.kind], message.caption)

@@ -19,7 +19,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from memagent.observability import logger, metrics
 from memagent.person import person_key
-from memagent.store import EVT, FACT, MSG, STATE
+from memagent.store import ALIAS, EVT, FACT, MSG, STATE
 
 if TYPE_CHECKING:
     from memagent.store import MemoryStore
@@ -47,10 +47,16 @@ class Receipt:
 
 
 def _kind(sk: str) -> str:
-    for prefix, kind in ((MSG, "messages"), (FACT, "facts"), (EVT, "ledger")):
+    for prefix, kind in ((MSG, "messages"), (FACT, "facts"), (EVT, "ledger"), (ALIAS, "links")):
         if sk.startswith(prefix):
             return kind
     return "other"
+
+
+def resolve(store: MemoryStore, agent: str, identifier: str) -> str:
+    """The key of the person an identifier (a phone or a Meta BSUID) belongs to."""
+    pk = person_key(agent, identifier)
+    return store.load(pk).state.alias_of or pk
 
 
 def forget(
@@ -61,7 +67,8 @@ def forget(
     archive: Any | None = None,
     at: datetime | None = None,
 ) -> Receipt:
-    return forget_key(store, person_key(agent, phone), archive=archive, at=at)
+    """Forget a person by any of their identifiers (phone or BSUID)."""
+    return forget_key(store, resolve(store, agent, phone), archive=archive, at=at)
 
 
 def forget_key(
@@ -69,11 +76,13 @@ def forget_key(
 ) -> Receipt:
     at = store.mark_erased(pk, at or datetime.now(UTC))
     by_kind: dict[str, int] = {}
+    aliases: set[str] = set()
     # a turn in flight may commit between our read and our deletes: read again until only the
     # mark is left (its writes are refused once they see the mark, so this ends quickly)
     for _ in range(_MAX_PASSES):
         items = store.everything(pk)
         doomed = [item["sk"] for item in items if item["sk"] != STATE]
+        aliases.update(sk.removeprefix(ALIAS) for sk in doomed if sk.startswith(ALIAS))
         state = next((item for item in items if item["sk"] == STATE), {})
         content = [key for key in state if key not in ("pk", "sk", "erased_at")]
         if not doomed and not content:
@@ -86,6 +95,11 @@ def forget_key(
             if state.get("summary"):
                 by_kind["summary"] = 1
         store.reduce_state_to_mark(pk, at)
+    for alias in sorted(aliases):
+        # the person's other identifiers: each keeps only its own erasure mark, so a late
+        # redelivery under any of them is refused too
+        forget_key(store, alias, at=at)
+        by_kind["identifiers"] = by_kind.get("identifiers", 0) + 1
     if archive is not None:
         by_kind["archived"] = archive.delete_person(pk)
     removed = sum(v for k, v in by_kind.items() if k not in ("summary",))
@@ -95,8 +109,9 @@ def forget_key(
 
 
 def export(store: MemoryStore, agent: str, phone: str) -> dict[str, Any]:
-    """Everything held about a person, every layer with its times, as JSON-ready data."""
-    pk = person_key(agent, phone)
+    """Everything held about a person, every layer with its times, as JSON-ready data; by any
+    of their identifiers (phone or BSUID)."""
+    pk = resolve(store, agent, phone)
     items = store.everything(pk)
     state = next((item for item in items if item["sk"] == STATE), {})
 

@@ -54,6 +54,7 @@ class PersonState:
     opted_out_at: datetime | None = None
     erased_at: datetime | None = None  # set by forget(); older events are never stored again
     forget_pending: bool = False  # the person asked to be forgotten; we asked them to confirm
+    alias_of: str | None = None  # this identifier's person lives under another key (see turn.py)
 
     @property
     def pending(self) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
@@ -12,7 +12,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from memagent.errors import QueueUnavailable
 from memagent.person import agent_key, person_key
-from memagent.whasp import Envelope
+
+if TYPE_CHECKING:  # any provider's envelope: an id, the person's identity (chat), the raw event
+    from memagent.whasp import Envelope
 
 # The webhook must answer whasp within its 10 s deadline (and its Lambda timeout): fail fast
 # with a 503 and let whasp retry. Worst case 2 attempts x (1 s + 2 s).

@@ -85,7 +85,12 @@ class _Settings(BaseModel):
             raise ConfigurationError(f"invalid configuration: {problems}") from None
 
 
+ProviderName = Literal["whasp", "meta"]
+DEFAULT_META_GRAPH_URL = "https://graph.facebook.com/v26.0"
+
+
 class WebhookSettings(_Settings):
+    provider: ProviderName = Field(alias="PROVIDER", default="whasp")
     queue_url: str = Field(alias="QUEUE_URL", min_length=1)
     max_body_bytes: int = Field(alias="WEBHOOK_MAX_BODY_BYTES", default=256 * 1024, gt=0)
     tolerance_seconds: int = Field(alias="WEBHOOK_TOLERANCE_SECONDS", default=300, gt=0)
@@ -94,12 +99,26 @@ class WebhookSettings(_Settings):
     def from_env(cls, env: Mapping[str, str] | None = None) -> WebhookSettings:
         env = os.environ if env is None else env
         settings = super().from_env(env)
-        object.__setattr__(settings, "_webhook_secret", Secret.from_env("WEBHOOK_SECRET", env))
+        if settings.provider == "meta":
+            # Meta signs with the app secret and checks the callback with a verify token
+            for name in ("META_APP_SECRET", "META_VERIFY_TOKEN"):
+                object.__setattr__(settings, f"_{name.lower()}", Secret.from_env(name, env))
+        else:
+            secret = Secret.from_env("WEBHOOK_SECRET", env)
+            object.__setattr__(settings, "_webhook_secret", secret)
         return settings
 
     @property
     def webhook_secret(self) -> Secret:
         return self._webhook_secret  # type: ignore[attr-defined]
+
+    @property
+    def meta_app_secret(self) -> Secret:
+        return self._meta_app_secret  # type: ignore[attr-defined]
+
+    @property
+    def meta_verify_token(self) -> Secret:
+        return self._meta_verify_token  # type: ignore[attr-defined]
 
 
 class MemorySettings(_Settings):
@@ -143,7 +162,10 @@ class ModelSettings(MemorySettings):
 
 
 class ConsumerSettings(ModelSettings):
-    whasp_api_url: str = Field(alias="WHASP_API_URL", min_length=1)
+    provider: ProviderName = Field(alias="PROVIDER", default="whasp")
+    whasp_api_url: str | None = Field(alias="WHASP_API_URL", default=None)
+    meta_graph_url: str = Field(alias="META_GRAPH_URL", default=DEFAULT_META_GRAPH_URL)
+    typing_indicator: bool = Field(alias="TYPING_INDICATOR", default=True)
     system_prompt: str = Field(alias="SYSTEM_PROMPT", default=DEFAULT_SYSTEM_PROMPT, min_length=1)
     transcription_model: str = Field(alias="TRANSCRIPTION_MODEL", default="gpt-4o-mini-transcribe")
     context_max_messages: int = Field(alias="CONTEXT_MAX_MESSAGES", default=60, ge=1)
@@ -156,9 +178,11 @@ class ConsumerSettings(ModelSettings):
     parking_queue_url: str | None = Field(alias="PARKING_QUEUE_URL", default=None)
     record_time_budget_seconds: float = Field(alias="RECORD_TIME_BUDGET_SECONDS", default=0, ge=0)
 
-    @field_validator("whasp_api_url")
+    @field_validator("whasp_api_url", "meta_graph_url")
     @classmethod
-    def _http_url(cls, url: str) -> str:
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
         if not url.startswith(("https://", "http://")):
             raise ValueError("must be an http(s) URL")
         return url.rstrip("/")
@@ -167,12 +191,22 @@ class ConsumerSettings(ModelSettings):
     def from_env(cls, env: Mapping[str, str] | None = None) -> ConsumerSettings:
         env = os.environ if env is None else env
         settings = super().from_env(env)
-        object.__setattr__(settings, "_whasp_api_key", Secret.from_env("WHASP_API_KEY", env))
+        if settings.provider == "meta":
+            token = Secret.from_env("META_ACCESS_TOKEN", env)
+            object.__setattr__(settings, "_meta_access_token", token)
+        else:
+            if not settings.whasp_api_url:
+                raise ConfigurationError("invalid configuration: WHASP_API_URL: Field required")
+            object.__setattr__(settings, "_whasp_api_key", Secret.from_env("WHASP_API_KEY", env))
         return settings
 
     @property
     def whasp_api_key(self) -> Secret:
         return self._whasp_api_key  # type: ignore[attr-defined]
+
+    @property
+    def meta_access_token(self) -> Secret:
+        return self._meta_access_token  # type: ignore[attr-defined]
 
 
 class CompactorSettings(ModelSettings):

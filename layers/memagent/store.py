@@ -2,6 +2,7 @@
 
 One partition per person (`pk` = memagent.person.person_key); sort keys:
 
+    ALIAS#<key>       another identifier's key that points here (its STATE holds `alias_of`)
     EVT#<digest>      the dedupe ledger: one item per whasp event, with the turn's progress
                       (stored -> replied -> sent, or opted_out / parked / skipped) and a TTL
     FACT#<key>        one durable fact; the key is derived from its normalised text, so facts
@@ -32,6 +33,8 @@ STATE = "STATE"
 MSG = "MSG#"
 FACT = "FACT#"
 EVT = "EVT#"
+ALIAS = "ALIAS#"
+PART = "part_"  # ledger attribute part_<n>: the provider's id of reply part n, once sent
 TURN_READ_FROM = FACT  # FACT# < MSG# < STATE: one range holds what a turn needs
 
 # ledger statuses
@@ -53,6 +56,7 @@ _STATE_CONTENT = (
     "summary_at",
     "updated_at",
     "forget_pending",
+    "alias_of",
 )
 
 
@@ -62,6 +66,15 @@ def msg_sk(seq: int) -> str:
 
 def ledger_sk(event_id: str) -> str:
     return f"{EVT}{hashlib.sha256(event_id.encode()).hexdigest()[:32]}"
+
+
+def sent_parts(entry: dict[str, Any]) -> dict[int, str]:
+    """The reply parts a ledger entry records as sent: {part: provider message id}."""
+    return {
+        int(name.removeprefix(PART)): str(value)
+        for name, value in entry.items()
+        if name.startswith(PART) and name.removeprefix(PART).isdigit()
+    }
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -85,6 +98,7 @@ def _state(item: dict[str, Any] | None) -> PersonState:
         opted_out_at=_time(item.get("opted_out_at")),
         erased_at=_time(item.get("erased_at")),
         forget_pending=bool(item.get("forget_pending", False)),
+        alias_of=item.get("alias_of"),
     )
 
 
@@ -333,6 +347,59 @@ class MemoryStore:
         except ClientError as error:
             if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
+
+    def record_part(self, pk: str, event_id: str, part: int, message_id: str) -> bool:
+        """Record that part `part` of an event's reply reached the provider (its message id), so
+        a redelivery does not send it again. False if the event has no ledger entry."""
+        try:
+            self.table.update_item(
+                Key={"pk": pk, "sk": ledger_sk(event_id)},
+                UpdateExpression="SET #p = :id",
+                ConditionExpression="attribute_exists(pk)",
+                ExpressionAttributeNames={"#p": f"{PART}{part}"},
+                ExpressionAttributeValues={":id": message_id or "sent"},
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
+    def link(self, alias_pk: str, person_pk: str) -> bool:
+        """Point another identifier's key at a person's key: its STATE gets `alias_of`, the
+        person's partition an ALIAS# item (so erasure finds every key). Only an identifier with
+        no memory of its own is linked; returns whether the link holds."""
+        try:
+            self._client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": self.table_name,
+                            "Key": {"pk": alias_pk, "sk": STATE},
+                            "UpdateExpression": "SET alias_of = :person, updated_at = :now",
+                            "ConditionExpression": (
+                                "attribute_not_exists(last_seq)"
+                                " AND (attribute_not_exists(alias_of) OR alias_of = :person)"
+                            ),
+                            "ExpressionAttributeValues": {
+                                ":person": person_pk,
+                                ":now": _iso(datetime.now(UTC)),
+                            },
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": self.table_name,
+                            "Item": {"pk": person_pk, "sk": f"{ALIAS}{alias_pk}", "key": alias_pk},
+                        }
+                    },
+                ]
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "TransactionCanceledException":
+                raise
+            return False
+        return True
 
     def skip_event(self, pk: str, event_id: str, *, ledger_ttl: timedelta, reason: str) -> None:
         """Remember that an event was deliberately not stored (e.g. older than an erasure)."""

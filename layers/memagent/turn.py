@@ -1,4 +1,4 @@
-"""The agent's turn: one whasp event, processed exactly once per person, in order.
+"""The agent's turn: one provider event, processed exactly once per person, in order.
 
 The order of one inbound message: message to text, remember (stop if duplicate), build the
 context, call the model (store=false), remember the reply, send it. Progress is kept in the
@@ -6,11 +6,24 @@ event's ledger entry, so a redelivery resumes where the last attempt stopped:
 
     no entry  -> the message was never stored: do the whole turn
     stored    -> the reply was never stored: generate it (one new model call)
-    replied   -> the reply is stored but maybe unsent: send the same text again, with the same
-                 Idempotency-Key (whasp turns a repeat into a no-op)
+    replied   -> the reply is stored but maybe unsent: send the parts not yet recorded as
+                 sent, with the same send keys (whasp turns a repeat into a no-op)
     sent, opted_out, parked, skipped -> done: nothing to do
 
 So every inbound message ends with exactly one reply sent, whatever step crashed.
+
+Providers without an idempotency key (Meta) leave one window: Meta accepted a part, and we crashed
+(or timed out) before recording its message id. We record each part's id the moment the provider
+answers (`part_<n>` on the ledger entry), and the provider's `sent` status for the part, which
+carries our send key, records it too (`reply_status`); statuses run in a queue group of their
+own, so they do not wait behind the redelivery. A part is sent twice only if the crash fell in
+that window *and* the status webhook arrived after the redelivery's retry (seconds, usually).
+
+Identity: a person is keyed by their primary identifier (`person_key`). When a message brings a
+new identifier beside a known one (Meta: a BSUID beside the phone), or the provider reports a
+change, the new identifier's key is linked to the person's (`alias_of` on its STATE item), so
+the person keeps one memory; the memory itself is still read with one Query (a linked
+identifier costs one more, small Query to follow the link).
 """
 
 from __future__ import annotations
@@ -21,11 +34,12 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from memagent import store as ledger
 from memagent.context import build_context
 from memagent.errors import (
+    AgentError,
     ConcurrentUpdate,
     MalformedEvent,
     ModelRejected,
@@ -38,21 +52,24 @@ from memagent.lifecycle import forget_key
 from memagent.memory import Memory, PersonState, Turn
 from memagent.observability import logger, metrics
 from memagent.person import agent_key, person_key
-from memagent.whasp import (
+from memagent.provider import (
     ChatOptedOut,
+    Event,
+    IdentityChanged,
     InboundMessage,
     NumberReplaced,
-    WhaspEvent,
+    ReplyStatus,
     idempotency_key,
+    parse_send_key,
     split_text,
 )
 
 if TYPE_CHECKING:
     from memagent.archive import TranscriptArchive
     from memagent.model import ModelClient
+    from memagent.provider import Provider
     from memagent.settings import ConsumerSettings
     from memagent.store import MemoryStore
-    from memagent.whasp import WhaspClient
 
 STOP_WORDS = frozenset({"stop", "unsubscribe"})
 RACE_ATTEMPTS = 3
@@ -93,24 +110,24 @@ def _count(name: str, value: float = 1) -> None:
 
 
 class Agent:
-    """Handles whasp events for one agent (persona)."""
+    """Handles one provider's events for one agent (persona); which provider, it does not know."""
 
     def __init__(
         self,
         settings: ConsumerSettings,
         store: MemoryStore,
         model: ModelClient,
-        whasp: WhaspClient,
+        provider: Provider,
         archive: TranscriptArchive | None = None,
     ):
         self.settings = settings
         self.archive = archive
         self.store = store
         self.model = model
-        self.whasp = whasp
+        self.provider = provider
         self.ledger_ttl = timedelta(days=settings.ledger_ttl_days)
 
-    def handle(self, event: WhaspEvent) -> str:
+    def handle(self, event: Event) -> str:
         """Process one event; return the decision taken (for logs and tests). A write that
         lost a race (a compaction committing at the same moment) is retried from a fresh read:
         every step is idempotent, so a retry resumes where the last try stopped."""
@@ -124,21 +141,57 @@ class Agent:
                 time.sleep(random.uniform(0.05, 0.2) * attempt)  # jitter
         raise AssertionError("unreachable")
 
-    def _handle(self, event: WhaspEvent) -> str:
+    def _handle(self, event: Event) -> str:
         if isinstance(event, InboundMessage):
             return self.answer(event)
         if isinstance(event, ChatOptedOut):
             return self.opt_out(event)
         if isinstance(event, NumberReplaced):
             return self.replace_number(event)
+        if isinstance(event, IdentityChanged):
+            return self.change_identity(event)
+        if isinstance(event, ReplyStatus):
+            return self.reply_status(event)
         raise MalformedEvent(f"no handler for {type(event).__name__}")
 
     # ------------------------------------------------------------------ inbound messages
 
-    def answer(self, message: InboundMessage) -> str:
-        pk = person_key(self.settings.agent_id, message.chat)
-        logger.append_keys(event_id=message.event_id, person=pk)
+    def _person(self, chat: str, aliases: tuple[str, ...] = ()) -> tuple[str, Memory]:
+        """The person's key and memory, by any of their identifiers. One Query when the
+        identifier is the person's own key; one more when it is linked to another."""
+        pk = person_key(self.settings.agent_id, chat)
         memory = self.store.load(pk)
+        if memory.state.alias_of:
+            return memory.state.alias_of, self.store.load(memory.state.alias_of)
+        if memory.state.last_seq or memory.state.erased_at or not aliases:
+            return pk, memory
+        # an identifier with no memory yet: is this someone we know by another one?
+        others = [person_key(self.settings.agent_id, alias) for alias in aliases]
+        for other in others:
+            if other == pk:
+                continue
+            known = self.store.load(other)
+            target = known.state.alias_of or (other if known.state.last_seq else None)
+            if target and self.store.link(pk, target):
+                _count("IdentitiesLinked")
+                logger.info("new identifier linked to a known person", extra={"person": target})
+                return target, known if target == other else self.store.load(target)
+        for other in others:  # someone new: any of their identifiers finds this memory
+            if other != pk:
+                self.store.link(other, pk)
+        return pk, memory
+
+    def _show_typing(self, message: InboundMessage) -> None:
+        """Read receipt and typing indicator. Cosmetic: a failure never fails the turn."""
+        try:
+            self.provider.mark_read(message)
+        except AgentError as error:
+            _count("TypingIndicatorFailed")
+            logger.warning("typing indicator not shown", extra={"error": type(error).__name__})
+
+    def answer(self, message: InboundMessage) -> str:
+        pk, memory = self._person(message.chat, message.aliases)
+        logger.append_keys(event_id=message.event_id, person=pk)
         state = memory.state
 
         if state.erased_at and message.created_at <= state.erased_at:
@@ -162,10 +215,11 @@ class Agent:
             entry = self.store.ledger(pk, message.event_id)
             if entry is not None:
                 return self._resume(pk, message, entry)
+            self._show_typing(message)  # before the slow part: fetching and transcribing
 
         text = message_text(
             message,
-            whasp=self.whasp,
+            provider=self.provider,
             model=self.model,
             max_media_bytes=self.settings.media_max_bytes,
         )
@@ -193,6 +247,8 @@ class Agent:
             return self._resume(pk, message, entry)
         _count("MessagesRemembered")
         logger.info("message remembered", extra={"seq": turn.seq, "kind": message.kind})
+        if message.kind == "text" and not stop:
+            self._show_typing(message)  # once per turn: a duplicate never gets here
 
         if stop:
             _count("OptOuts")
@@ -244,7 +300,7 @@ class Agent:
                 new_number=None,
             )
         if status == ledger.REPLIED:
-            return self._send(pk, message, entry["reply"])
+            return self._send(pk, message, entry["reply"], sent=ledger.sent_parts(entry))
         if status == ledger.OPTED_OUT and self.settings.opt_out_policy == "erase":
             forget_key(self.store, pk, archive=self.archive)  # a crash stopped it half-way
             return "forgotten"
@@ -328,9 +384,9 @@ class Agent:
         Idempotency-Key (a no-op at whasp) and erases. The erasure matters more than the
         goodbye: if whasp cannot take it, we erase all the same."""
         try:
-            self.whasp.send_text(
+            self.provider.send_text(
                 sender=message.number,
-                to=message.chat,
+                to=message.address,
                 text=FORGOTTEN_REPLY,
                 key=idempotency_key(message.event_id, 0),
             )
@@ -344,15 +400,28 @@ class Agent:
         logger.info("forgotten at the person's request", extra={"removed": receipt.removed})
         return "forgotten"
 
-    def _send(self, pk: str, message: InboundMessage, text: str) -> str:
+    def _send(
+        self, pk: str, message: InboundMessage, text: str, sent: dict[int, str] | None = None
+    ) -> str:
+        """Send the reply's parts not yet `sent`; record each part's id as the provider answers
+        (the last one with the end of the event's turn, in one write)."""
+        parts = split_text(text)
+        sent = dict(sent or {})
         try:
-            for part, chunk in enumerate(split_text(text)):
-                self.whasp.send_text(
-                    sender=message.number,
-                    to=message.chat,
-                    text=chunk,
-                    key=idempotency_key(message.event_id, part),
+            for part, chunk in enumerate(parts):
+                if part in sent:
+                    continue  # a redelivery: this part went out before
+                sent[part] = (
+                    self.provider.send_text(
+                        sender=message.number,
+                        to=message.address,
+                        text=chunk,
+                        key=idempotency_key(message.event_id, part),
+                    )
+                    or "sent"
                 )
+                if part < len(parts) - 1:
+                    self.store.record_part(pk, message.event_id, part, sent[part])
         except OptedOut:
             self.store.record_opt_out(pk, datetime.now(UTC))
             self.store.finish_event(pk, message.event_id, ledger.OPTED_OUT)
@@ -360,13 +429,18 @@ class Agent:
             logger.info("reply not sent: the chat opted out")
             return "opted_out"
         except SendRejected as error:
-            self.store.finish_event(pk, message.event_id, ledger.PARKED, http_status=error.status)
+            details = {"http_status": error.status}
+            if error.code is not None:
+                details["error_code"] = error.code
+            self.store.finish_event(pk, message.event_id, ledger.PARKED, **details)
             _count("ReplyParked")
-            logger.error("reply parked: whasp refused it", extra={"http_status": error.status})
+            logger.error("reply parked: the provider refused it", extra=details)
             return "parked"
-        self.store.finish_event(pk, message.event_id, ledger.SENT)
+        self.store.finish_event(
+            pk, message.event_id, ledger.SENT, **{f"{ledger.PART}{p}": i for p, i in sent.items()}
+        )
         _count("RepliesSent")
-        logger.info("reply sent")
+        logger.info("reply sent", extra={"parts": len(parts)})
         return "sent"
 
     def _needs_compaction(self, state: PersonState, seq: int) -> bool:
@@ -391,6 +465,36 @@ class Agent:
         _count("OptOuts" if recorded else "StaleOptOuts")
         logger.info("opt-out event", extra={"recorded": recorded})
         return "opted_out" if recorded else "stale"
+
+    def change_identity(self, event: IdentityChanged) -> str:
+        """The person now goes by new identifiers: link each to the key of their memory."""
+        logger.append_keys(event_id=event.event_id)
+        pk, _memory = self._person(event.previous[0], event.previous[1:])
+        for identifier in event.current:
+            self.store.link(person_key(self.settings.agent_id, identifier), pk)
+        _count("IdentitiesChanged")
+        logger.info("identity change recorded", extra={"person": pk, "new": len(event.current)})
+        return "identity_changed"
+
+    def reply_status(self, event: ReplyStatus) -> str:
+        """A provider status for a reply part: `sent` records the part (so a redelivery of the
+        message does not send it again); `failed` is counted and kept on the ledger."""
+        logger.append_keys(event_id=event.event_id)
+        found = parse_send_key(event.key)
+        if found is None:
+            _count("StatusesIgnored")
+            return "ignored"
+        event_id, part = found
+        pk, _memory = self._person(event.chat, event.aliases)
+        if event.status == "failed":
+            with single_metric(name="RepliesFailed", unit=MetricUnit.Count, value=1) as metric:
+                metric.add_dimension(name="code", value=str(event.error_code))
+            logger.error("reply failed after sending", extra={"code": event.error_code})
+            self.store.record_part(pk, event_id, part, f"failed:{event.error_code}")
+            return "reply_failed"
+        recorded = self.store.record_part(pk, event_id, part, event.message_id)
+        logger.info("reply status recorded", extra={"status": event.status, "known": recorded})
+        return "status_recorded" if recorded else "status_unknown"
 
     def replace_number(self, event: NumberReplaced) -> str:
         logger.append_keys(event_id=event.event_id)

@@ -1,13 +1,15 @@
-"""The webhook's domain logic: verify, parse, enqueue. No model code on this path."""
+"""The webhook's domain logic: verify, parse, enqueue. No model code on this path.
+
+The configured provider's module checks the signature and cuts the body into queued events;
+only that module is imported (the cold path stays light)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from memagent.queue import EventQueue
 from memagent.settings import WebhookSettings
-from memagent.whasp import parse_envelope, verify_signature
 
 
 @dataclass(frozen=True)
@@ -15,6 +17,10 @@ class Receipt:
     event_id: str
     event_type: str
     queued: bool
+    count: int = 1  # events queued (Meta: one per message or status that matters)
+    ignored: int = 0  # parts acknowledged without queueing
+    failed_codes: list[int] = field(default_factory=list)  # Meta: codes of `failed` statuses
+    preferences: list[str] = field(default_factory=list)  # Meta: marketing stop/resume
 
 
 def receive(
@@ -23,8 +29,12 @@ def receive(
     headers: Mapping[str, str] | None,
     body: bytes,
 ) -> Receipt:
-    """Accept one whasp delivery. Raises InvalidSignature, BadRequest, SecretUnavailable or
-    QueueUnavailable; returns only once the event is safely queued (or deliberately ignored)."""
+    """Accept one provider delivery. Raises InvalidSignature, BadRequest, SecretUnavailable or
+    QueueUnavailable; returns only once the events are safely queued (or deliberately ignored)."""
+    if settings.provider == "meta":
+        return _receive_meta(settings, queue, headers, body)
+    from memagent.whasp import parse_envelope, verify_signature
+
     secrets = settings.webhook_secret.get().split()
     verify_signature(secrets, headers, body, tolerance_seconds=settings.tolerance_seconds)
     envelope = parse_envelope(body, max_bytes=settings.max_body_bytes)
@@ -32,3 +42,37 @@ def receive(
         return Receipt(envelope.id, envelope.type, queued=False)
     queue.enqueue(settings.agent_id, envelope)
     return Receipt(envelope.id, envelope.type, queued=True)
+
+
+def _receive_meta(
+    settings: WebhookSettings, queue: EventQueue, headers: Mapping[str, str] | None, body: bytes
+) -> Receipt:
+    from memagent.meta import parse_notification, verify_signature
+
+    verify_signature(settings.meta_app_secret.get(), headers, body)
+    notification = parse_notification(body, max_bytes=settings.max_body_bytes)
+    for envelope in notification.envelopes:
+        # one at a time, each deduplicated by its wamid: a failure half-way answers 503, Meta
+        # retries the whole POST, and the events already queued are dropped as duplicates
+        queue.enqueue(settings.agent_id, envelope)
+    first = notification.envelopes[0].id if notification.envelopes else "none"
+    return Receipt(
+        first,
+        "notification",
+        queued=bool(notification.envelopes),
+        count=len(notification.envelopes),
+        ignored=notification.ignored,
+        failed_codes=notification.failed_codes,
+        preferences=notification.preferences,
+    )
+
+
+def challenge(settings: WebhookSettings, params: Mapping[str, str] | None) -> str:
+    """Meta's subscription check (GET): the challenge to echo; InvalidSignature otherwise."""
+    from memagent.meta import answer_challenge
+
+    if settings.provider != "meta":
+        from memagent.errors import InvalidSignature
+
+        raise InvalidSignature("this stack's provider has no subscription check")
+    return answer_challenge(settings.meta_verify_token.get(), params)

@@ -51,6 +51,15 @@ from memagent.errors import (
     SendRejected,
     TransientError,
 )
+from memagent.provider import (  # noqa: F401 (split_text, idempotency_key: re-exported)
+    MAX_TEXT_CHARS,
+    ChatOptedOut,
+    InboundMessage,
+    Media,
+    NumberReplaced,
+    idempotency_key,
+    split_text,
+)
 
 if TYPE_CHECKING:
     from memagent.settings import Secret
@@ -66,9 +75,7 @@ NUMBER_REPLACED = "number.replaced"
 CHAT_OPTED_OUT = "chat.opted_out"
 QUEUED_TYPES = frozenset({MESSAGE_RECEIVED, NUMBER_REPLACED, CHAT_OPTED_OUT})
 
-MAX_TEXT_CHARS = 4096
 MAX_RETRY_AFTER_SECONDS = 5
-MAX_IDEMPOTENCY_KEY = 255
 E164 = re.compile(r"^\+[1-9]\d{6,14}$")
 
 
@@ -174,45 +181,6 @@ def parse_envelope(body: bytes, *, max_bytes: int) -> Envelope:
     return Envelope(id=event_id, type=event_type, chat=chat, raw=raw)
 
 
-@dataclass(frozen=True)
-class Media:
-    url: str
-    mime_type: str
-    size: int | None
-
-
-@dataclass(frozen=True)
-class InboundMessage:
-    event_id: str
-    created_at: datetime
-    number: str  # our whasp number that carried it
-    chat: str  # the person's phone, E.164
-    label: str | None
-    message_id: str
-    kind: str  # text, audio, image, video, document, sticker, location, contact, ...
-    text: str | None
-    caption: str | None
-    media: Media | None
-    sent_at: datetime
-
-
-@dataclass(frozen=True)
-class ChatOptedOut:
-    event_id: str
-    created_at: datetime
-    number: str
-    chat: str
-
-
-@dataclass(frozen=True)
-class NumberReplaced:
-    event_id: str
-    created_at: datetime
-    old_number: str
-    new_number: str
-    label: str | None
-
-
 WhaspEvent = InboundMessage | ChatOptedOut | NumberReplaced
 
 
@@ -290,31 +258,6 @@ def parse_event(raw: Mapping[str, Any]) -> WhaspEvent:
 # --------------------------------------------------------------------------- outbound
 
 
-def split_text(text: str, limit: int = MAX_TEXT_CHARS) -> list[str]:
-    """Split a reply into whasp-sized parts, preferring paragraph, line and word breaks."""
-    text = text.strip()
-    parts: list[str] = []
-    while len(text) > limit:
-        window = text[:limit]
-        cut = max(window.rfind("\n\n"), window.rfind("\n"), window.rfind(" "))
-        if cut < limit // 2:
-            cut = limit
-        parts.append(text[:cut].rstrip())
-        text = text[cut:].lstrip()
-    if text:
-        parts.append(text)
-    return parts
-
-
-def idempotency_key(event_id: str, part: int) -> str:
-    """The send key for part `part` of the reply to inbound event `event_id`: stable across
-    redeliveries, so whasp turns a repeated send into a no-op."""
-    key = f"reply:{event_id}:{part}"
-    if len(key) <= MAX_IDEMPOTENCY_KEY:
-        return key
-    return f"reply:{hashlib.sha256(event_id.encode()).hexdigest()}:{part}"
-
-
 class WhaspClient:
     """Sends replies and fetches media over HTTP (urllib3, already shipped with botocore)."""
 
@@ -386,6 +329,9 @@ class WhaspClient:
         if status == 429 or status >= 500:
             raise TransientError(f"whasp answered HTTP {status}")
         raise SendRejected(status)
+
+    def mark_read(self, message: InboundMessage) -> None:
+        """whasp's contract has no read receipt or typing indicator: nothing to do."""
 
     def fetch_media(self, url: str, *, max_bytes: int) -> tuple[bytes, str]:
         """Download a media file (bytes, content type), refusing anything over max_bytes."""

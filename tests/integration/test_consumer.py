@@ -227,7 +227,7 @@ def crash_after(obj: Any, name: str, monkeypatch) -> None:
         ("store", "remember_inbound", 1),  # the model had not been asked yet
         ("model", "reply", 2),  # the only crash that costs a second model call
         ("store", "remember_reply", 1),
-        ("whasp", "send_text", 1),
+        ("provider", "send_text", 1),
         ("store", "finish_event", 1),
     ],
 )

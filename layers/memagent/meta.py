@@ -1,0 +1,541 @@
+"""The Meta WhatsApp Cloud API adapter: everything Meta-specific lives here and nowhere else.
+
+Written against Meta's public documentation (summarised in ../shared/META.md of the project's
+workspace) and the payloads in the `pywa` library's test fixtures:
+
+Webhook verification (GET)
+    ``hub.mode=subscribe``, ``hub.verify_token`` (ours) and ``hub.challenge``: answer 200 with the
+    raw challenge as plain text when the token matches, a 4xx otherwise.
+Webhook signature (POST)
+    ``X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body, keyed with the app secret>``.
+    No timestamp and no nonce: dedupe by message id (Meta retries non-200s for up to 7 days).
+Notifications
+    ``{"object": "whatsapp_business_account", "entry": [{"id", "changes": [{"field", "value"}]}]}``,
+    ``value`` holding ``metadata{phone_number_id}``, ``contacts[{wa_id?, user_id?}]``,
+    ``messages[]``, ``statuses[]``. One POST may carry many of each: we queue one event per
+    message (its own one-message notification, so the queued body keeps Meta's shape), and the
+    ``sent``/``failed`` statuses of our replies (matched through ``biz_opaque_callback_data``).
+Identity
+    A person is their business-scoped user id (BSUID, ``user_id``/``from_user_id``) when the
+    payload has one, else their phone (``wa_id``/``from``); the other one is an alias. System
+    messages ``user_changed_number`` / ``user_changed_user_id`` move a person to new identifiers.
+Sending
+    ``POST {graph}/{phone_number_id}/messages`` with a Bearer token; ``to`` a phone or
+    ``recipient`` a BSUID. No idempotency key exists: a repeat sends twice (see turn.py for how
+    we shrink that window). Errors are decided on ``error.code``, not the HTTP status.
+Read receipt and typing indicator
+    The same endpoint, ``{"status": "read", "message_id", "typing_indicator": {"type": "text"}}``.
+Media
+    ``GET {graph}/{media_id}`` answers a URL that lives 5 minutes; ``GET <url>`` (Bearer) the bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from memagent.errors import (
+    BadRequest,
+    InvalidSignature,
+    MalformedEvent,
+    OptedOut,
+    SendRejected,
+    TransientError,
+)
+from memagent.provider import (
+    IdentityChanged,
+    InboundMessage,
+    Media,
+    ReplyStatus,
+)
+
+if TYPE_CHECKING:
+    from memagent.provider import Event
+    from memagent.settings import Secret
+
+HEADER_SIGNATURE = "x-hub-signature-256"
+SIGNATURE_PREFIX = "sha256="
+OBJECT = "whatsapp_business_account"
+
+MESSAGE = "meta.message"  # one inbound message (or system message), queued
+STATUS = "meta.status"  # the status of one of our replies, queued
+QUEUED_TYPES = frozenset({MESSAGE, STATUS})
+QUEUED_STATUSES = frozenset({"sent", "failed"})  # `sent` proves a send; `failed` says why not
+IDENTITY_CHANGES = frozenset({"user_changed_number", "user_changed_user_id"})
+
+BSUID = re.compile(r"^[A-Z]{2}\.[A-Za-z0-9.]{1,140}$")  # "US.13491208655302741918"
+PHONE = re.compile(r"^\+?[1-9]\d{6,14}$")  # Meta's wa_id: digits, no "+"
+
+# error.code -> what to do (META.md "Errors"). Anything not listed and not 5xx is permanent.
+RETRY_CODES = frozenset({130429, 131056, 4, 80007, 131000, 1, 2, 131016, 131057})
+TOKEN_CODES = frozenset({190, 0, 10, 200})
+OPTED_OUT_CODES = frozenset({131050})  # the person stopped messages from this business
+WINDOW_CLOSED = 131047
+
+
+# --------------------------------------------------------------------------- webhook
+
+
+def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
+    for key, value in (headers or {}).items():
+        if isinstance(key, str) and key.lower() == name:
+            return value if isinstance(value, str) else None
+    return None
+
+
+def verify_signature(app_secret: str, headers: Mapping[str, str] | None, body: bytes) -> None:
+    """Check ``X-Hub-Signature-256`` over the raw bytes; raise InvalidSignature otherwise. The
+    bytes are hashed as received: Meta signs its escaped-unicode body, so re-serialised JSON
+    does not match."""
+    given = _header(headers, HEADER_SIGNATURE)
+    if not given or not given.startswith(SIGNATURE_PREFIX) or not app_secret:
+        raise InvalidSignature("missing signature header")
+    expected = SIGNATURE_PREFIX + hmac.new(app_secret.encode(), body, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(given.encode("ascii", errors="replace"), expected.encode()):
+        raise InvalidSignature("no matching signature")
+
+
+def sign(app_secret: str, body: bytes) -> str:
+    """An ``X-Hub-Signature-256`` value, for the local stack, the tests and sample events."""
+    return SIGNATURE_PREFIX + hmac.new(app_secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def answer_challenge(verify_token: str, params: Mapping[str, str] | None) -> str:
+    """The subscription check: the challenge to echo, or InvalidSignature if it is not ours."""
+    params = params or {}
+    token = params.get("hub.verify_token") or ""
+    challenge = params.get("hub.challenge")
+    if params.get("hub.mode") != "subscribe" or not challenge or not verify_token:
+        raise InvalidSignature("not a subscription check")
+    if not hmac.compare_digest(token.encode(), verify_token.encode()):
+        raise InvalidSignature("wrong verify token")
+    return challenge
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """One queued unit cut out of a notification (the queue needs id, chat, raw)."""
+
+    id: str  # the SQS deduplication source: the wamid (statuses: wamid and status)
+    type: str
+    chat: str  # the FIFO group's identity
+    raw: dict[str, Any]
+
+    @property
+    def queued(self) -> bool:
+        return self.type in QUEUED_TYPES
+
+
+@dataclass(frozen=True)
+class Notification:
+    """What one POST carried: the units to queue, and what we acknowledged without queueing."""
+
+    envelopes: list[Envelope]
+    ignored: int
+    failed_codes: list[int]  # error codes of `failed` statuses, counted by the webhook
+    preferences: list[str]  # user_preferences values (marketing stop/resume), counted
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _phone(value: Any) -> str | None:
+    """A wa_id ("972987654321") as the E.164 phone we key people by ("+972987654321")."""
+    digits = _text(value)
+    if not digits:
+        return None
+    return digits if digits.startswith("+") else f"+{digits}"
+
+
+def _contact_for(message: Mapping[str, Any], contacts: list[dict[str, Any]]) -> dict[str, Any]:
+    sender, sender_id = _text(message.get("from")), _text(message.get("from_user_id"))
+    for contact in contacts:
+        if (sender and contact.get("wa_id") == sender) or (
+            sender_id and contact.get("user_id") == sender_id
+        ):
+            return contact
+    return contacts[0] if len(contacts) == 1 else {}
+
+
+def identities(
+    message: Mapping[str, Any], contact: Mapping[str, Any]
+) -> tuple[str | None, str | None]:
+    """(BSUID, phone) of a message's sender, each when the payload has it."""
+    bsuid = _text(message.get("from_user_id")) or _text(contact.get("user_id"))
+    phone = _phone(message.get("from")) or _phone(contact.get("wa_id"))
+    return bsuid, phone
+
+
+def _one(entry: Mapping[str, Any], change: Mapping[str, Any], value: dict[str, Any], **items):
+    """A one-item notification in Meta's own shape: what we queue."""
+    sliced = {k: v for k, v in value.items() if k not in ("messages", "statuses", "contacts")}
+    sliced.update(items)
+    return {
+        "object": OBJECT,
+        "entry": [
+            {"id": entry.get("id"), "changes": [{"field": change.get("field"), "value": sliced}]}
+        ],
+    }
+
+
+def _walk(raw: Mapping[str, Any]) -> Iterator[tuple[dict, dict, dict]]:
+    for entry in _dicts(raw.get("entry")):
+        for change in _dicts(entry.get("changes")):
+            value = change.get("value")
+            if isinstance(value, dict):
+                yield entry, change, value
+
+
+def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
+    """Cut a verified POST into queued units: one per message, one per status that matters."""
+    if len(body) > max_bytes:
+        raise BadRequest("body too large")
+    try:
+        raw = json.loads(body)
+    except (UnicodeDecodeError, ValueError):
+        raise BadRequest("body is not JSON") from None
+    if not isinstance(raw, dict) or raw.get("object") != OBJECT:
+        raise BadRequest("not a WhatsApp Business Account notification")
+    envelopes: list[Envelope] = []
+    ignored, failed_codes, preferences = 0, [], []
+    for entry, change, value in _walk(raw):
+        contacts = _dicts(value.get("contacts"))
+        for message in _dicts(value.get("messages")):
+            wamid = _text(message.get("id"))
+            contact = _contact_for(message, contacts)
+            bsuid, phone = identities(message, contact)
+            if message.get("type") == "system":
+                system = message.get("system") if isinstance(message.get("system"), dict) else {}
+                bsuid = bsuid or _text(system.get("previous_user_id"))
+            who = bsuid or phone
+            if not wamid or not who:
+                ignored += 1
+                continue
+            one = _one(
+                entry, change, value, messages=[message], contacts=[contact] if contact else []
+            )
+            envelopes.append(Envelope(id=wamid, type=MESSAGE, chat=who, raw=one))
+        for status in _dicts(value.get("statuses")):
+            state = status.get("status")
+            if state == "failed":
+                failed_codes.extend(
+                    e.get("code")
+                    for e in _dicts(status.get("errors"))
+                    if isinstance(e.get("code"), int)
+                )
+            ours = _text(status.get("biz_opaque_callback_data"))
+            who = _text(status.get("recipient_user_id")) or _phone(status.get("recipient_id"))
+            wamid = _text(status.get("id"))
+            if state not in QUEUED_STATUSES or not ours or not who or not wamid:
+                ignored += 1
+                continue
+            one = _one(entry, change, value, statuses=[status], contacts=contacts[:1])
+            # a group apart from the person's messages: a status must not wait behind the
+            # redelivery of the very message whose reply it confirms (see turn.py)
+            envelopes.append(
+                Envelope(id=f"{wamid}:{state}", type=STATUS, chat=f"status:{who}", raw=one)
+            )
+        for preference in _dicts(value.get("user_preferences")):
+            preferences.append(str(preference.get("value") or "unknown"))
+        if not value.get("messages") and not value.get("statuses"):
+            ignored += 1 if not value.get("user_preferences") else 0
+    return Notification(envelopes, ignored, failed_codes, preferences)
+
+
+# --------------------------------------------------------------------------- queued events
+
+
+def _time(value: Any, field: str) -> datetime:
+    try:
+        return datetime.fromtimestamp(int(value), tz=UTC)
+    except (TypeError, ValueError, OverflowError, OSError):
+        raise MalformedEvent(f"{field} is not a Unix time") from None
+
+
+def _reply_text(message: Mapping[str, Any], kind: str) -> str | None:
+    """The words of a button or list reply, which reach us as their own message types."""
+    body = message.get(kind) if isinstance(message.get(kind), dict) else {}
+    if kind == "button":
+        return _text(body.get("text"))
+    reply = body.get(body.get("type")) if isinstance(body.get("type"), str) else None
+    return _text(reply.get("title")) if isinstance(reply, dict) else None
+
+
+def _inbound(message: dict, value: dict, contact: dict) -> InboundMessage:
+    wamid = _text(message.get("id"))
+    number = _text((value.get("metadata") or {}).get("phone_number_id"))
+    if not wamid or not number:
+        raise MalformedEvent("message id or phone_number_id missing")
+    bsuid, phone = identities(message, contact)
+    if not bsuid and not phone:
+        raise MalformedEvent("message has neither a BSUID nor a phone")
+    at = _time(message.get("timestamp"), "timestamp")
+    kind = _text(message.get("type")) or "unknown"
+    text = caption = media = None
+    if kind == "text":
+        text = _text((message.get("text") or {}).get("body")) or ""
+    elif kind in ("button", "interactive"):
+        text, kind = _reply_text(message, kind), "text"
+    elif kind in ("audio", "image", "video", "document", "sticker"):
+        body = message.get(kind) if isinstance(message.get(kind), dict) else {}
+        caption = _text(body.get("caption"))
+        if _text(body.get("id")):
+            media = Media(
+                url=body["id"],  # the media id: a fresh download URL is fetched at use
+                mime_type=_text(body.get("mime_type")) or "application/octet-stream",
+                size=None,
+            )
+    elif kind == "contacts":
+        kind = "contact"
+    who = bsuid or phone
+    assert who is not None
+    return InboundMessage(
+        event_id=wamid,
+        created_at=at,
+        number=number,
+        chat=who,
+        label=None,
+        message_id=wamid,
+        kind=kind,
+        text=text,
+        caption=caption,
+        media=media,
+        sent_at=at,
+        aliases=(phone,) if bsuid and phone else (),
+        reply_to=phone,  # Meta: a phone in `to` wins over `recipient`; BSUID only without one
+    )
+
+
+def _identity_change(message: dict) -> IdentityChanged:
+    system = message.get("system") if isinstance(message.get("system"), dict) else {}
+    previous = [
+        _text(system.get("previous_user_id")),
+        _text(message.get("from_user_id")),
+        _phone(system.get("customer")),
+        _phone(message.get("from")),
+    ]
+    current = [_text(system.get("user_id")), _phone(system.get("wa_id") or system.get("new_wa_id"))]
+    old = tuple(dict.fromkeys(i for i in previous if i))
+    new = tuple(dict.fromkeys(i for i in current if i and i not in old))
+    wamid = _text(message.get("id"))
+    if not wamid or not old or not new:
+        raise MalformedEvent("identity change without previous and new identifiers")
+    return IdentityChanged(
+        event_id=wamid,
+        created_at=_time(message.get("timestamp"), "timestamp"),
+        previous=old,
+        current=new,
+    )
+
+
+def _status(status: dict) -> ReplyStatus:
+    bsuid, phone = _text(status.get("recipient_user_id")), _phone(status.get("recipient_id"))
+    wamid, key = _text(status.get("id")), _text(status.get("biz_opaque_callback_data"))
+    state = _text(status.get("status"))
+    if not wamid or not key or not state or not (bsuid or phone):
+        raise MalformedEvent("status without id, callback data or recipient")
+    codes = [e.get("code") for e in _dicts(status.get("errors")) if isinstance(e.get("code"), int)]
+    return ReplyStatus(
+        event_id=f"{wamid}:{state}",
+        created_at=_time(status.get("timestamp"), "timestamp"),
+        chat=bsuid or phone,  # type: ignore[arg-type]
+        aliases=(phone,) if bsuid and phone else (),
+        key=key,
+        message_id=wamid,
+        status=state,
+        error_code=codes[0] if codes else None,
+    )
+
+
+def parse_event(raw: Mapping[str, Any]) -> Event:
+    """Turn a queued one-item notification into a domain event; MalformedEvent if we cannot."""
+    if not isinstance(raw, Mapping) or raw.get("object") != OBJECT:
+        raise MalformedEvent("not a WhatsApp Business Account notification")
+    for _entry, _change, value in _walk(raw):
+        contacts = _dicts(value.get("contacts"))
+        for message in _dicts(value.get("messages")):
+            if message.get("type") == "system":
+                system = message.get("system") if isinstance(message.get("system"), dict) else {}
+                if system.get("type") in IDENTITY_CHANGES:
+                    return _identity_change(message)
+                raise MalformedEvent("a system message we do not act on")
+            return _inbound(message, value, _contact_for(message, contacts))
+        for status in _dicts(value.get("statuses")):
+            return _status(status)
+    raise MalformedEvent("no message or status in the notification")
+
+
+# --------------------------------------------------------------------------- Graph API
+
+
+@dataclass(frozen=True)
+class GraphError:
+    status: int
+    code: int | None
+
+
+def _graph_error(status: int, data: bytes) -> GraphError:
+    try:
+        error = json.loads(data).get("error")
+    except (ValueError, AttributeError):
+        error = None
+    code = error.get("code") if isinstance(error, dict) else None
+    return GraphError(status, code if isinstance(code, int) else None)
+
+
+def _count(name: str, **dimensions: str) -> None:
+    from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+    with single_metric(name=name, unit=MetricUnit.Count, value=1) as metric:
+        for key, value in dimensions.items():
+            metric.add_dimension(name=key, value=value)
+
+
+class GraphClient:
+    """Sends replies, read receipts and fetches media over HTTP (urllib3, shipped with botocore).
+
+    POSTs are never retried by the client once the request may have reached Meta: there is no
+    idempotency key, so a blind retry could deliver a reply twice. Only connection failures
+    (nothing sent) are retried here; everything else is the turn's decision."""
+
+    def __init__(
+        self,
+        graph_url: str,
+        access_token: str | Secret,
+        *,
+        timeout_seconds: float = 10.0,
+        typing_indicator: bool = True,
+    ):
+        import urllib3
+        from urllib3.util import Retry, Timeout
+
+        self._graph = graph_url.rstrip("/")
+        self._token = access_token  # a Secret is read on first use
+        self.typing_indicator = typing_indicator
+        self._http = urllib3.PoolManager(
+            retries=Retry(total=2, connect=2, read=0, status=0, redirect=0, raise_on_status=False),
+            timeout=Timeout(connect=3.0, read=timeout_seconds),
+        )
+
+    def _bearer(self) -> dict[str, str]:
+        token = self._token if isinstance(self._token, str) else self._token.get()
+        return {"Authorization": f"Bearer {token}"}
+
+    def _post(self, sender: str, body: dict[str, Any]) -> Any:
+        import urllib3
+
+        try:
+            return self._http.request(
+                "POST",
+                f"{self._graph}/{sender}/messages",
+                body=json.dumps(body).encode(),
+                headers={**self._bearer(), "Content-Type": "application/json"},
+            )
+        except urllib3.exceptions.HTTPError as error:
+            raise TransientError(f"Graph API unreachable: {type(error).__name__}") from None
+
+    @staticmethod
+    def _raise_for(response: Any) -> None:
+        """Map a Graph API error to our typed errors, on error.code (META.md)."""
+        error = _graph_error(response.status, response.data)
+        code = error.code
+        if code in TOKEN_CODES:
+            _count("ProviderAuthFailed")  # alarmed: an operator must renew the token
+            raise TransientError(f"Graph API refused the token (code {code})")
+        if code in RETRY_CODES or (code is None and (error.status == 429 or error.status >= 500)):
+            raise TransientError(f"Graph API answered {error.status} (code {code})")
+        if code in OPTED_OUT_CODES:
+            raise OptedOut(f"code {code}")
+        raise SendRejected(error.status, code=code)
+
+    def send_text(self, *, sender: str, to: str, text: str, key: str) -> str:
+        """Send one text part; return its wamid. `to` is a phone or a BSUID; `key` comes back
+        as biz_opaque_callback_data in this message's status webhooks."""
+        body: dict[str, Any] = {
+            "messaging_product": "whatsapp",
+            "recipient_type": "individual",
+            "type": "text",
+            "text": {"body": text, "preview_url": False},
+            "biz_opaque_callback_data": key,
+        }
+        if BSUID.match(to):
+            body["recipient"] = to
+        else:
+            body["to"] = to.removeprefix("+")  # Meta's wa_id form
+        response = self._post(sender, body)
+        if response.status != 200:
+            self._raise_for(response)
+        try:
+            return str(json.loads(response.data)["messages"][0]["id"])
+        except (ValueError, KeyError, IndexError, TypeError):
+            return ""  # accepted; the id only serves bookkeeping
+
+    def mark_read(self, message: InboundMessage) -> None:
+        body: dict[str, Any] = {
+            "messaging_product": "whatsapp",
+            "status": "read",
+            "message_id": message.message_id,
+        }
+        if self.typing_indicator:
+            body["typing_indicator"] = {"type": "text"}
+        response = self._post(message.number, body)
+        if response.status != 200:
+            self._raise_for(response)
+
+    def _get(self, url: str, *, stream: bool = False) -> Any:
+        import urllib3
+
+        try:
+            return self._http.request(
+                "GET", url, headers=self._bearer(), preload_content=not stream, retries=2
+            )
+        except urllib3.exceptions.HTTPError as error:
+            raise TransientError(f"media unreachable: {type(error).__name__}") from None
+
+    def _media_url(self, media_id: str) -> tuple[str, str | None]:
+        response = self._get(f"{self._graph}/{media_id}")
+        if response.status != 200:
+            error = _graph_error(response.status, response.data)
+            if error.code in RETRY_CODES or error.code in TOKEN_CODES or response.status >= 500:
+                raise TransientError(f"media lookup answered {response.status}")
+            raise MalformedEvent(f"media lookup answered {response.status} (code {error.code})")
+        try:
+            found = json.loads(response.data)
+            return str(found["url"]), found.get("mime_type")
+        except (ValueError, KeyError, TypeError):
+            raise MalformedEvent("media lookup without a url") from None
+
+    def fetch_media(self, url: str, *, max_bytes: int) -> tuple[bytes, str]:
+        """`url` is the media id: look up a fresh download URL (it lives 5 minutes), download it
+        with the same token; on a 404 (the URL expired meanwhile) look it up once more."""
+        for _ in range(2):
+            download, mime_type = self._media_url(url)
+            response = self._get(download, stream=True)
+            try:
+                if response.status == 404:
+                    continue
+                if response.status == 429 or response.status >= 500:
+                    raise TransientError(f"media download answered HTTP {response.status}")
+                if response.status != 200:
+                    raise MalformedEvent(f"media download answered HTTP {response.status}")
+                data = b""
+                for chunk in response.stream(64 * 1024):
+                    data += chunk
+                    if len(data) > max_bytes:
+                        raise MalformedEvent("media larger than the configured cap")
+                content_type = response.headers.get("Content-Type") or mime_type
+                return data, content_type or "application/octet-stream"
+            finally:
+                response.release_conn()
+        raise MalformedEvent("media URL expired twice")

@@ -1,0 +1,148 @@
+"""The provider seam: what the turn, the memory and compaction know about a messaging provider.
+
+A stack serves one provider (`PROVIDER`: `whasp`, the default, or `meta`). Each provider is one
+module (`memagent.whasp`, `memagent.meta`) that turns its webhooks into the events below and
+implements `Provider` for the consumer. Nothing outside those modules knows which is in use.
+
+Identities: `InboundMessage.chat` is the person's primary identifier (a phone number, or Meta's
+business-scoped user id when the message has one); `aliases` are the person's other identifiers
+carried by the same message, so the turn can keep one memory when a new identifier appears.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+MAX_TEXT_CHARS = 4096  # both whasp and Meta cap a text message at 4,096 characters
+MAX_SEND_KEY = 255  # whasp's Idempotency-Key limit (Meta's biz_opaque_callback_data takes 512)
+SEND_KEY = re.compile(r"^reply:(?P<event_id>.+):(?P<part>\d{1,4})$")
+
+# a person's identifier: a phone in E.164 (whasp; Meta's wa_id with a "+"), or a Meta
+# business-scoped user id ("US.13491208655302741918")
+PERSON_ID = re.compile(r"^(\+[1-9]\d{6,14}|[A-Z]{2}\.[A-Za-z0-9.]{1,140})$")
+
+
+@dataclass(frozen=True)
+class Media:
+    url: str  # where the provider fetches it: a URL (whasp) or a media id (Meta)
+    mime_type: str
+    size: int | None
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    event_id: str
+    created_at: datetime
+    number: str  # our business number that carried it (whasp number, Meta phone_number_id)
+    chat: str  # the person's primary identifier (phone, or BSUID)
+    label: str | None
+    message_id: str
+    kind: str  # text, audio, image, video, document, sticker, location, contact, ...
+    text: str | None
+    caption: str | None
+    media: Media | None
+    sent_at: datetime
+    aliases: tuple[str, ...] = ()  # the person's other identifiers in this message (a phone)
+    reply_to: str | None = None  # where replies go, when not `chat` (Meta: the phone wins)
+
+    @property
+    def address(self) -> str:
+        return self.reply_to or self.chat
+
+
+@dataclass(frozen=True)
+class ChatOptedOut:
+    event_id: str
+    created_at: datetime
+    number: str
+    chat: str
+
+
+@dataclass(frozen=True)
+class NumberReplaced:
+    event_id: str
+    created_at: datetime
+    old_number: str
+    new_number: str
+    label: str | None
+
+
+@dataclass(frozen=True)
+class IdentityChanged:
+    """The person now goes by other identifiers (a new phone, a regenerated BSUID): their
+    memory follows them."""
+
+    event_id: str
+    created_at: datetime
+    previous: tuple[str, ...]  # at least one
+    current: tuple[str, ...]  # at least one
+
+
+@dataclass(frozen=True)
+class ReplyStatus:
+    """The provider's word on one reply part we sent (`key` is the send key we gave it)."""
+
+    event_id: str
+    created_at: datetime
+    chat: str  # the recipient, as an identifier of the person
+    aliases: tuple[str, ...]
+    key: str
+    message_id: str
+    status: str  # sent | delivered | read | failed
+    error_code: int | None = None
+
+
+Event = InboundMessage | ChatOptedOut | NumberReplaced | IdentityChanged | ReplyStatus
+
+
+class Provider(Protocol):
+    """The consumer's side of a provider. Failures are typed (memagent.errors): TransientError
+    (retried), SendRejected (parked), OptedOut (recorded)."""
+
+    def send_text(self, *, sender: str, to: str, text: str, key: str) -> str:
+        """Send one text part from business number `sender` to the person `to`; `key` is stable
+        across redeliveries of one reply part. Returns the provider's message id."""
+        ...
+
+    def fetch_media(self, url: str, *, max_bytes: int) -> tuple[bytes, str]:
+        """Download a media file (bytes, content type), refusing anything over max_bytes."""
+        ...
+
+    def mark_read(self, message: InboundMessage) -> None:
+        """Mark the message read and show "typing..." (a no-op where the provider has none)."""
+        ...
+
+
+def split_text(text: str, limit: int = MAX_TEXT_CHARS) -> list[str]:
+    """Split a reply into message-sized parts, preferring paragraph, line and word breaks."""
+    text = text.strip()
+    parts: list[str] = []
+    while len(text) > limit:
+        window = text[:limit]
+        cut = max(window.rfind("\n\n"), window.rfind("\n"), window.rfind(" "))
+        if cut < limit // 2:
+            cut = limit
+        parts.append(text[:cut].rstrip())
+        text = text[cut:].lstrip()
+    if text:
+        parts.append(text)
+    return parts
+
+
+def parse_send_key(key: str) -> tuple[str, int] | None:
+    """(event id, part) of a key made by idempotency_key, or None (a hashed or foreign key)."""
+    found = SEND_KEY.match(key)
+    return (found["event_id"], int(found["part"])) if found else None
+
+
+def idempotency_key(event_id: str, part: int) -> str:
+    """The send key for part `part` of the reply to inbound event `event_id`: stable across
+    redeliveries, so whasp turns a repeated send into a no-op (Meta echoes it in statuses)."""
+    key = f"reply:{event_id}:{part}"
+    if len(key) <= MAX_SEND_KEY:
+        return key
+    return f"reply:{hashlib.sha256(event_id.encode()).hexdigest()}:{part}"
