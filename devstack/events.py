@@ -5,6 +5,9 @@ anything else that invokes a handler directly (as `sam local invoke -e` would).
     signed_headers(body, event_id)  whasp's Standard Webhooks headers (memagent.whasp.sign)
     whasp_message(text, ...)        a whasp `message.received` event
     sqs_record(event) / sqs_batch   SQS FIFO records from the per-person queue
+    meta_notification(...)          a Meta Cloud API webhook body (meta_message, meta_status,
+                                    meta_contact), meta_body/meta_headers to sign it,
+                                    meta_challenge_event for the GET subscription check
 """
 
 from __future__ import annotations
@@ -129,3 +132,125 @@ def sqs_record(event: dict[str, Any], *, agent: str = AGENT, receive_count: int 
 
 def sqs_batch(*events: dict[str, Any], receive_count: int = 1) -> dict[str, Any]:
     return {"Records": [sqs_record(e, receive_count=receive_count) for e in events]}
+
+
+# --------------------------------------------------------------------------- Meta (Cloud API)
+# Shapes from Meta's webhook reference and the `pywa` library's fixtures (tests/data/updates).
+
+META_WABA_ID = "1234567890987654321"
+META_NUMBER_ID = "1122334455667"  # the business number's phone_number_id
+META_DISPLAY_NUMBER = "14155550100"
+
+
+def meta_contact(*, phone: str | None = None, bsuid: str | None = None, name: str = "Maya"):
+    """A `contacts[]` entry: `wa_id` (phone, no "+") and/or `user_id` (BSUID)."""
+    contact: dict[str, Any] = {"profile": {"name": name}}
+    if phone:
+        contact["wa_id"] = phone.removeprefix("+")
+    if bsuid:
+        contact["user_id"] = bsuid
+    return contact
+
+
+def meta_message(
+    text: str | None = None,
+    *,
+    phone: str | None = None,
+    bsuid: str | None = None,
+    wamid: str | None = None,
+    timestamp: int | None = None,
+    kind: str = "text",
+    body: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A `messages[]` entry from a person: `from` (phone) and/or `from_user_id` (BSUID)."""
+    message: dict[str, Any] = {
+        "id": wamid or f"wamid.HBgM{uuid.uuid4().hex.upper()}",
+        "timestamp": str(timestamp or int(time.time())),
+        "type": kind,
+        kind: body if body is not None else {"body": text or ""},
+    }
+    if phone:
+        message["from"] = phone.removeprefix("+")
+    if bsuid:
+        message["from_user_id"] = bsuid
+    return message
+
+
+def meta_status(
+    wamid: str,
+    status: str = "sent",
+    *,
+    phone: str | None = None,
+    bsuid: str | None = None,
+    callback: str | None = None,
+    timestamp: int | None = None,
+    error_code: int | None = None,
+) -> dict[str, Any]:
+    """A `statuses[]` entry for a message we sent."""
+    entry: dict[str, Any] = {
+        "id": wamid,
+        "status": status,
+        "timestamp": str(timestamp or int(time.time())),
+    }
+    if phone:
+        entry["recipient_id"] = phone.removeprefix("+")
+    if bsuid:
+        entry["recipient_user_id"] = bsuid
+    if callback:
+        entry["biz_opaque_callback_data"] = callback
+    if status != "failed":
+        entry["conversation"] = {"id": uuid.uuid4().hex, "origin": {"type": "service"}}
+        entry["pricing"] = {"billable": True, "pricing_model": "PMP", "category": "service"}
+    if error_code is not None:
+        entry["errors"] = [{"code": error_code, "title": "error", "message": "error"}]
+    return entry
+
+
+def meta_notification(
+    *,
+    messages: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    contacts: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    statuses: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    number_id: str = META_NUMBER_ID,
+    field: str = "messages",
+) -> dict[str, Any]:
+    """One webhook POST body: one entry, one change, holding any messages/statuses."""
+    value: dict[str, Any] = {
+        "messaging_product": "whatsapp",
+        "metadata": {"display_phone_number": META_DISPLAY_NUMBER, "phone_number_id": number_id},
+    }
+    if contacts:
+        value["contacts"] = list(contacts)
+    if messages:
+        value["messages"] = list(messages)
+    if statuses:
+        value["statuses"] = list(statuses)
+    return {
+        "object": "whatsapp_business_account",
+        "entry": [{"id": META_WABA_ID, "changes": [{"value": value, "field": field}]}],
+    }
+
+
+def meta_body(notification: dict[str, Any]) -> bytes:
+    """The bytes as Meta sends them: non-ASCII escaped (\\uXXXX), which is what it signs."""
+    return json.dumps(notification, ensure_ascii=True).encode()
+
+
+def meta_headers(body: bytes, *, app_secret: str) -> dict[str, str]:
+    """The header Meta signs a webhook POST with (API Gateway v2 lower-cases header names)."""
+    from memagent.meta import sign as meta_sign
+
+    return {"x-hub-signature-256": meta_sign(app_secret, body), "user-agent": "facebookexternalua"}
+
+
+def meta_challenge_event(params: dict[str, str], *, path: str = "/webhook") -> dict[str, Any]:
+    """Meta's GET subscription check, as an HTTP API v2.0 event."""
+    from urllib.parse import urlencode
+
+    event = http_event(b"", {}, path=path)
+    event["routeKey"] = event["requestContext"]["routeKey"] = f"GET {path}"
+    event["requestContext"]["http"]["method"] = "GET"
+    event["rawQueryString"] = urlencode(params)
+    event["queryStringParameters"] = dict(params)
+    event.pop("body", None)
+    return event

@@ -1,0 +1,237 @@
+"""A stand-in for Meta's Graph API (WhatsApp Cloud API): sending, read/typing, media.
+
+Implements what memagent.meta uses (META.md), with Meta's error envelope
+``{"error": {"message", "type", "code", "fbtrace_id"}}``:
+
+    POST /{phone_number_id}/messages   Authorization: Bearer <token>
+        text:  {"messaging_product": "whatsapp", "to" | "recipient", "type": "text",
+                "text": {"body" (<= 4,096 chars)}, "biz_opaque_callback_data"? (<= 512)}
+               -> 200 {"messaging_product", "contacts": [...], "messages": [{"id": "wamid..."}]}
+               recorded in `.sent`. No idempotency: a repeat sends again, as at Meta.
+        read:  {"messaging_product": "whatsapp", "status": "read", "message_id",
+                "typing_indicator"?: {"type": "text"}} -> 200 {"success": true}, in `.reads`
+        A phone_number_id not in `.numbers` is error 100; a wrong token is error 190 (HTTP 401).
+    GET /{media_id}     -> {"url", "mime_type", "sha256", "file_size", "id", "messaging_product"}
+    GET /download/<token>  (the url above, Bearer) -> the bytes; the url expires after
+                        `url_ttl_seconds` (404 then), like Meta's 5-minute urls.
+
+Stricter than it need be on purpose (Bearer required on the download too), so the tests catch a
+client that drifts from the contract.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import re
+import secrets
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from devstack import LoopbackServer, Reply, Request
+
+MAX_TEXT_CHARS = 4096
+MAX_CALLBACK_DATA = 512
+DOWNLOAD = "/download/"
+_BSUID = re.compile(r"^[A-Z]{2}\.[A-Za-z0-9.]{1,140}$")
+_WA_ID = re.compile(r"^\+?[1-9]\d{6,14}$")
+_MESSAGES = re.compile(r"^/(?P<number>[0-9]+)/messages$")
+_MEDIA = re.compile(r"^/(?P<media>[0-9]+)$")
+_TITLES = {
+    100: "Invalid parameter",
+    190: "Invalid OAuth access token",
+    130429: "Rate limit hit",
+    131000: "Something went wrong",
+    131047: "Re-engagement message",
+    131050: "User has stopped receiving marketing messages",
+}
+
+
+def error_reply(code: int, status: int = 400, message: str | None = None) -> Reply:
+    """A Graph API error, as Meta shapes it."""
+    return Reply.json(
+        status,
+        {
+            "error": {
+                "message": message or _TITLES.get(code, "Error"),
+                "type": "OAuthException",
+                "code": code,
+                "error_data": {"messaging_product": "whatsapp", "details": "stand-in"},
+                "fbtrace_id": secrets.token_hex(8),
+            }
+        },
+    )
+
+
+class FakeGraph(LoopbackServer):
+    """The Graph API stand-in. See the module docstring."""
+
+    def __init__(
+        self,
+        access_token: str = "meta-test-token",  # noqa: S107 (a stand-in's test token)
+        *,
+        numbers: set[str] | None = None,
+        on_send: Callable[[dict[str, Any]], None] | None = None,
+        url_ttl_seconds: float = 300.0,
+    ) -> None:
+        super().__init__()
+        self.access_token = access_token
+        self.numbers: set[str] = set(numbers or {"1122334455667"})
+        self.on_send = on_send
+        self.url_ttl_seconds = url_ttl_seconds
+        self.sent: list[dict[str, Any]] = []
+        self.reads: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []
+        self._media: dict[str, tuple[bytes, str]] = {}
+        self._urls: dict[str, tuple[str, float]] = {}  # download token -> (media id, expiry)
+        self._injected: list[tuple[str, Reply]] = []  # (kind: send | read | media, reply)
+        self._ids = itertools.count(1)
+        self._media_ids = itertools.count(7_000_001)
+
+    # ------------------------------------------------------------------ test controls
+
+    def fail_next(self, n: int = 1, *, code: int = 131000, status: int = 500, kind: str = "send"):
+        """Answer the next `n` requests of `kind` (send, read, media) with a Graph error."""
+        with self._lock:
+            self._injected.extend([(kind, error_reply(code, status))] * n)
+
+    def add_media(self, data: bytes, mime_type: str = "audio/ogg; codecs=opus") -> str:
+        """Register bytes and return their media id, as a webhook would carry it."""
+        with self._lock:
+            media_id = str(next(self._media_ids))
+            self._media[media_id] = (data, mime_type)
+        return media_id
+
+    def texts_to(self, who: str) -> list[str]:
+        """The texts accepted for a phone (with or without "+") or a BSUID, in order."""
+        who = who.removeprefix("+")
+        with self._lock:
+            return [s["text"] for s in self.sent if s["to"] == who]
+
+    def reset(self) -> None:
+        with self._lock:
+            for store in (self.sent, self.reads, self.requests, self._injected):
+                store.clear()
+            self._media.clear()
+            self._urls.clear()
+
+    # ------------------------------------------------------------------ HTTP
+
+    def handle(self, request: Request) -> Reply:
+        record: dict[str, Any] = {"method": request.method, "path": request.path, "json": None}
+        with contextlib.suppress(ValueError):  # a body that is not JSON is refused below
+            record["json"] = request.json() if request.method == "POST" else None
+        with self._lock:
+            self.requests.append(record)
+        reply = self._route(request, record)
+        record["status"] = reply.status
+        return reply
+
+    def _take(self, kind: str) -> Reply | None:
+        with self._lock:
+            for index, (wanted, reply) in enumerate(self._injected):
+                if wanted == kind:
+                    del self._injected[index]
+                    return reply
+        return None
+
+    def _route(self, request: Request, record: dict[str, Any]) -> Reply:
+        if request.headers.get("authorization") != f"Bearer {self.access_token}":
+            return error_reply(190, 401)
+        if request.method == "POST" and (found := _MESSAGES.match(request.path)):
+            body = record["json"]
+            if not isinstance(body, dict) or body.get("messaging_product") != "whatsapp":
+                return error_reply(100, message="messaging_product must be whatsapp")
+            if found["number"] not in self.numbers:
+                return error_reply(100, message="Unknown phone_number_id")
+            if body.get("status") == "read":
+                return self._read(found["number"], body)
+            return self._send(found["number"], body)
+        if request.method == "GET" and request.path.startswith(DOWNLOAD):
+            return self._download(request.path.removeprefix(DOWNLOAD))
+        if request.method == "GET" and (found := _MEDIA.match(request.path)):
+            return self._media_url(found["media"])
+        return error_reply(100, 404, "Unsupported request")
+
+    def _send(self, number: str, body: dict[str, Any]) -> Reply:
+        if injected := self._take("send"):
+            return injected
+        to, recipient = body.get("to"), body.get("recipient")
+        # Meta: when both are given, `to` wins
+        target = to if isinstance(to, str) and _WA_ID.match(to) else None
+        if target is None and isinstance(recipient, str) and _BSUID.match(recipient):
+            target = recipient
+        if target is None:
+            return error_reply(100, message="'to' (a phone) or 'recipient' (a BSUID) required")
+        text = (body.get("text") or {}).get("body") if body.get("type") == "text" else None
+        if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEXT_CHARS:
+            return error_reply(100, message=f"text.body: 1 to {MAX_TEXT_CHARS} characters")
+        callback = body.get("biz_opaque_callback_data")
+        if callback is not None and (not isinstance(callback, str) or len(callback) > 512):
+            return error_reply(100, message="biz_opaque_callback_data: at most 512 characters")
+        with self._lock:
+            wamid = f"wamid.STANDIN{next(self._ids):08d}"
+            sent = {
+                "id": wamid,
+                "from": number,
+                "to": target.removeprefix("+"),
+                "field": "to" if target == to else "recipient",
+                "text": text,
+                "callback": callback,
+                "context": body.get("context"),
+                "at": time.time(),
+            }
+            self.sent.append(sent)
+        if self.on_send:
+            try:
+                self.on_send(sent)
+            except Exception:  # a display bug must not turn an accepted send into a failure
+                traceback.print_exc(file=sys.stderr)
+        contact = {"input": target, "wa_id" if target == to else "user_id": target}
+        return Reply.json(
+            200,
+            {"messaging_product": "whatsapp", "contacts": [contact], "messages": [{"id": wamid}]},
+        )
+
+    def _read(self, number: str, body: dict[str, Any]) -> Reply:
+        if injected := self._take("read"):
+            return injected
+        if not isinstance(body.get("message_id"), str):
+            return error_reply(100, message="message_id required")
+        with self._lock:
+            self.reads.append({"from": number, **body})
+        return Reply.json(200, {"success": True})
+
+    def _media_url(self, media_id: str) -> Reply:
+        if injected := self._take("media"):
+            return injected
+        with self._lock:
+            media = self._media.get(media_id)
+            if media is None:
+                return error_reply(100, 404, "Unknown media id")
+            token = secrets.token_urlsafe(12)
+            self._urls[token] = (media_id, time.time() + self.url_ttl_seconds)
+        data, mime_type = media
+        return Reply.json(
+            200,
+            {
+                "messaging_product": "whatsapp",
+                "url": f"{self.url}{DOWNLOAD}{token}",
+                "mime_type": mime_type,
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "file_size": len(data),
+                "id": media_id,
+            },
+        )
+
+    def _download(self, token: str) -> Reply:
+        with self._lock:
+            media_id, expires = self._urls.get(token, ("", 0.0))
+            media = self._media.get(media_id)
+        if media is None or time.time() > expires:
+            return Reply(404, b"", {"Content-Type": "text/plain"})
+        return Reply(200, media[0], {"Content-Type": media[1].split(";")[0]})

@@ -1,0 +1,604 @@
+"""The Meta WhatsApp Cloud API provider, end to end through the handlers: signed Meta-shaped
+POSTs into the webhook handler, moto's SQS FIFO over HTTP, the consumer handler fed from that
+queue, moto's DynamoDB, the local OpenAI stand-in and the local Graph API stand-in.
+
+Payload shapes follow Meta's webhook reference and the `pywa` library's fixtures."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from contextlib import redirect_stdout
+from typing import Any
+
+import boto3
+import pytest
+
+from devstack.delivery import sqs_record as lambda_sqs_record
+from devstack.events import (
+    META_NUMBER_ID,
+    http_event,
+    meta_body,
+    meta_challenge_event,
+    meta_contact,
+    meta_headers,
+    meta_message,
+    meta_notification,
+    meta_status,
+)
+from memagent.person import person_key
+from tests.conftest import AGENT, load_function
+
+APP_SECRET = "meta-test-app-secret"
+VERIFY_TOKEN = "meta-test-verify-token"
+ACCESS_TOKEN = "meta-test-access-token"
+MAYA_PHONE = "+447700900123"
+MAYA_BSUID = "GB.13491208655302741918"
+MAYA_NEW_BSUID = "GB.99491208655302741000"
+SAM_PHONE = "+447700900456"
+SAM_BSUID = "GB.55500011122233344455"
+NOW = int(time.time()) - 3600  # an hour ago, in Unix seconds
+
+
+@pytest.fixture(scope="session")
+def graph_server() -> Any:
+    from devstack.fake_meta import FakeGraph
+
+    with FakeGraph(access_token=ACCESS_TOKEN, numbers={META_NUMBER_ID}) as server:
+        yield server
+
+
+@pytest.fixture
+def graph(graph_server) -> Any:
+    graph_server.reset()
+    return graph_server
+
+
+@pytest.fixture
+def webhook(resources, monkeypatch) -> Any:
+    return load_function(
+        "webhook",
+        {
+            "PROVIDER": "meta",
+            "QUEUE_URL": resources.queue_urls["EventQueue"],
+            "AGENT_ID": AGENT,
+            "META_APP_SECRET": APP_SECRET,
+            "META_VERIFY_TOKEN": VERIFY_TOKEN,
+        },
+        monkeypatch,
+    )
+
+
+@pytest.fixture
+def consumer(resources, openai, graph, monkeypatch) -> Any:
+    return load_function(
+        "consumer",
+        {
+            "PROVIDER": "meta",
+            "TABLE_NAME": resources.table_name,
+            "AGENT_ID": AGENT,
+            "META_GRAPH_URL": graph.url,
+            "META_ACCESS_TOKEN": ACCESS_TOKEN,
+            "OPENAI_API_KEY": "sk-test",
+            "OPENAI_MODEL": "gpt-6-luna",
+            "OPENAI_BASE_URL": f"{openai.url}/v1",
+            "SYSTEM_PROMPT": "You are Coach, a warm running coach.",
+            "PARKING_QUEUE_URL": resources.queue_urls["EventDeadLetterQueue"],
+            "LEDGER_TTL_DAYS": "3650",
+        },
+        monkeypatch,
+    )
+
+
+def post(webhook, notification: dict, lambda_context, *, body: bytes | None = None, **headers):
+    body = meta_body(notification) if body is None else body
+    signed = {**meta_headers(body, app_secret=APP_SECRET), **headers}
+    response = webhook.handler(http_event(body, signed), lambda_context)
+    return response["statusCode"]
+
+
+class Queue:
+    """The event queue as the consumer's event source mapping sees it (moto over HTTP)."""
+
+    def __init__(self, resources):
+        self.sqs = boto3.client("sqs")
+        self.url = resources.queue_urls["EventQueue"]
+        self.arn = self.sqs.get_queue_attributes(QueueUrl=self.url, AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+        self.held: list[dict] = []  # failed records, invisible until `release`
+
+    def peek(self) -> list[dict]:
+        """Every visible message, left on the queue (visibility 0 again at once)."""
+        seen = self._receive()
+        for message in seen:
+            self.sqs.change_message_visibility(
+                QueueUrl=self.url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+            )
+        return seen
+
+    def _receive(self) -> list[dict]:
+        messages = []
+        while batch := self.sqs.receive_message(
+            QueueUrl=self.url,
+            MaxNumberOfMessages=10,
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+            WaitTimeSeconds=0,
+        ).get("Messages", []):
+            messages.extend(batch)
+        return messages
+
+    def deliver(self, consumer, lambda_context) -> int:
+        """Hand every visible message to the consumer in one batch, as Lambda would; delete the
+        ones that succeeded; hold the failed ones (in flight) until `release`. Returns the
+        number of failed records."""
+        from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+
+        messages = self._receive()
+        if not messages:
+            return 0
+        batch = {"Records": [lambda_sqs_record(m, self.arn) for m in messages]}
+        try:
+            response = consumer.handler(batch, lambda_context)
+            failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}
+        except BatchProcessingError:
+            failed = {m["MessageId"] for m in messages}
+        for message in messages:
+            if message["MessageId"] in failed:
+                self.held.append(message)
+            else:
+                self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=message["ReceiptHandle"])
+        return len(failed)
+
+    def release(self) -> None:
+        """The failed records' retry time has come (the failure-timing backoff, scaled)."""
+        for message in self.held:
+            self.sqs.change_message_visibility(
+                QueueUrl=self.url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+            )
+        self.held.clear()
+
+    def drain(self, consumer, lambda_context, *, rounds: int = 6) -> int:
+        """Deliver until nothing is left, releasing failures between rounds; return failures."""
+        failures = 0
+        for _ in range(rounds):
+            failures += self.deliver(consumer, lambda_context)
+            if not self.held and not self.peek():
+                break
+            self.release()
+        return failures
+
+
+@pytest.fixture
+def queue(resources) -> Queue:
+    return Queue(resources)
+
+
+def text_from(text: str, *, phone=None, bsuid=None, at: int = NOW, wamid=None) -> dict:
+    """A one-message notification from a person, with their contact entry."""
+    return meta_notification(
+        contacts=[meta_contact(phone=phone, bsuid=bsuid)],
+        messages=[meta_message(text, phone=phone, bsuid=bsuid, timestamp=at, wamid=wamid)],
+    )
+
+
+def memory_rows(resources, identifier: str) -> list[dict]:
+    table = boto3.resource("dynamodb").Table(resources.table_name)
+    from boto3.dynamodb.conditions import Key
+
+    pk = person_key(AGENT, identifier)
+    return table.query(KeyConditionExpression=Key("pk").eq(pk), ConsistentRead=True)["Items"]
+
+
+# ------------------------------------------------------------------ verification and signature
+
+
+def test_subscription_check_answers_the_challenge_only_with_our_token(webhook, lambda_context):
+    good = {
+        "hub.mode": "subscribe",
+        "hub.challenge": "1158201444",
+        "hub.verify_token": VERIFY_TOKEN,
+    }
+    response = webhook.handler(meta_challenge_event(good), lambda_context)
+    # then Meta gets its challenge back, raw, as plain text
+    assert response["statusCode"] == 200
+    assert response["body"] == "1158201444"
+    assert response["headers"]["Content-Type"].startswith("text/plain")
+    for params in (
+        {**good, "hub.verify_token": "someone-elses-token"},
+        {k: v for k, v in good.items() if k != "hub.verify_token"},
+        {**good, "hub.mode": "unsubscribe"},
+    ):
+        response = webhook.handler(meta_challenge_event(params), lambda_context)
+        assert response["statusCode"] in (401, 403)
+        assert "1158201444" not in (response.get("body") or "")
+
+
+def test_a_wrong_or_missing_signature_is_401_and_queues_nothing(webhook, queue, lambda_context):
+    notification = text_from("hello", phone=MAYA_PHONE, bsuid=MAYA_BSUID)
+    body = meta_body(notification)
+    wrong = "sha256=" + "0" * 64
+    for headers in ({"x-hub-signature-256": wrong}, {}):
+        response = webhook.handler(http_event(body, headers), lambda_context)
+        assert response["statusCode"] == 401
+    # signed with another app's secret
+    from memagent.meta import sign
+
+    other = {"x-hub-signature-256": sign("another-apps-secret", body)}
+    assert webhook.handler(http_event(body, other), lambda_context)["statusCode"] == 401
+    assert queue.peek() == []
+
+
+def test_a_body_reserialised_with_other_unicode_escaping_fails_the_check(
+    webhook, queue, lambda_context
+):
+    # given Meta signs its body with non-ASCII escaped as \\uXXXX
+    notification = text_from("Olá, ¿qué tal? 🏃", phone=MAYA_PHONE, bsuid=MAYA_BSUID)
+    signed_body = meta_body(notification)
+    assert b"\\u00e1" in signed_body
+    signature = meta_headers(signed_body, app_secret=APP_SECRET)
+    # when the same JSON arrives re-serialised with raw UTF-8, under Meta's signature
+    reserialised = json.dumps(notification, ensure_ascii=False).encode()
+    assert json.loads(reserialised) == json.loads(signed_body)
+    response = webhook.handler(http_event(reserialised, signature), lambda_context)
+    # then the check fails; the bytes Meta signed pass
+    assert response["statusCode"] == 401
+    assert queue.peek() == []
+    assert webhook.handler(http_event(signed_body, signature), lambda_context)["statusCode"] == 200
+    assert len(queue.peek()) == 1
+
+
+# ------------------------------------------------------------------ fan-out and duplicates
+
+
+def test_three_messages_from_two_people_are_three_events_in_two_groups_answered_once(
+    webhook, queue, consumer, graph, openai, lambda_context
+):
+    notification = meta_notification(
+        contacts=[
+            meta_contact(phone=MAYA_PHONE, bsuid=MAYA_BSUID),
+            meta_contact(phone=SAM_PHONE, bsuid=SAM_BSUID, name="Sam"),
+        ],
+        messages=[
+            meta_message("Hi, I'm Maya", phone=MAYA_PHONE, bsuid=MAYA_BSUID, timestamp=NOW),
+            meta_message("Hi, I'm Sam", phone=SAM_PHONE, bsuid=SAM_BSUID, timestamp=NOW + 1),
+            meta_message("I run on Sundays", phone=MAYA_PHONE, bsuid=MAYA_BSUID, timestamp=NOW + 2),
+        ],
+    )
+    # when Meta posts one notification carrying three messages
+    assert post(webhook, notification, lambda_context) == 200
+    queued = queue.peek()
+    # then three events are queued, in two FIFO groups (one per person, hashed)
+    assert len(queued) == 3
+    groups = {m["Attributes"]["MessageGroupId"] for m in queued}
+    assert groups == {person_key(AGENT, MAYA_BSUID), person_key(AGENT, SAM_BSUID)}
+    for message in queued:  # each queued body is a one-message notification in Meta's shape
+        value = json.loads(message["Body"])["entry"][0]["changes"][0]["value"]
+        assert len(value["messages"]) == 1
+        assert MAYA_PHONE.lstrip("+") not in message["Attributes"]["MessageGroupId"]
+    assert queue.drain(consumer, lambda_context) == 0
+    assert sorted(s["to"] for s in graph.sent) == sorted(
+        [MAYA_PHONE.lstrip("+"), MAYA_PHONE.lstrip("+"), SAM_PHONE.lstrip("+")]
+    )
+    model_calls = len(openai.calls())
+    # when Meta delivers the same POST again (its retries can duplicate)
+    assert post(webhook, notification, lambda_context) == 200
+    queue.drain(consumer, lambda_context)
+    # then no new turn and no new reply
+    assert len(graph.sent) == 3
+    assert len(openai.calls()) == model_calls
+
+
+def test_statuses_errors_and_unknown_fields_are_acknowledged(webhook, queue, lambda_context):
+    delivered = meta_notification(
+        statuses=[meta_status("wamid.ours1", "delivered", phone=MAYA_PHONE, callback="reply:x:0")]
+    )
+    unknown = meta_notification(field="account_update")
+    unknown["entry"][0]["changes"][0]["value"] = {"phone_number": "x", "event": "VERIFIED"}
+    failed = meta_notification(
+        statuses=[meta_status("wamid.f", "failed", phone=MAYA_PHONE, error_code=131047)]
+    )
+    out = io.StringIO()
+    with redirect_stdout(out):
+        for notification in (delivered, unknown, failed):
+            assert post(webhook, notification, lambda_context) == 200
+    assert queue.peek() == []  # nothing to do for them
+    # the failed reply is counted, with its code, not lost silently
+    metrics = [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")]
+    failures = [m for m in metrics if "ProviderDeliveryFailed" in m]
+    assert [m["code"] for m in failures] == ["131047"]
+
+
+# ------------------------------------------------------------------ replies and identity
+
+
+def test_a_text_gets_one_reply_from_the_receiving_number_to_the_phone(
+    webhook, queue, consumer, graph, lambda_context
+):
+    assert (
+        post(webhook, text_from("Hello coach", phone=MAYA_PHONE, bsuid=MAYA_BSUID), lambda_context)
+        == 200
+    )
+    assert queue.drain(consumer, lambda_context) == 0
+    [sent] = graph.sent
+    assert (sent["from"], sent["field"], sent["to"]) == (META_NUMBER_ID, "to", "447700900123")
+    [request] = [r for r in graph.requests if r["method"] == "POST" and "status" not in r["json"]]
+    assert request["path"] == f"/{META_NUMBER_ID}/messages"
+    # the stand-in refuses any other token (Meta's code 190), so this also proves the Bearer
+    assert sent["callback"].startswith("reply:wamid.")
+
+
+def test_a_bsuid_only_message_gets_one_reply_to_the_recipient(
+    webhook, queue, consumer, graph, lambda_context
+):
+    # given a person with a username, whose message carries no wa_id and no from
+    assert post(webhook, text_from("Hi there", bsuid=MAYA_BSUID), lambda_context) == 200
+    assert queue.drain(consumer, lambda_context) == 0
+    [sent] = graph.sent
+    assert (sent["field"], sent["to"]) == ("recipient", MAYA_BSUID)
+
+
+def test_phone_then_phone_and_bsuid_then_bsuid_only_is_one_memory(
+    webhook, queue, consumer, openai, graph, lambda_context
+):
+    steps = [
+        text_from("My dog is called Biscuit", phone=MAYA_PHONE, at=NOW),
+        text_from("I run every Sunday", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW + 60),
+        text_from("What's my dog's name?", bsuid=MAYA_BSUID, at=NOW + 120),
+    ]
+    for notification in steps:
+        assert post(webhook, notification, lambda_context) == 200
+        assert queue.drain(consumer, lambda_context) == 0
+    # then the model's context for the third message holds the first
+    said = [m["content"] for m in openai.calls()[-1]["input"] if m["role"] == "user"]
+    assert said == ["My dog is called Biscuit", "I run every Sunday", "What's my dog's name?"]
+    assert len(graph.sent) == 3
+
+
+def test_user_changed_user_id_moves_the_memory_to_the_new_id(
+    webhook, queue, consumer, openai, graph, lambda_context
+):
+    assert (
+        post(webhook, text_from("I'm training for Berlin", bsuid=MAYA_BSUID), lambda_context) == 200
+    )
+    queue.drain(consumer, lambda_context)
+    # when Meta reports that Maya's BSUID was regenerated (a system message: no contacts)
+    change = meta_notification(
+        messages=[
+            {
+                "from_user_id": MAYA_BSUID,
+                "id": "wamid.SYSTEM0001",
+                "timestamp": str(NOW + 30),
+                "type": "system",
+                "system": {
+                    "body": "User A changed their business-scoped user ID",
+                    "type": "user_changed_user_id",
+                    "user_id": MAYA_NEW_BSUID,
+                    "previous_user_id": MAYA_BSUID,
+                },
+            }
+        ]
+    )
+    assert post(webhook, change, lambda_context) == 200
+    assert queue.drain(consumer, lambda_context) == 0
+    assert len(graph.sent) == 1  # a system message gets no reply
+    # and she writes under the new id only
+    assert (
+        post(
+            webhook,
+            text_from("Which race again?", bsuid=MAYA_NEW_BSUID, at=NOW + 60),
+            lambda_context,
+        )
+        == 200
+    )
+    assert queue.drain(consumer, lambda_context) == 0
+    said = [m["content"] for m in openai.calls()[-1]["input"] if m["role"] == "user"]
+    assert said == ["I'm training for Berlin", "Which race again?"]
+    assert graph.sent[-1]["to"] == MAYA_NEW_BSUID
+
+
+def test_user_changed_number_keeps_the_memory_for_the_new_phone(
+    webhook, queue, consumer, openai, lambda_context
+):
+    assert post(webhook, text_from("I'm Maya", phone=MAYA_PHONE, at=NOW), lambda_context) == 200
+    queue.drain(consumer, lambda_context)
+    change = meta_notification(  # the shape in pywa's fixtures (system.json)
+        messages=[
+            {
+                "from": MAYA_PHONE.lstrip("+"),
+                "id": "wamid.SYSTEM0002",
+                "timestamp": str(NOW + 30),
+                "type": "system",
+                "system": {
+                    "body": "User A changed from 447700900123 to 447700900999",
+                    "wa_id": "447700900999",
+                    "type": "user_changed_number",
+                },
+            }
+        ]
+    )
+    assert post(webhook, change, lambda_context) == 200
+    assert queue.drain(consumer, lambda_context) == 0
+    assert (
+        post(webhook, text_from("Still me", phone="+447700900999", at=NOW + 60), lambda_context)
+        == 200
+    )
+    assert queue.drain(consumer, lambda_context) == 0
+    said = [m["content"] for m in openai.calls()[-1]["input"] if m["role"] == "user"]
+    assert said == ["I'm Maya", "Still me"]
+
+
+def test_forget_and_export_accept_either_identifier(
+    webhook, queue, consumer, resources, lambda_context
+):
+    from memagent.lifecycle import export, forget
+
+    for notification in (
+        text_from("I live in Leeds", phone=MAYA_PHONE, at=NOW),
+        text_from("And I run", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW + 60),
+    ):
+        post(webhook, notification, lambda_context)
+        queue.drain(consumer, lambda_context)
+    store = consumer.consumer.agent.store
+    by_bsuid = export(store, AGENT, MAYA_BSUID)
+    assert [m["text"] for m in by_bsuid["messages"] if m["role"] == "user"] == [
+        "I live in Leeds",
+        "And I run",
+    ]
+    assert export(store, AGENT, MAYA_PHONE)["person"] == by_bsuid["person"]
+    # when she asks to be forgotten by her BSUID
+    forget(store, AGENT, MAYA_BSUID)
+    # then nothing is left under either identifier but content-free erasure marks
+    for identifier in (MAYA_PHONE, MAYA_BSUID):
+        rows = memory_rows(resources, identifier)
+        assert [set(r) - {"pk", "sk"} for r in rows] in ([], [{"erased_at"}])
+    assert export(store, AGENT, MAYA_BSUID)["messages"] == []
+
+
+# ------------------------------------------------------------------ errors and the send window
+
+
+def test_rate_limited_send_is_retried_and_answered_once(
+    webhook, queue, consumer, graph, openai, lambda_context
+):
+    graph.fail_next(1, code=130429, status=400)  # Meta's rate limit, decided on the code
+    post(webhook, text_from("Hello", phone=MAYA_PHONE, bsuid=MAYA_BSUID), lambda_context)
+    # the first attempt fails (retried after the failure-timing backoff), the second succeeds
+    assert queue.deliver(consumer, lambda_context) == 1
+    assert graph.sent == []
+    queue.release()
+    assert queue.deliver(consumer, lambda_context) == 0
+    assert len(graph.sent) == 1
+    assert len(openai.calls()) == 1  # the reply was stored once and re-sent, not regenerated
+
+
+def test_a_closed_24_hour_window_parks_the_reply_with_a_metric_and_no_retry(
+    webhook, queue, consumer, graph, resources, lambda_context
+):
+    graph.fail_next(1, code=131047, status=400)
+    post(webhook, text_from("Hello again", phone=MAYA_PHONE, bsuid=MAYA_BSUID), lambda_context)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        failed = queue.deliver(consumer, lambda_context)
+    assert failed == 0  # not retried: retrying cannot help
+    assert graph.sent == []
+    [entry] = [r for r in memory_rows(resources, MAYA_BSUID) if r["sk"].startswith("EVT#")]
+    assert (entry["status"], int(entry["error_code"])) == ("parked", 131047)
+    assert '"ReplyParked"' in out.getvalue()
+    assert queue.peek() == []
+
+
+def test_a_crash_after_meta_answered_then_a_sent_status_does_not_send_again(
+    webhook, queue, consumer, graph, monkeypatch, lambda_context
+):
+    provider = consumer.consumer.agent.provider
+    original = provider.send_text
+
+    def crash_after_meta_answered(**kwargs):
+        original(**kwargs)  # Meta accepted and delivered it...
+        monkeypatch.setattr(provider, "send_text", original)
+        raise RuntimeError("...and the Lambda died before our bookkeeping")
+
+    monkeypatch.setattr(provider, "send_text", crash_after_meta_answered)
+    post(webhook, text_from("Are you there?", phone=MAYA_PHONE, bsuid=MAYA_BSUID), lambda_context)
+    assert queue.deliver(consumer, lambda_context) == 1  # the record failed; it will come back
+    [sent] = graph.sent
+    # when Meta's `sent` status arrives (with our callback data) before the retry
+    status = meta_notification(
+        contacts=[meta_contact(phone=MAYA_PHONE, bsuid=MAYA_BSUID)],
+        statuses=[
+            meta_status(
+                sent["id"], "sent", phone=MAYA_PHONE, bsuid=MAYA_BSUID, callback=sent["callback"]
+            )
+        ],
+    )
+    assert post(webhook, status, lambda_context) == 200
+    assert queue.deliver(consumer, lambda_context) == 0  # the status runs in its own group
+    # and the message is redelivered
+    queue.release()
+    assert queue.deliver(consumer, lambda_context) == 0
+    # then it is not sent again
+    assert len(graph.sent) == 1
+
+
+def test_without_a_status_the_crash_window_resends_once(
+    webhook, queue, consumer, graph, monkeypatch, lambda_context
+):
+    """The documented window: Meta has no idempotency key, so a crash between its answer and
+    our bookkeeping, with no status webhook before the retry, repeats the reply once."""
+    provider = consumer.consumer.agent.provider
+    original = provider.send_text
+
+    def crash_after_meta_answered(**kwargs):
+        original(**kwargs)
+        monkeypatch.setattr(provider, "send_text", original)
+        raise RuntimeError("crash")
+
+    monkeypatch.setattr(provider, "send_text", crash_after_meta_answered)
+    post(webhook, text_from("Are you there?", phone=MAYA_PHONE), lambda_context)
+    queue.deliver(consumer, lambda_context)
+    queue.release()
+    assert queue.deliver(consumer, lambda_context) == 0
+    assert len(graph.sent) == 2
+    assert graph.sent[0]["text"] == graph.sent[1]["text"]
+
+
+# ------------------------------------------------------------------ media and typing
+
+
+def test_a_voice_note_is_fetched_through_its_media_id_and_transcribed(
+    webhook, queue, consumer, graph, openai, resources, lambda_context
+):
+    audio = b"OggS" + b"\x00" * 2000
+    media_id = graph.add_media(audio, "audio/ogg; codecs=opus")
+    voice = meta_message(
+        phone=MAYA_PHONE,
+        bsuid=MAYA_BSUID,
+        kind="audio",
+        body={
+            "mime_type": "audio/ogg; codecs=opus",
+            "sha256": "E3dxS/PdYZE7ppA3pQ4mpCFaXBJ8pX4SRN/dsfvds/iPGA=",
+            "id": media_id,
+            "voice": True,
+        },
+        timestamp=NOW,
+    )
+    notification = meta_notification(
+        contacts=[meta_contact(phone=MAYA_PHONE, bsuid=MAYA_BSUID)], messages=[voice]
+    )
+    post(webhook, notification, lambda_context)
+    assert queue.drain(consumer, lambda_context) == 0
+    said = [m["content"] for m in openai.calls()[-1]["input"] if m["role"] == "user"]
+    assert said == [f"[voice note] [offline transcription of {len(audio)} bytes]"]
+    # the media id was looked up, then the short-lived URL downloaded with the token
+    paths = [r["path"] for r in graph.requests if r["method"] == "GET"]
+    assert paths[0] == f"/{media_id}" and paths[1].startswith("/download/")
+    assert len(graph.sent) == 1
+
+
+def test_typing_indicator_once_per_turn_and_its_failure_does_not_fail_the_turn(
+    webhook, queue, consumer, graph, lambda_context
+):
+    notification = text_from("Morning!", phone=MAYA_PHONE, bsuid=MAYA_BSUID)
+    wamid = notification["entry"][0]["changes"][0]["value"]["messages"][0]["id"]
+    post(webhook, notification, lambda_context)
+    queue.drain(consumer, lambda_context)
+    assert [(r["message_id"], r["typing_indicator"]) for r in graph.reads] == [
+        (wamid, {"type": "text"})
+    ]
+    assert graph.reads[0]["from"] == META_NUMBER_ID
+    # a redelivery is no new turn: no second indicator
+    post(webhook, notification, lambda_context)
+    queue.drain(consumer, lambda_context)
+    assert len(graph.reads) == 1
+    # when the indicator call fails, the reply still goes out
+    graph.fail_next(1, code=131000, status=500, kind="read")
+    post(
+        webhook,
+        text_from("Still there?", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW + 5),
+        lambda_context,
+    )
+    assert queue.drain(consumer, lambda_context) == 0
+    assert len(graph.sent) == 2
