@@ -394,12 +394,12 @@ def _graph_error(status: int, data: bytes) -> GraphError:
     return GraphError(status, code if isinstance(code, int) else None)
 
 
-def _count(name: str, **dimensions: str) -> None:
-    from aws_lambda_powertools.metrics import MetricUnit, single_metric
+def _count(name: str) -> None:
+    from aws_lambda_powertools.metrics import MetricUnit
 
-    with single_metric(name=name, unit=MetricUnit.Count, value=1) as metric:
-        for key, value in dimensions.items():
-            metric.add_dimension(name=key, value=value)
+    from memagent.observability import metrics
+
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
 
 
 class GraphClient:

@@ -494,3 +494,61 @@ def test_admin_routes_require_aws_iam(cfn: Template) -> None:
     # and the public webhook stays open to whasp (its own signature check guards it)
     webhook = next(a for a in apis.values() if "/webhook" in a["Properties"]["Body"]["paths"])
     assert "security" not in webhook["Properties"]["Body"]["paths"]["/webhook"]["post"]
+
+
+def _secrets_read_by(cfn: Template, function_id: str, parameters: dict[str, str]) -> set[str]:
+    """The SSM parameter names a function's role may read, once the Provider is chosen."""
+    role_id = target(cfn["Resources"][function_id]["Properties"]["Role"])
+    policies = evaluate(cfn, cfn["Resources"][role_id]["Properties"]["Policies"], parameters)
+    names = set()
+    for policy in policies:
+        chosen = evaluate(cfn, policy, parameters)
+        if not isinstance(chosen, dict) or "PolicyDocument" not in chosen:
+            continue
+        for statement in policy_statements(chosen["PolicyDocument"]):
+            if any(str(a).startswith("ssm:") for a in as_list(statement.get("Action"))):
+                for resource in as_list(statement.get("Resource")):
+                    text = json.dumps(resource)
+                    found = re.search(r"\$\{SecretsPrefix\}/([a-z-]+)", text)
+                    if found:
+                        names.add(found.group(1))
+    return names
+
+
+@pytest.mark.parametrize(
+    ("provider", "webhook_reads", "consumer_reads"),
+    [
+        ("whasp", {"webhook-secret"}, {"whasp-api-key", "openai-api-key"}),
+        ("meta", {"meta-app-secret", "meta-verify-token"}, {"meta-access-token", "openai-api-key"}),
+    ],
+)
+def test_each_provider_reads_only_its_own_secrets(
+    sam_template: Template, provider: str, webhook_reads: set[str], consumer_reads: set[str]
+) -> None:
+    parameters = {**PARAMETERS, "Provider": provider}
+    cfn = sam_transform(sam_template, parameters)
+    functions = resources(cfn, "AWS::Lambda::Function")
+    webhook = next(k for k, v in functions.items() if "QUEUE_URL" in json.dumps(v))
+    consumer = next(
+        k
+        for k, v in functions.items()
+        if "OPENAI_MODEL" in json.dumps(v) and "PARKING_QUEUE_URL" in json.dumps(v)
+    )
+    assert _secrets_read_by(cfn, webhook, parameters) == webhook_reads
+    assert _secrets_read_by(cfn, consumer, parameters) == consumer_reads
+    environment = functions[webhook]["Properties"]["Environment"]["Variables"]
+    assert evaluate(cfn, environment["PROVIDER"], parameters) == provider
+
+
+def test_the_webhook_answers_meta_subscription_checks_on_the_same_url(cfn: Template) -> None:
+    apis = resources(cfn, "AWS::ApiGatewayV2::Api")
+    webhook = next(a for a in apis.values() if "/webhook" in a["Properties"]["Body"]["paths"])
+    operations = webhook["Properties"]["Body"]["paths"]["/webhook"]
+    # one URL: POST for notifications (whasp or Meta), GET for Meta's hub.challenge
+    assert set(operations) == {"post", "get"}
+    assert all("security" not in op for op in operations.values())
+
+
+def test_a_refused_meta_token_is_alarmed(cfn: Template) -> None:
+    alarms = resources(cfn, "AWS::CloudWatch::Alarm").values()
+    assert any(a["Properties"].get("MetricName") == "ProviderAuthFailed" for a in alarms)
