@@ -141,6 +141,7 @@ def lambda_like_env(home: str) -> dict[str, str]:
         QUEUE_URL="https://sqs.us-east-1.amazonaws.com/123456789012/whasp-agent-EventQueue.fifo",
         AGENT_ID="coach",
         WEBHOOK_SECRET=TEST_SECRET,
+        MEMAGENT_LOCAL_STACK="1",  # the published test secret is accepted in local runs only
     )
     return env
 

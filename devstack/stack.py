@@ -451,6 +451,8 @@ class LocalStack:
             **spec.environment,
             # No X-Ray daemon here: Tracer off (the template's `Tracing: Active` is AWS-only).
             "POWERTOOLS_TRACE_DISABLED": "true",
+            # a local run: the webhook accepts the published test-only secret
+            "MEMAGENT_LOCAL_STACK": "1",
         }
         if self.compact_threshold is not None:
             env["COMPACT_THRESHOLD"] = str(self.compact_threshold)

@@ -33,6 +33,8 @@ os.environ.update(
         "POWERTOOLS_METRICS_NAMESPACE": "WhaspAgentTest",
         "POWERTOOLS_TRACE_DISABLED": "1",
         "POWERTOOLS_DEV": "false",
+        # a local run: the webhook accepts the published TEST_SECRET (refused in AWS)
+        "MEMAGENT_LOCAL_STACK": "1",
     }
 )
 

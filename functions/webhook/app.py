@@ -42,7 +42,8 @@ def _bad_request(error: BadRequest) -> Response:
 
 @app.exception_handler(SecretUnavailable)
 def _secret_unavailable(error: SecretUnavailable) -> Response:
-    logger.error("webhook secret unavailable; failing closed")
+    # the reason names the setting (e.g. a stored secret too short), never its value
+    logger.error("webhook secret unavailable; failing closed", extra={"reason": str(error)})
     return _rejected("secret_unavailable", 503, "temporarily unavailable")
 
 

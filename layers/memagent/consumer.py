@@ -49,6 +49,8 @@ def provider_from_settings(settings: ConsumerSettings) -> tuple[Provider, ParseE
         settings.whasp_api_url,
         settings.whasp_api_key,
         timeout_seconds=settings.whasp_timeout_seconds,
+        media_origins=settings.media_origins,
+        media_deadline_seconds=settings.media_deadline_seconds,
     )
     return client, whasp.parse_event
 

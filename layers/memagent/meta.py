@@ -69,8 +69,8 @@ QUEUED_TYPES = frozenset({MESSAGE, STATUS})
 QUEUED_STATUSES = frozenset({"sent", "failed"})  # `sent` proves a send; `failed` says why not
 IDENTITY_CHANGES = frozenset({"user_changed_number", "user_changed_user_id"})
 
-BSUID = re.compile(r"^[A-Z]{2}\.[A-Za-z0-9.]{1,140}$")  # "US.13491208655302741918"
-PHONE = re.compile(r"^\+?[1-9]\d{6,14}$")  # Meta's wa_id: digits, no "+"
+BSUID = re.compile(r"[A-Z]{2}\.[A-Za-z0-9.]{1,140}\Z")  # "US.13491208655302741918"
+PHONE = re.compile(r"\+?[1-9][0-9]{6,14}\Z")  # Meta's wa_id: digits, no "+"
 
 # error.code -> what to do (META.md "Errors"). Anything not listed and not 5xx is permanent.
 RETRY_CODES = frozenset({130429, 131056, 4, 80007, 131000, 1, 2, 131016, 131057})

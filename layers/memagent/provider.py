@@ -23,7 +23,8 @@ SEND_KEY = re.compile(r"^reply:(?P<event_id>.+):(?P<part>\d{1,4})$")
 
 # a person's identifier: a phone in E.164 (whasp; Meta's wa_id with a "+"), or a Meta
 # business-scoped user id ("US.13491208655302741918")
-PERSON_ID = re.compile(r"^(\+[1-9]\d{6,14}|[A-Z]{2}\.[A-Za-z0-9.]{1,140})$")
+# ASCII digits and \Z (not $, which also matches before a trailing newline)
+PERSON_ID = re.compile(r"(\+[1-9][0-9]{6,14}|[A-Z]{2}\.[A-Za-z0-9.]{1,140})\Z")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ cold start. AWS endpoints come from boto3's standard AWS_ENDPOINT_URL.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -28,18 +29,32 @@ DEFAULT_SYSTEM_PROMPT = (
 class Secret:
     """A secret given as a plain value (local runs) or as an SSM parameter name (AWS)."""
 
-    def __init__(self, name: str, *, value: str | None, parameter: str | None):
+    def __init__(
+        self,
+        name: str,
+        *,
+        value: str | None,
+        parameter: str | None,
+        check: Callable[..., object] | None = None,
+    ):
         self.name = name
         self._value = value
         self._parameter = parameter
         self._provider = None  # Powertools' SSM provider: caches for SECRET_MAX_AGE_SECONDS
+        # check(value, setting=name) raises ConfigurationError: a plain value is checked now
+        # (cold start), a stored one each time it is read (a 503, naming the parameter)
+        self._check = check
+        if check is not None and value is not None:
+            check(value, setting=name)
 
     @classmethod
-    def from_env(cls, name: str, env: Mapping[str, str]) -> Secret:
+    def from_env(
+        cls, name: str, env: Mapping[str, str], *, check: Callable[..., object] | None = None
+    ) -> Secret:
         value, parameter = env.get(name) or None, env.get(f"{name}_PARAM") or None
         if value is None and parameter is None:
             raise ConfigurationError(f"set {name}_PARAM (SSM parameter name) or {name} (local)")
-        return cls(name, value=value, parameter=parameter)
+        return cls(name, value=value, parameter=parameter, check=check)
 
     def get(self) -> str:
         if self._value is not None:
@@ -62,6 +77,11 @@ class Secret:
             raise SecretUnavailable(f"{self.name} could not be read") from error
         if not value:
             raise SecretUnavailable(f"{self.name} is empty")
+        if self._check is not None:
+            try:
+                self._check(str(value), setting=f"{self.name}_PARAM ({self._parameter})")
+            except ConfigurationError as error:
+                raise SecretUnavailable(str(error)) from None
         return str(value)
 
     def __repr__(self) -> str:  # never print the value
@@ -104,7 +124,10 @@ class WebhookSettings(_Settings):
             for name in ("META_APP_SECRET", "META_VERIFY_TOKEN"):
                 object.__setattr__(settings, f"_{name.lower()}", Secret.from_env(name, env))
         else:
-            secret = Secret.from_env("WEBHOOK_SECRET", env)
+            from memagent.whasp import check_signing_secrets, is_local_stack
+
+            check = partial(check_signing_secrets, allow_test_secret=is_local_stack(env))
+            secret = Secret.from_env("WEBHOOK_SECRET", env, check=check)
             object.__setattr__(settings, "_webhook_secret", secret)
         return settings
 
@@ -172,6 +195,11 @@ class ConsumerSettings(ModelSettings):
     context_max_chars: int = Field(alias="CONTEXT_MAX_CHARS", default=12_000, ge=100)
     context_max_facts: int = Field(alias="CONTEXT_MAX_FACTS", default=30, ge=0)
     media_max_bytes: int = Field(alias="MEDIA_MAX_BYTES", default=10 * 1024 * 1024, gt=0)
+    # Where media may be fetched from (origins, space- or comma-separated); empty = the origin
+    # of WHASP_API_URL. The API key is only ever sent to WHASP_API_URL's origin.
+    whasp_media_origins: str | None = Field(alias="WHASP_MEDIA_ORIGINS", default=None)
+    # One download, redirects included, however slowly the host sends
+    media_deadline_seconds: float = Field(alias="MEDIA_DEADLINE_SECONDS", default=30.0, gt=0)
     opt_out_policy: Literal["keep", "erase"] = Field(alias="OPT_OUT_POLICY", default="keep")
     forget_keyword: str = Field(alias="FORGET_KEYWORD", default="forget me")
     whasp_timeout_seconds: float = Field(alias="WHASP_TIMEOUT_SECONDS", default=10.0, gt=0)
@@ -186,6 +214,21 @@ class ConsumerSettings(ModelSettings):
         if not url.startswith(("https://", "http://")):
             raise ValueError("must be an http(s) URL")
         return url.rstrip("/")
+
+    @field_validator("whasp_media_origins")
+    @classmethod
+    def _origins(cls, value: str | None) -> str | None:
+        from memagent.whasp import parse_media_origins
+
+        parse_media_origins(value, "https://unused.example")  # raises ValueError naming the entry
+        return value
+
+    @property
+    def media_origins(self) -> frozenset[tuple[str, str, int]]:
+        """whasp media may come only from these origins (memagent.whasp.Origin)."""
+        from memagent.whasp import parse_media_origins
+
+        return parse_media_origins(self.whasp_media_origins, self.whasp_api_url or "")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ConsumerSettings:

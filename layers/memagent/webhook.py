@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from memagent.errors import InvalidSignature
 from memagent.queue import EventQueue
 from memagent.settings import WebhookSettings
 
@@ -33,11 +34,15 @@ def receive(
     QueueUnavailable; returns only once the events are safely queued (or deliberately ignored)."""
     if settings.provider == "meta":
         return _receive_meta(settings, queue, headers, body)
-    from memagent.whasp import parse_envelope, verify_signature
+    from memagent.whasp import check_signature_headers, parse_envelope, verify_signed
 
-    secrets = settings.webhook_secret.get().split()
-    verify_signature(secrets, headers, body, tolerance_seconds=settings.tolerance_seconds)
+    # headers present and fresh before the secret is read: a flood of junk costs no SSM call
+    signed = check_signature_headers(headers, tolerance_seconds=settings.tolerance_seconds)
+    verify_signed(settings.webhook_secret.get().split(), signed, body)
     envelope = parse_envelope(body, max_bytes=settings.max_body_bytes)
+    if envelope.id != signed.event_id:
+        # the signed id is what we dedupe on; a body under another id is not what was signed for
+        raise InvalidSignature("webhook-id does not match the body's id")
     if not envelope.queued:
         return Receipt(envelope.id, envelope.type, queued=False)
     queue.enqueue(settings.agent_id, envelope)

@@ -21,7 +21,10 @@ Outbound
     201 accepted; 400 invalid (no retry); 401/403 bad key (no retry); 409 ``opted_out`` (no retry,
     record it); 429 (honour Retry-After) and 5xx retried. Texts hold at most 4,096 characters.
 Media
-    ``GET {media.url}`` with the bearer key returns the bytes.
+    ``GET {media.url}`` with the bearer key returns the bytes. A signed event names the URL, so
+    it is fetched only on an allow-list of origins (by default WHASP_API_URL's scheme, host and
+    port), the key goes only to WHASP_API_URL's origin, redirects are checked hop by hop, and
+    the download has a total deadline and a size cap enforced while it streams.
 
 The signature check is hand-written rather than taken from the ``standardwebhooks`` package: it
 must try several secrets (rotation), map every failure to one error type without leaking which
@@ -42,9 +45,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin
 
 from memagent.errors import (
     BadRequest,
+    ConfigurationError,
     InvalidSignature,
     MalformedEvent,
     OptedOut,
@@ -76,10 +81,52 @@ CHAT_OPTED_OUT = "chat.opted_out"
 QUEUED_TYPES = frozenset({MESSAGE_RECEIVED, NUMBER_REPLACED, CHAT_OPTED_OUT})
 
 MAX_RETRY_AFTER_SECONDS = 5
-E164 = re.compile(r"^\+[1-9]\d{6,14}$")
+MAX_EVENT_ID = 255
+# ASCII digits only (\d also matches other scripts' digits) and \Z, not $ (which also matches
+# before a trailing newline), so `.match` and `.fullmatch` agree.
+E164 = re.compile(r"\+[1-9][0-9]{6,14}\Z")
+
+# The secret the tests, sample events and local stack sign with. It is public (README), so a stack
+# using it accepts anybody's events: refused unless the process says it is a local run.
+TEST_ONLY_SECRET = "whsec_bWVtYWdlbnQtdGVzdC1vbmx5LXNlY3JldC1kby1ub3QtdXNl"  # noqa: S105
+# `sam local invoke` sets AWS_SAM_LOCAL; the local stack and the tests set MEMAGENT_LOCAL_STACK.
+LOCAL_STACK_FLAGS = ("MEMAGENT_LOCAL_STACK", "AWS_SAM_LOCAL")
+# Standard Webhooks secrets carry 24 to 64 bytes of key; fewer can be guessed offline from one
+# signed request.
+MIN_SECRET_BYTES = 24
 
 
 # --------------------------------------------------------------------------- signature
+
+
+def is_local_stack(env: Mapping[str, str]) -> bool:
+    """True when the environment says this is a local run (never set in the deployed template)."""
+    return any(env.get(name, "").lower() in ("1", "true") for name in LOCAL_STACK_FLAGS)
+
+
+def check_signing_secrets(value: str, *, setting: str, allow_test_secret: bool) -> list[str]:
+    """Validate a configured signing secret (space-separated during rotation) and return the
+    secrets; raise ConfigurationError naming `setting` (never the value). Pure, so any settings
+    reader can call it, at cold start for a plain value and on first read for a stored one."""
+    secrets = value.split()
+    if not secrets:
+        raise ConfigurationError(f"{setting} is empty")
+    for position, secret in enumerate(secrets, start=1):
+        where = f"{setting} (secret {position} of {len(secrets)})"
+        try:
+            key = base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
+        except (binascii.Error, ValueError):
+            raise ConfigurationError(f"{where} is not whsec_ followed by base64") from None
+        if len(key) < MIN_SECRET_BYTES:
+            raise ConfigurationError(
+                f"{where} holds {len(key)} bytes of key; at least {MIN_SECRET_BYTES} are needed"
+            )
+        if secret == TEST_ONLY_SECRET and not allow_test_secret:
+            raise ConfigurationError(
+                f"{where} is the published test-only secret; it is accepted only in a local run "
+                f"({' or '.join(LOCAL_STACK_FLAGS)} set)"
+            )
+    return secrets
 
 
 def _keys(secrets: Iterable[str]) -> list[bytes]:
@@ -100,6 +147,55 @@ def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class SignatureHeaders:
+    """The three signature headers of a request, checked for shape and freshness only."""
+
+    event_id: str
+    timestamp: str
+    signatures: str
+
+
+def check_signature_headers(
+    headers: Mapping[str, str] | None, *, tolerance_seconds: int = 300, now: float | None = None
+) -> SignatureHeaders:
+    """The cheap half of the check, run before any secret is read: the headers are present,
+    printable ASCII (a lone surrogate or other undecodable text cannot be signed bytes) and the
+    timestamp is within the tolerance. Raises InvalidSignature."""
+    event_id = _header(headers, HEADER_ID)
+    timestamp = _header(headers, HEADER_TIMESTAMP)
+    signatures = _header(headers, HEADER_SIGNATURE)
+    if not event_id or not timestamp or not signatures:
+        raise InvalidSignature("missing signature headers")
+    if not all(value.isascii() and value.isprintable() for value in (event_id, signatures)):
+        raise InvalidSignature("undecodable signature headers")
+    if len(event_id) > MAX_EVENT_ID:
+        raise InvalidSignature("webhook-id too long")
+    if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 12:
+        raise InvalidSignature("malformed timestamp")  # (int() refuses over 4,300 digits)
+    now = time.time() if now is None else now
+    if abs(now - int(timestamp)) > tolerance_seconds:
+        raise InvalidSignature("timestamp outside tolerance")
+    return SignatureHeaders(event_id, timestamp, signatures)
+
+
+def verify_signed(secrets: Iterable[str], signed: SignatureHeaders, body: bytes) -> str:
+    """The HMAC half of the check; return the event id, or raise InvalidSignature."""
+    message = f"{signed.event_id}.{signed.timestamp}.".encode() + body
+    expected = [
+        base64.b64encode(hmac.new(key, message, hashlib.sha256).digest()) for key in _keys(secrets)
+    ]
+    for entry in signed.signatures.split(" "):
+        version, _, candidate = entry.partition(",")
+        if version != SIGNATURE_VERSION or not candidate:
+            continue
+        given = candidate.encode("ascii", errors="replace")
+        # compare_digest against every key, without stopping early on a match
+        if any([hmac.compare_digest(given, digest) for digest in expected]):
+            return signed.event_id
+    raise InvalidSignature("no matching signature")
+
+
 def verify_signature(
     secrets: Iterable[str],
     headers: Mapping[str, str] | None,
@@ -109,30 +205,8 @@ def verify_signature(
     now: float | None = None,
 ) -> str:
     """Check a whasp webhook signature; return the event id, or raise InvalidSignature."""
-    event_id = _header(headers, HEADER_ID)
-    timestamp = _header(headers, HEADER_TIMESTAMP)
-    signatures = _header(headers, HEADER_SIGNATURE)
-    if not event_id or not timestamp or not signatures:
-        raise InvalidSignature("missing signature headers")
-    if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 12:
-        raise InvalidSignature("malformed timestamp")  # (int() refuses over 4,300 digits)
-    now = time.time() if now is None else now
-    if abs(now - int(timestamp)) > tolerance_seconds:
-        raise InvalidSignature("timestamp outside tolerance")
-
-    signed = f"{event_id}.{timestamp}.".encode() + body
-    expected = [
-        base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()) for key in _keys(secrets)
-    ]
-    for entry in signatures.split(" "):
-        version, _, candidate = entry.partition(",")
-        if version != SIGNATURE_VERSION or not candidate:
-            continue
-        given = candidate.encode("ascii", errors="replace")
-        # compare_digest against every key, without stopping early on a match
-        if any([hmac.compare_digest(given, digest) for digest in expected]):
-            return event_id
-    raise InvalidSignature("no matching signature")
+    signed = check_signature_headers(headers, tolerance_seconds=tolerance_seconds, now=now)
+    return verify_signed(secrets, signed, body)
 
 
 def sign(secret: str, event_id: str, timestamp: int, body: bytes) -> str:
@@ -176,7 +250,7 @@ def parse_envelope(body: bytes, *, max_bytes: int) -> Envelope:
     if event_type in (MESSAGE_RECEIVED, CHAT_OPTED_OUT):
         data = raw.get("data")
         chat = data.get("chat") if isinstance(data, dict) else None
-        if not isinstance(chat, str) or not E164.match(chat):
+        if not isinstance(chat, str) or not E164.fullmatch(chat):
             raise BadRequest("event needs data.chat in E.164")
     return Envelope(id=event_id, type=event_type, chat=chat, raw=raw)
 
@@ -196,7 +270,7 @@ def _time(value: Any, field: str) -> datetime:
 
 def _str(data: Mapping[str, Any], field: str, *, pattern: re.Pattern[str] | None = None) -> str:
     value = data.get(field)
-    if not isinstance(value, str) or not value or (pattern and not pattern.match(value)):
+    if not isinstance(value, str) or not value or (pattern and not pattern.fullmatch(value)):
         raise MalformedEvent(f"{field} missing or invalid")
     return value
 
@@ -258,6 +332,40 @@ def parse_event(raw: Mapping[str, Any]) -> WhaspEvent:
 # --------------------------------------------------------------------------- outbound
 
 
+Origin = tuple[str, str, int]  # (scheme, host, port), lower-cased, port explicit
+MEDIA_REDIRECTS = 3
+MEDIA_CHUNK = 64 * 1024
+
+
+def url_origin(url: str) -> Origin | None:
+    """The origin of an http(s) URL, parsed by urllib3 itself (so the check and the request
+    cannot read the URL differently); None for anything else, or a URL carrying credentials."""
+    from urllib3.exceptions import LocationParseError
+    from urllib3.util import parse_url
+
+    try:
+        parsed = parse_url(url.strip())
+    except (LocationParseError, ValueError):
+        return None
+    scheme = (parsed.scheme or "").lower()
+    if scheme not in ("http", "https") or not parsed.host or parsed.auth is not None:
+        return None
+    return scheme, parsed.host.lower(), parsed.port or (443 if scheme == "https" else 80)
+
+
+def parse_media_origins(value: str | None, api_url: str) -> frozenset[Origin]:
+    """The allow-list for media downloads: WHASP_API_URL's origin, or the configured origins
+    (space- or comma-separated); raise ValueError for an entry that is not an http(s) origin."""
+    entries = (value or "").replace(",", " ").split() or [api_url]
+    origins = set()
+    for entry in entries:
+        origin = url_origin(entry)
+        if origin is None:
+            raise ValueError(f"{entry!r} is not an http(s) origin such as https://media.example")
+        origins.add(origin)
+    return frozenset(origins)
+
+
 class WhaspClient:
     """Sends replies and fetches media over HTTP (urllib3, already shipped with botocore)."""
 
@@ -269,6 +377,8 @@ class WhaspClient:
         timeout_seconds: float = 10.0,
         retries: int = 2,
         backoff_factor: float = 0.5,
+        media_origins: frozenset[Origin] | None = None,
+        media_deadline_seconds: float = 30.0,
     ):
         import urllib3
         from urllib3.util import Retry, Timeout
@@ -282,6 +392,10 @@ class WhaspClient:
 
         self._api_url = api_url.rstrip("/")
         self._api_key = api_key  # a Secret is read on first use, so cold starts never wait on SSM
+        self._api_origin = url_origin(self._api_url)
+        self._media_origins = media_origins or frozenset({self._api_origin} - {None})
+        self._media_deadline = media_deadline_seconds
+        self._read_timeout = timeout_seconds
         retry = CappedRetry(
             total=retries,
             connect=retries,
@@ -334,32 +448,80 @@ class WhaspClient:
         """whasp's contract has no read receipt or typing indicator: nothing to do."""
 
     def fetch_media(self, url: str, *, max_bytes: int) -> tuple[bytes, str]:
-        """Download a media file (bytes, content type), refusing anything over max_bytes."""
+        """Download a media file (bytes, content type). A URL off the allow-list, a redirect
+        leaving it or a file over max_bytes raises MalformedEvent (the message becomes a note);
+        an unreachable or slow host (past the deadline) raises TransientError (retried)."""
+        import urllib3
+        from urllib3.util import Timeout
+
+        deadline = time.monotonic() + self._media_deadline
+        for _hop in range(MEDIA_REDIRECTS + 1):
+            origin = url_origin(url)
+            if origin is None or origin not in self._media_origins:
+                raise MalformedEvent("media URL is not on the allow-list")  # never fetched
+            # the key only goes to whasp's API itself, never to another allowed origin
+            headers = (
+                {"Authorization": f"Bearer {self._key()}"} if origin == self._api_origin else {}
+            )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TransientError("media download past its deadline")
+            try:
+                response = self._http.request(
+                    "GET",
+                    url,
+                    headers=headers,
+                    preload_content=False,
+                    redirect=False,  # each hop is checked against the allow-list above
+                    timeout=Timeout(
+                        connect=min(3.0, remaining), read=min(self._read_timeout, remaining)
+                    ),
+                )
+            except urllib3.exceptions.HTTPError as error:
+                raise TransientError(f"media unreachable: {type(error).__name__}") from None
+            try:
+                location = response.get_redirect_location()
+                if not location:
+                    return self._read_media(response, max_bytes=max_bytes, deadline=deadline)
+                response.close()  # a redirect's body is of no use
+            except BaseException:
+                response.close()  # a body left unread or half read never goes back to the pool
+                raise
+            finally:
+                response.release_conn()
+            url = urljoin(url, location)
+        raise MalformedEvent("media redirected too many times")
+
+    @staticmethod
+    def _read_media(response: Any, *, max_bytes: int, deadline: float) -> tuple[bytes, str]:
         import urllib3
 
+        if response.status == 429 or response.status >= 500:
+            raise TransientError(f"media download answered HTTP {response.status}")
+        if response.status != 200:
+            raise MalformedEvent(f"media download answered HTTP {response.status}")
+        length = response.headers.get("Content-Length", "")
+        if length.isdigit() and int(length) > max_bytes:
+            raise MalformedEvent("media larger than the configured cap")
+        data = bytearray()
+        sock = getattr(response.connection, "sock", None)
         try:
-            response = self._http.request(
-                "GET",
-                url,
-                headers={"Authorization": f"Bearer {self._key()}"},
-                preload_content=False,
-            )
-        except urllib3.exceptions.HTTPError as error:
-            raise TransientError(f"media unreachable: {type(error).__name__}") from None
-        try:
-            if response.status == 429 or response.status >= 500:
-                raise TransientError(f"media download answered HTTP {response.status}")
-            if response.status != 200:
-                raise MalformedEvent(f"media download answered HTTP {response.status}")
-            data = b""
-            for chunk in response.stream(64 * 1024):
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TransientError("media download past its deadline")
+                if sock is not None:  # no single read may outlive the deadline either
+                    sock.settimeout(remaining)
+                chunk = response.read1(MEDIA_CHUNK)
+                if not chunk:
+                    break
                 data += chunk
                 if len(data) > max_bytes:
                     raise MalformedEvent("media larger than the configured cap")
-            content_type = response.headers.get("Content-Type", "application/octet-stream")
-            return data, content_type
-        finally:
-            response.release_conn()
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            raise TransientError(f"media download broke off: {type(error).__name__}") from None
+        content_type = response.headers.get("Content-Type", "application/octet-stream")
+        return bytes(data), content_type
 
 
 def _error_code(data: bytes) -> str | None:

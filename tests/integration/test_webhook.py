@@ -438,6 +438,7 @@ def test_the_webhook_never_imports_openai():
         "QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/q.fifo",
         "AGENT_ID": AGENT,
         "WEBHOOK_SECRET": TEST_SECRET,
+        "MEMAGENT_LOCAL_STACK": "1",
         "AWS_DEFAULT_REGION": "us-east-1",
         "POWERTOOLS_TRACE_DISABLED": "1",
     }
