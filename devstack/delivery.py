@@ -6,13 +6,17 @@ source mappings do, with the settings the template gives them:
 `QueueDelivery` (SQS FIFO -> consumer)
     One poller receives batches of up to BatchSize with every attribute, shapes each message as a
     Lambda SQS record and hands the batch to a free execution environment. Records the function
-    reports as failed (`batchItemFailures`, or every record when it raises) stay on the queue and
-    come back after `retry_delay` seconds (the template's 360 s visibility timeout, shortened for
-    local runs); the others are deleted. moto's FIFO queue withholds a message group while one of
-    its messages is in flight and moves a message to the dead-letter queue once it has been
-    received maxReceiveCount times, as SQS does; the poller is the only receiver (moto's receive is
-    not atomic across concurrent calls) and counts any group handed out twice at once in
-    `group_conflicts`, which must stay 0.
+    reports as failed (`batchItemFailures`, or every record when it raises) are left on the queue
+    untouched, as Lambda leaves them: they come back when their visibility ends, which is the
+    backoff the function set (ChangeMessageVisibility) or else the queue's VisibilityTimeout; the
+    others are deleted. moto's SQS runs on devstack.clock.SQS_CLOCK, so these waits are AWS's
+    waits, scaled (`SQS_CLOCK.scale`); with `idle_jump` the clock skips ahead to the next visible
+    message whenever nothing is visible and nothing runs. `stats.retry_delays` holds, in AWS
+    seconds, how long each failed record waited before it was received again. moto's FIFO queue
+    withholds a message group while one of its messages is in flight and moves a message to the
+    dead-letter queue once it has been received maxReceiveCount times, as SQS does; the poller is
+    the only receiver (moto's receive is not atomic across concurrent calls) and counts any group
+    handed out twice at once in `group_conflicts`, which must stay 0.
 
 `StreamDelivery` (DynamoDB stream -> compactor)
     Reads the stream from LATEST, keeps the records that pass the template's FilterCriteria
@@ -37,6 +41,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from devstack.aws import REGION
+from devstack.clock import SQS_CLOCK, next_visible_at
 from devstack.runtime import Outcome
 
 Report = Callable[..., None]  # report(kind, message, **details)
@@ -120,6 +125,8 @@ class DeliveryStats:
     group_conflicts: int = 0
     sent_to_failure_queue: int = 0
     durations_ms: list[float] = field(default_factory=list)
+    retry_delays: list[float] = field(default_factory=list)  # AWS seconds, failure -> next receive
+    clock_jumps: float = 0.0  # AWS seconds skipped while idle (idle_jump)
 
 
 class QueueDelivery:
@@ -132,7 +139,7 @@ class QueueDelivery:
         invoke: Callable[[dict[str, Any]], Outcome],
         batch_size: int,
         concurrency: int,
-        retry_delay: int = 1,
+        idle_jump: bool = False,
         report: Report = _quiet,
         label: str = "consumer",
     ):
@@ -142,8 +149,9 @@ class QueueDelivery:
         self._invoke = invoke
         self.batch_size = batch_size
         self.concurrency = max(1, concurrency)
-        self.retry_delay = retry_delay
+        self.idle_jump = idle_jump
         self._report = report
+        self._failed_at: dict[str, float] = {}  # message id -> AWS time its failure was reported
         self.label = label
         self.stats = DeliveryStats()
         self._slots = threading.Semaphore(self.concurrency)
@@ -188,14 +196,7 @@ class QueueDelivery:
             try:
                 # A short poll: moto's long poll spins while every visible message belongs to a
                 # group in flight, which is the usual state of a busy FIFO queue.
-                messages = self._sqs.receive_message(
-                    QueueUrl=self.queue_url,
-                    MaxNumberOfMessages=self.batch_size,
-                    WaitTimeSeconds=0,
-                    AttributeNames=["All"],
-                    MessageSystemAttributeNames=["All"],
-                    MessageAttributeNames=["All"],
-                ).get("Messages", [])
+                messages = self._receive()
             except Exception as error:  # moto stopping, or a transient error: try again
                 self._slots.release()
                 if not self._stop.is_set():
@@ -204,16 +205,72 @@ class QueueDelivery:
                 continue
             if not messages:
                 self._slots.release()
+                if self._jump_if_idle():
+                    continue
                 self._stop.wait(pause)
                 pause = min(pause * 2, 0.2)
                 continue
             pause = 0.02
+            self._note_received(messages)
             messages = self._claim(messages)
             if not messages:
                 self._slots.release()
                 continue
             assert self._pool is not None
             self._pool.submit(self._deliver, messages)
+
+    def drain(self, *, max_batches: int = 10_000) -> int:
+        """Deliver batch after batch on this thread until the queue is empty (with `idle_jump`,
+        through every retry, however far ahead in AWS time), or `max_batches` were delivered; return
+        the batches delivered. For tests that invoke a handler in-process; not with start()."""
+        batches = 0
+        while batches < max_batches:  # a bound, for a test that wants to stop early
+            messages = self._receive()
+            if not messages:
+                if self._jump_if_idle():
+                    continue
+                return batches
+            self._note_received(messages)
+            messages = self._claim(messages)
+            if messages:
+                self._slots.acquire()
+                self._deliver(messages)
+                batches += 1
+        return batches
+
+    def _receive(self) -> list[dict[str, Any]]:
+        return self._sqs.receive_message(
+            QueueUrl=self.queue_url,
+            MaxNumberOfMessages=self.batch_size,
+            WaitTimeSeconds=0,
+            AttributeNames=["All"],
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        ).get("Messages", [])
+
+    def _jump_if_idle(self) -> bool:
+        """With idle_jump, when nothing runs and nothing is visible, move AWS time to the moment
+        the next message becomes visible. True if it jumped."""
+        if not self.idle_jump:
+            return False
+        with self._lock:
+            if self._in_flight:
+                return False
+            ready = next_visible_at(self.queue_url)
+            if ready is None:
+                return False
+            skipped = max(0.0, ready - SQS_CLOCK.now()) + 0.002  # moto: visible strictly after
+            SQS_CLOCK.advance(skipped)
+            self.stats.clock_jumps += skipped
+        return True
+
+    def _note_received(self, messages: list[dict[str, Any]]) -> None:
+        now = SQS_CLOCK.now()
+        with self._lock:
+            for message in messages:
+                failed_at = self._failed_at.pop(message["MessageId"], None)
+                if failed_at is not None:
+                    self.stats.retry_delays.append(now - failed_at)
 
     def _claim(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Mark the batch's groups in flight; give back any message whose group already is."""
@@ -246,7 +303,9 @@ class QueueDelivery:
             # poller may rightly receive the group's next one.
             self._unclaim(groups)
             self._delete(done)
-            self._release(retry)
+            failed_at = SQS_CLOCK.now()
+            with self._lock:
+                self._failed_at.update({m["MessageId"]: failed_at for m in retry})
             with self._lock:
                 self.stats.batches += 1
                 self.stats.records += len(messages)
@@ -257,7 +316,8 @@ class QueueDelivery:
             self._report(
                 "batch",
                 f"{len(messages)} record(s), {len(groups)} group(s): "
-                f"{len(done)} done" + (f", {len(retry)} to retry" if retry else ""),
+                f"{len(done)} done"
+                + (f", {len(retry)} to retry{self._next_retry()}" if retry else ""),
                 outcome=outcome,
                 level="warn" if retry else "info",
             )
@@ -291,9 +351,15 @@ class QueueDelivery:
                 ],
             )
 
+    def _next_retry(self) -> str:
+        with contextlib.suppress(Exception):  # only a progress line
+            ready = next_visible_at(self.queue_url)
+            if ready is not None:
+                return f" (the next one back in {ready - SQS_CLOCK.now():.0f} s, AWS time)"
+        return ""
+
     def _release(self, messages: list[dict[str, Any]]) -> None:
-        """Make messages visible again after `retry_delay` seconds (instead of the full
-        visibility timeout), so a local retry comes quickly."""
+        """Give back messages this poller must not deliver (their group is in flight)."""
         for start in range(0, len(messages), 10):
             chunk = messages[start : start + 10]
             self._sqs.change_message_visibility_batch(
@@ -302,7 +368,7 @@ class QueueDelivery:
                     {
                         "Id": str(i),
                         "ReceiptHandle": m["ReceiptHandle"],
-                        "VisibilityTimeout": self.retry_delay,
+                        "VisibilityTimeout": 0,
                     }
                     for i, m in enumerate(chunk)
                 ],

@@ -11,7 +11,9 @@ Endpoints:
   `transcriber(audio_bytes) -> str` (default `offline_transcriber`).
 
 Every request is recorded in `.requests` (failed ones too); `.calls(path)` gives the JSON bodies
-sent to one path. `.fail_next(n, status)` and `.delay_seconds` inject failures and slowness.
+sent to one path. `.fail_next(n, status)` and `.delay_seconds` inject failures and slowness;
+`.outage`, a callable returning an HTTP status (or None), fails every request while it says so
+(an outage measured on any clock, e.g. devstack.clock.SQS_CLOCK).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class FakeOpenAI(LoopbackServer):
         self.responder: Responder = responder or offline_model
         self.transcriber: Transcriber = transcriber or offline_transcriber
         self.delay_seconds = delay_seconds
+        self.outage: Callable[[], int | None] | None = None
         # Injected failures carry `retry-after-ms` so the real client's retries (0.5 s, 1 s ...
         # backoff otherwise) keep tests fast. None sends no such header.
         self.retry_after_ms = retry_after_ms
@@ -93,6 +96,7 @@ class FakeOpenAI(LoopbackServer):
             self.requests.clear()
             self._failures.clear()
             self.delay_seconds = 0.0
+            self.outage = None
 
     # ------------------------------------------------------------------ HTTP
 
@@ -109,6 +113,8 @@ class FakeOpenAI(LoopbackServer):
         with self._lock:
             self.requests.append(record)
             injected = self._failures.pop(0) if self._failures else None
+        if injected is None and self.outage is not None:
+            injected = self.outage()
         try:
             if request.path == TRANSCRIPTIONS:
                 record["json"] = _form_summary(request)

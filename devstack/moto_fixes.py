@@ -17,10 +17,14 @@ DynamoDB's documented semantics: every condition is checked against the state be
 transaction, nothing is written if one fails, and a failure while applying undoes only the
 transaction's own items and stream records.
 
-FIFO order (`make_sqs_faithful`). When two messages of a group come back together after a failed
-batch, moto delivers the second before the first; the fix keeps the group's order. It also makes
-moto's SQS clock a plain time.time() and stops a receive from computing every queue attribute
-(counts over all messages, each reading the clock through datetime) once per received message.
+FIFO order and time (`make_sqs_faithful`). When two messages of a group come back together
+after a failed batch, moto delivers the second before the first; the fix keeps the group's
+order. It also makes moto's SQS clock devstack.clock.SQS_CLOCK (real time unless a test or the
+local stack scales or advances it, so retry schedules play out in AWS time without sleeping) and
+stops a receive from computing every queue attribute (counts over all messages, each reading the
+clock through datetime) once per received message.
+ChangeMessageVisibility's 12-hour limit counts from the message's latest receive, as in SQS
+(moto counts from its sending, refusing any change once a message is 12 hours old).
 
 Speed (`make_dynamodb_faster`). A Query on the table's key reads only the queried partition
 (moto sorts the whole table first), and item results and stream records are written as plain
@@ -34,7 +38,6 @@ import copy
 import functools
 import json
 import threading
-import time
 from collections import defaultdict
 from datetime import datetime
 from typing import Any
@@ -138,19 +141,21 @@ def make_sqs_faithful() -> None:
             return
         from moto.sqs import models
 
+        from devstack.clock import SQS_CLOCK
+
         original_time, original_millis = models.unix_time, models.unix_time_millis
 
         def unix_time(dt: Any = None) -> float:
-            return time.time() if dt is None else original_time(dt)
+            return SQS_CLOCK.now() if dt is None else original_time(dt)
 
         def unix_time_millis(dt: Any = None) -> float:
-            return time.time() * 1000.0 if dt is None else original_millis(dt)
+            return SQS_CLOCK.now() * 1000.0 if dt is None else original_millis(dt)
 
         def is_message_valid_based_on_retention_period(
             backend: Any, queue_name: str, message: Any
         ) -> bool:
             retention = int(backend.get_queue(queue_name).message_retention_period)
-            return retention + message.sent_timestamp / 1000 > time.time()
+            return retention + message.sent_timestamp / 1000 > SQS_CLOCK.now()
 
         models.unix_time, models.unix_time_millis = unix_time, unix_time_millis
         backend = models.SQSBackend
@@ -160,7 +165,47 @@ def make_sqs_faithful() -> None:
             is_message_valid_based_on_retention_period,
         )
         _patch(backend, "receive_message", _in_group_order(backend.receive_message))
+        _patch(models.Message, "mark_received", _noting_receipt(models.Message.mark_received))
+        _patch(backend, "change_message_visibility", _change_message_visibility)
         _sqs_applied = True
+
+
+def _noting_receipt(mark_received: Any) -> Any:
+    @functools.wraps(mark_received)
+    def mark(message: Any, *args: Any, **kwargs: Any) -> None:
+        from moto.sqs.models import unix_time_millis
+
+        message.last_received_ms = unix_time_millis()
+        mark_received(message, *args, **kwargs)
+
+    return mark
+
+
+def _change_message_visibility(
+    backend: Any, queue_name: str, receipt_handle: str, visibility_timeout: int
+) -> None:
+    """SQS caps a message's visibility at 12 hours from the receive that returned it; moto counts
+    from when the message was sent, so it refuses every change to a message older than 12 hours
+    (any message retried through a long outage)."""
+    from moto.sqs.exceptions import InvalidParameterValue, ReceiptHandleIsInvalid
+    from moto.sqs.models import unix_time_millis
+
+    queue = backend.get_queue(queue_name)
+    for message in queue._messages:
+        if message.had_receipt_handle(receipt_handle):
+            until = unix_time_millis() + int(visibility_timeout) * 1000
+            received = getattr(message, "last_received_ms", None) or message.sent_timestamp
+            if until - received > 43200 * 1000:
+                raise InvalidParameterValue(
+                    f"Value {visibility_timeout} for parameter VisibilityTimeout is invalid. "
+                    "Reason: Total VisibilityTimeout for the message is beyond the limit "
+                    "[43200 seconds]"
+                )
+            message.change_visibility(visibility_timeout)
+            if message.visible and message in queue.pending_messages:
+                queue.pending_messages.remove(message)
+            return
+    raise ReceiptHandleIsInvalid
 
 
 def _in_group_order(receive_message: Any) -> Any:

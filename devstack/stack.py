@@ -43,6 +43,7 @@ from typing import Any, Self
 from devstack import cfn, moto_fixes
 from devstack.apigw import LocalHttpApi, Route
 from devstack.aws import REGION, MotoServer, aws_env
+from devstack.clock import SQS_CLOCK
 from devstack.console import Console
 from devstack.delivery import QueueDelivery, StreamDelivery
 from devstack.resources import ROOT, LocalResources, create_all, load_template, stream_filters
@@ -147,7 +148,11 @@ class LocalStack:
     compact_keep
     consumer_concurrency  environments of the consumer (different people in parallel)
     webhook_concurrency   environments of the webhook
-    retry_delay         seconds before a failed SQS record comes back (AWS: the visibility timeout)
+    time_scale          how much faster than AWS the queue's clock runs (devstack.clock): a failed
+                        record comes back after the backoff the consumer set, or the queue's
+                        visibility timeout, divided by this
+    idle_jump           when nothing is visible and nothing runs, jump the queue's clock to the next
+                        retry (the schedule is kept, the waiting is skipped)
     parameters          more template parameter overrides (SystemPrompt, OptOutPolicy ...)
     extra_env           more environment variables for every function
     template            a parsed template (default: template.yaml)
@@ -165,7 +170,8 @@ class LocalStack:
         compact_keep: int | None = None,
         consumer_concurrency: int = 3,
         webhook_concurrency: int = 2,
-        retry_delay: int = 1,
+        time_scale: float = 60.0,
+        idle_jump: bool = True,
         parameters: Mapping[str, str] | None = None,
         extra_env: Mapping[str, str] | None = None,
         template: dict[str, Any] | None = None,
@@ -182,7 +188,9 @@ class LocalStack:
         self.compact_keep = compact_keep
         self.consumer_concurrency = consumer_concurrency
         self.webhook_concurrency = webhook_concurrency
-        self.retry_delay = retry_delay
+        self.time_scale = time_scale
+        self.idle_jump = idle_jump
+        self._previous_scale: float | None = None
         self.parameters = dict(parameters or {})
         self.extra_env = dict(extra_env or {})
         self.webhook_secret = webhook_secret
@@ -236,6 +244,7 @@ class LocalStack:
         self.log_path.write_text("")  # a fresh log per run; everyone then appends (O_APPEND)
         self._log = open(self.log_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
         moto_fixes.apply()
+        self._previous_scale, SQS_CLOCK.scale = SQS_CLOCK.scale, self.time_scale
         self._route_memagent_logs()
         self.moto = MotoServer().start()
         self._use_aws_env(aws_env(self.moto.url))
@@ -298,6 +307,8 @@ class LocalStack:
             self.moto.stop()
             self.moto = None
         self._restore_env()
+        if self._previous_scale is not None:
+            SQS_CLOCK.scale, self._previous_scale = self._previous_scale, None
         self._unroute_memagent_logs()
         self.apis, self.pools = {}, {}
         self.queue_delivery = self.stream_delivery = None
@@ -562,7 +573,7 @@ class LocalStack:
                     invoke=self.pools[logical_id].invoke,
                     batch_size=int(resolver.resolve(props.get("BatchSize", 10))),
                     concurrency=self.pools[logical_id].size,
-                    retry_delay=self.retry_delay,
+                    idle_jump=self.idle_jump,
                     report=self._report_for("consumer"),
                 )
             elif role == "compactor":

@@ -163,6 +163,7 @@ def consumer_env(resources, openai, whasp) -> dict[str, str]:
         "OPENAI_BASE_URL": f"{openai.url}/v1",
         "SYSTEM_PROMPT": "You are Coach, a warm running coach.",
         "PARKING_QUEUE_URL": resources.queue_urls["EventDeadLetterQueue"],
+        "QUEUE_URL": resources.queue_urls["EventQueue"],  # failed records' retry backoff
         # the sample events carry fixed dates; a long dedupe window keeps them "recent"
         "LEDGER_TTL_DAYS": "3650",
     }

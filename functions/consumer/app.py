@@ -1,10 +1,11 @@
 """Consumer Lambda: SQS FIFO batch -> one agent turn per event, each person in order.
 
 A failed record fails itself and the rest of its person's group in the batch (skip_group_on_error),
-so nobody's messages are answered out of order; other people's records go on.
+so nobody's messages are answered out of order; other people's records go on. The failed records
+come back after our backoff, not the queue's visibility timeout (memagent.consumer).
 """
 
-from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
+from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -13,7 +14,7 @@ from memagent.observability import logger, metrics, tracer
 from memagent.settings import ConsumerSettings
 
 consumer = Consumer.from_settings(ConsumerSettings.from_env())
-processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+processor = consumer.processor()  # SqsFifoPartialProcessor(skip_group_on_error=True) + backoff
 
 
 @tracer.capture_method(capture_response=False)

@@ -1,23 +1,31 @@
 """The consumer's record handling: an SQS record -> a provider event -> the agent's turn.
 
 A record that can never be processed (not JSON, not an event we queue) is parked on the
-dead-letter queue at once, with its reason, instead of blocking the person's queue through five
+dead-letter queue at once, with its reason, instead of blocking the person's queue through its
 retries; everything else that fails raises, so the record (and its group) is retried.
+
+When it is retried is ours to say (BackoffFifoProcessor): a failed record comes back after a
+backoff from its receive count (memagent.backoff), a deferred one within seconds, and the
+person's later records in the batch, which Powertools fails with it, wait exactly as long, so
+they never run first.
 """
 
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor
 
 from memagent.archive import TranscriptArchive
-from memagent.errors import MalformedEvent, TransientError
+from memagent.backoff import RetrySchedule
+from memagent.errors import Deferred, MalformedEvent
 from memagent.model import ModelClient
 from memagent.observability import logger, metrics
-from memagent.queue import ParkingQueue
+from memagent.queue import ParkingQueue, RetryQueue
 from memagent.store import MemoryStore
 from memagent.turn import Agent
 
@@ -55,11 +63,91 @@ def provider_from_settings(settings: ConsumerSettings) -> tuple[Provider, ParseE
     return client, whasp.parse_event
 
 
+class Retries:
+    """Decides when each failed record of a batch comes back, and tells the queue."""
+
+    def __init__(
+        self,
+        queue: RetryQueue | None,
+        schedule: RetrySchedule,
+        *,
+        defer_seconds: int,
+        rng: random.Random | None = None,
+    ):
+        self.queue = queue
+        self.schedule = schedule
+        self.defer_seconds = defer_seconds
+        self._rng = rng or random.Random()
+
+    def plan(self, failures: list[tuple[SQSRecord, BaseException | None]]) -> list[tuple[str, int]]:
+        """(receipt handle, seconds) for each failed record, in batch order. The first failure
+        of a group sets the group's delay; the rest of the group (failed unprocessed, by
+        skip_group_on_error) waits exactly as long, so it never runs before it."""
+        group_delay: dict[str, int] = {}
+        delays = []
+        for record, error in failures:
+            group = record.attributes.message_group_id
+            delay = group_delay.get(group) if group else None
+            if delay is None:
+                if isinstance(error, Deferred):
+                    delay = self.defer_seconds
+                else:
+                    count = int(record.attributes.approximate_receive_count or 1)
+                    delay = self.schedule.delay(count, self._rng)
+                if group:
+                    group_delay[group] = delay
+            delays.append((record.receipt_handle, delay))
+        return delays
+
+    def schedule_failures(self, failures: list[tuple[SQSRecord, BaseException | None]]) -> None:
+        if not failures:
+            return
+        delays = self.plan(failures)
+        if self.queue is None:
+            logger.warning("no QUEUE_URL: failed records wait for the visibility timeout")
+            return
+        refused = self.queue.postpone(delays)
+        metrics.add_metric(name="RetriesScheduled", unit=MetricUnit.Count, value=len(delays))
+        logger.info(
+            "retries scheduled",
+            extra={"records": len(delays), "delays": sorted({d for _, d in delays})},
+        )
+        if refused:  # they come back at the queue's visibility timeout instead: late, not lost
+            metrics.add_metric(name="RetriesNotScheduled", unit=MetricUnit.Count, value=refused)
+            logger.warning("SQS refused some retry delays", extra={"refused": refused})
+
+
+class BackoffFifoProcessor(SqsFifoPartialProcessor):
+    """Powertools' FIFO processor (skip_group_on_error) that, before it reports the failures,
+    sets when each failed record comes back (Retries). Powertools has no such feature."""
+
+    def __init__(self, retries: Retries):
+        super().__init__(skip_group_on_error=True)
+        self.retries = retries
+
+    def _clean(self):  # runs after the last record, before the response (or the raise)
+        try:
+            failed = zip(self.fail_messages, self.exceptions, strict=True)
+            failures = [(record, info[1]) for record, info in failed]
+            self.retries.schedule_failures(failures)
+        except Exception:  # never lose the batch response over a retry delay
+            logger.exception("retry delays not set")
+        finally:
+            super()._clean()
+
+
 class Consumer:
-    def __init__(self, agent: Agent, parking: ParkingQueue | None, parse_event: ParseEvent):
+    def __init__(
+        self,
+        agent: Agent,
+        parking: ParkingQueue | None,
+        parse_event: ParseEvent,
+        retries: Retries | None = None,
+    ):
         self.agent = agent
         self.parking = parking
         self.parse_event = parse_event
+        self.retries = retries or Retries(None, RetrySchedule(), defer_seconds=2)
 
     @classmethod
     def from_settings(cls, settings: ConsumerSettings) -> Consumer:
@@ -68,7 +156,19 @@ class Consumer:
         archive = TranscriptArchive(settings.archive_bucket) if settings.archive_bucket else None
         agent = Agent(settings, MemoryStore(settings.table_name), model, provider, archive)
         parking = ParkingQueue(settings.parking_queue_url) if settings.parking_queue_url else None
-        return cls(agent, parking, parse_event)
+        retries = Retries(
+            RetryQueue(settings.queue_url) if settings.queue_url else None,
+            RetrySchedule(
+                base_seconds=settings.retry_base_seconds,
+                cap_seconds=settings.retry_max_seconds,
+                jitter=settings.retry_jitter,
+            ),
+            defer_seconds=settings.defer_seconds,
+        )
+        return cls(agent, parking, parse_event, retries)
+
+    def processor(self) -> BackoffFifoProcessor:
+        return BackoffFifoProcessor(self.retries)
 
     def process(self, record: SQSRecord, *, seconds_left: float | None = None) -> str:
         """Handle one record. With too little time left in the invocation, fail it at once:
@@ -77,7 +177,7 @@ class Consumer:
         budget = self.agent.settings.record_time_budget_seconds
         if seconds_left is not None and budget and seconds_left < budget:
             metrics.add_metric(name="RecordsDeferred", unit=MetricUnit.Count, value=1)
-            raise TransientError("not enough time left in this invocation")
+            raise Deferred("not enough time left in this invocation")
         try:
             event = self.parse_event(json.loads(record.body))
         except (ValueError, MalformedEvent) as error:

@@ -33,6 +33,11 @@ class TransientError(AgentError):
     """A dependency failed in a way that a retry may fix (5xx, 429, timeout)."""
 
 
+class Deferred(TransientError):
+    """Not a failure: too little time was left in the invocation to start this record. It is
+    retried within seconds, not on the failure backoff."""
+
+
 class ModelRejected(AgentError):
     """The model refused a request for good (400/413/415/422): retrying cannot help."""
 

@@ -55,6 +55,36 @@ class EventQueue:
         return response["MessageId"]
 
 
+class RetryQueue:
+    """The consumer's side of the event queue: when a failed record comes back. Lambda leaves a
+    failed record alone, so it would return only at the queue's VisibilityTimeout; setting its
+    visibility on its receipt handle brings it back after our backoff instead."""
+
+    def __init__(self, queue_url: str, client: Any | None = None):
+        self.queue_url = queue_url
+        self._sqs = client or boto3.client("sqs", config=_CONFIG)
+
+    def postpone(self, delays: list[tuple[str, int]]) -> int:
+        """Make each (receipt handle, seconds) record visible again after its seconds; return
+        how many SQS did not take (those come back at the queue's VisibilityTimeout)."""
+        refused = 0
+        for start in range(0, len(delays), 10):  # SQS takes 10 entries per call
+            chunk = delays[start : start + 10]
+            try:
+                response = self._sqs.change_message_visibility_batch(
+                    QueueUrl=self.queue_url,
+                    Entries=[
+                        {"Id": str(i), "ReceiptHandle": handle, "VisibilityTimeout": seconds}
+                        for i, (handle, seconds) in enumerate(chunk)
+                    ],
+                )
+            except (BotoCoreError, ClientError):
+                refused += len(chunk)
+                continue
+            refused += len(response.get("Failed") or [])
+        return refused
+
+
 class ParkingQueue:
     """The FIFO dead-letter queue, where events that can never be processed are parked at once
     (with their reason) for an operator to inspect, instead of being dropped or retried."""

@@ -205,6 +205,13 @@ class ConsumerSettings(ModelSettings):
     whasp_timeout_seconds: float = Field(alias="WHASP_TIMEOUT_SECONDS", default=10.0, gt=0)
     parking_queue_url: str | None = Field(alias="PARKING_QUEUE_URL", default=None)
     record_time_budget_seconds: float = Field(alias="RECORD_TIME_BUDGET_SECONDS", default=0, ge=0)
+    # retries: a failed record comes back after a backoff we set on the event queue (QUEUE_URL);
+    # without it, after the queue's visibility timeout
+    queue_url: str | None = Field(alias="QUEUE_URL", default=None)
+    retry_base_seconds: float = Field(alias="RETRY_BASE_SECONDS", default=10, ge=1)
+    retry_max_seconds: float = Field(alias="RETRY_MAX_SECONDS", default=900, ge=1, le=43_200)
+    retry_jitter: float = Field(alias="RETRY_JITTER", default=0.2, ge=0, lt=1)
+    defer_seconds: int = Field(alias="DEFER_SECONDS", default=2, ge=0, le=900)
 
     @field_validator("whasp_api_url", "meta_graph_url")
     @classmethod

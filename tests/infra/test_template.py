@@ -275,8 +275,8 @@ def test_event_queue_is_fifo_per_person_with_a_fifo_dead_letter_queue(cfn: Templ
     assert queue["DeduplicationScope"] == "messageGroup"
     assert queue["FifoThroughputLimit"] == "perMessageGroupId"
     assert queue.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in queue
-    # and an event that fails 5 times is parked in a FIFO queue kept for 14 days
-    assert int(queue["RedrivePolicy"]["maxReceiveCount"]) == 5
+    # and an event that keeps failing is parked in a FIFO queue kept for 14 days
+    assert int(queue["RedrivePolicy"]["maxReceiveCount"]) >= 5
     assert dead_letter.get("FifoQueue") is True
     assert int(dead_letter["MessageRetentionPeriod"]) == 14 * 24 * 3600
     assert dead_letter.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in dead_letter
@@ -289,6 +289,54 @@ def test_a_retry_never_overlaps_a_running_attempt(cfn: Template) -> None:
     consumer = cfn["Resources"][target(mapping["FunctionName"])]["Properties"]
     # then the message stays invisible for at least 6 times the function's timeout (AWS advice)
     assert int(queue["VisibilityTimeout"]) >= 6 * int(consumer["Timeout"])
+
+
+def test_a_twelve_hour_outage_reaches_no_dead_letter_queue(cfn: Template) -> None:
+    from memagent.backoff import RetrySchedule, outage_survived_seconds
+
+    # given the consumer's retry schedule and the queue's redrive policy and retention
+    mapping = consumer_mapping(cfn)
+    queue = cfn["Resources"][target(mapping["EventSourceArn"])]["Properties"]
+    consumer = cfn["Resources"][target(mapping["FunctionName"])]["Properties"]
+    env = consumer["Environment"]["Variables"]
+    schedule = RetrySchedule(
+        base_seconds=float(env["RETRY_BASE_SECONDS"]),
+        cap_seconds=float(env["RETRY_MAX_SECONDS"]),
+        jitter=float(env["RETRY_JITTER"]),
+    )
+    receives = int(queue["RedrivePolicy"]["maxReceiveCount"])
+    # then a record failing on every attempt, at the shortest jittered delays, stays out of the
+    # dead-letter queue for 12 hours, and the queue keeps it at least that long
+    survived = outage_survived_seconds(schedule, receives)
+    assert survived >= 12 * 3600
+    assert int(queue["MessageRetentionPeriod"]) >= survived
+    # and the first retry comes within seconds, far sooner than the crash ceiling
+    assert schedule.nominal(1) <= 30 < int(queue["VisibilityTimeout"])
+    # and the consumer may set the visibility of that queue's messages, and only that queue's
+    assert env["QUEUE_URL"] == {"Ref": target(mapping["EventSourceArn"])}
+    role = cfn["Resources"][target(consumer["Role"])]["Properties"]
+    grants = [
+        statement
+        for statement in policy_statements(role)
+        if "sqs:ChangeMessageVisibility" in as_list(statement.get("Action", []))
+    ]
+    assert grants
+    assert all(
+        as_list(g["Resource"]) == [{"Fn::GetAtt": [target(mapping["EventSourceArn"]), "Arn"]}]
+        for g in grants
+    )
+
+
+def test_an_outage_alarms_on_the_age_of_the_oldest_message(cfn: Template) -> None:
+    queue_id = event_queue_id(cfn)
+    alarms = [
+        cfn["Resources"][a]["Properties"]
+        for a in queue_alarms(cfn, queue_id)
+        if cfn["Resources"][a]["Properties"]["MetricName"] == "ApproximateAgeOfOldestMessage"
+    ]
+    assert alarms
+    # long before anything could reach the dead-letter queue
+    assert float(alarms[0]["Threshold"]) <= 3600
 
 
 def test_consumer_reads_small_batches_reports_partial_failures_and_caps_concurrency(

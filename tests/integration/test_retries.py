@@ -1,0 +1,197 @@
+"""Failure timing on AWS's clock: when a failed record comes back, and what a long outage costs.
+
+The whole path runs as on AWS: whasp's signed POST through the webhook handler into moto's SQS
+FIFO queue (built from template.yaml, redrive policy included), Lambda's event source mapping
+(devstack.delivery.QueueDelivery: failed records are left alone, exactly as Lambda leaves them)
+and the consumer handler. moto's SQS runs on devstack.clock.SQS_CLOCK; the delivery jumps that
+clock to the next visible message when nothing else can run, so hours of backoff pass in
+seconds, without a sleep, and each record still comes back exactly when its visibility says.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+
+from devstack.clock import SQS_CLOCK
+from devstack.delivery import QueueDelivery
+from devstack.resources import load_template, max_receive_count
+from devstack.runtime import Outcome
+from memagent.person import person_key
+from tests.conftest import AGENT, MAYA, TEST_SECRET, load_function, whasp_message
+
+SAM = "+447700900456"
+ALEX = "+447700900789"
+HOUR = 3600.0
+
+
+def in_process(handler: Any, context: Any):
+    """Invoke a handler as Lambda would, reporting as devstack's execution environments do."""
+
+    def invoke(event: dict[str, Any]) -> Outcome:
+        started = time.perf_counter()
+        try:
+            result = handler(event, context)
+        except Exception as error:  # a function error: Lambda retries the whole batch
+            ms = (time.perf_counter() - started) * 1000
+            return Outcome(False, None, type(error).__name__, str(error), ms)
+        return Outcome(True, result, duration_ms=(time.perf_counter() - started) * 1000)
+
+    return invoke
+
+
+class Pipeline:
+    """whasp -> webhook -> SQS FIFO (moto) -> event source mapping -> consumer, in-process."""
+
+    def __init__(self, webhook, consumer, resources, lambda_context, signed_event):
+        self.webhook = webhook
+        self.consumer = consumer
+        self.resources = resources
+        self.context = lambda_context
+        self.signed_event = signed_event
+        self.delivery = QueueDelivery(
+            sqs=boto3.client("sqs"),
+            queue_url=resources.queue_urls["EventQueue"],
+            queue_arn=resources.queue_arns["EventQueue"],
+            invoke=in_process(consumer.handler, lambda_context),
+            batch_size=10,
+            concurrency=1,
+            idle_jump=True,
+        )
+
+    def post(self, event: dict[str, Any]) -> None:
+        response = self.webhook.handler(self.signed_event(event), self.context)
+        assert response["statusCode"] == 200
+
+    def dead_letters(self) -> int:
+        attributes = boto3.client("sqs").get_queue_attributes(
+            QueueUrl=self.resources.queue_urls["EventDeadLetterQueue"],
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return sum(int(v) for v in attributes.values())
+
+    def waiting(self) -> int:
+        attributes = boto3.client("sqs").get_queue_attributes(
+            QueueUrl=self.resources.queue_urls["EventQueue"],
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return sum(int(v) for v in attributes.values())
+
+
+@pytest.fixture
+def pipeline(resources, consumer_env, monkeypatch, lambda_context, signed_event) -> Pipeline:
+    webhook = load_function(
+        "webhook",
+        {
+            "AGENT_ID": AGENT,
+            "QUEUE_URL": resources.queue_urls["EventQueue"],
+            "WEBHOOK_SECRET": TEST_SECRET,
+        },
+        monkeypatch,
+    )
+    # the template's model retries: one in-process retry, then the queue's backoff
+    consumer = load_function("consumer", {**consumer_env, "OPENAI_MAX_RETRIES": "1"}, monkeypatch)
+    return Pipeline(webhook, consumer, resources, lambda_context, signed_event)
+
+
+def written(seconds_ago: float, text: str, chat: str = MAYA) -> dict[str, Any]:
+    at = datetime.now(UTC) - timedelta(seconds=seconds_ago)
+    return whasp_message(text, chat=chat, created_at=at.isoformat().replace("+00:00", "Z"))
+
+
+def user_turns(resources, phone: str) -> list[str]:
+    table = boto3.resource("dynamodb").Table(resources.table_name)
+    items = table.query(
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :msg)",
+        ExpressionAttributeValues={":pk": person_key(AGENT, phone), ":msg": "MSG#"},
+        ConsistentRead=True,
+    )["Items"]
+    return [i["text"] for i in sorted(items, key=lambda i: int(i["seq"])) if i["role"] == "user"]
+
+
+# ------------------------------------------------------------------ one failure
+
+
+def test_a_model_500_brings_the_record_back_within_30_seconds_and_it_is_answered_once(
+    pipeline, openai, whasp
+):
+    # given the model answers 500 to the first attempt (the call and the client's one retry)
+    openai.fail_next(2, status=500)
+    pipeline.post(written(5, "How far should I run today?"))
+
+    # when the event source mapping delivers it once
+    assert pipeline.delivery.drain(max_batches=1) == 1
+    # then the record was reported failed, nothing was sent, and it is not visible yet
+    assert pipeline.delivery.stats.retried == 1
+    assert whasp.sent == []
+    queue = pipeline.resources.queue_urls["EventQueue"]
+    assert boto3.client("sqs").receive_message(QueueUrl=queue).get("Messages", []) == []
+
+    # when the queue runs on: the record comes back after the backoff the consumer set
+    pipeline.delivery.drain()
+    [delay] = pipeline.delivery.stats.retry_delays
+    assert 1 <= delay <= 30  # seconds of AWS time, not the queue's 42-minute visibility timeout
+    # and the second attempt answers: exactly one reply, the message stored once
+    assert len(whasp.texts_to(MAYA)) == 1
+    assert user_turns(pipeline.resources, MAYA) == ["How far should I run today?"]
+    assert pipeline.waiting() == 0
+
+
+def test_the_person_s_later_messages_wait_with_the_failed_one_and_others_go_on(
+    pipeline, openai, whasp
+):
+    # given Maya's first message meets a model failure, with her second and Sam's in the batch
+    openai.fail_next(2, status=500)
+    pipeline.post(written(9, "M1"))
+    pipeline.post(written(8, "M2"))
+    pipeline.post(written(7, "S1", chat=SAM))
+    assert pipeline.delivery.drain(max_batches=1) == 1
+    # then Sam is answered at once, Maya not yet
+    assert len(whasp.texts_to(SAM)) == 1 and whasp.texts_to(MAYA) == []
+    # when her messages come back, both after the same backoff, they are answered in order
+    pipeline.delivery.drain()
+    first, second = pipeline.delivery.stats.retry_delays
+    assert abs(first - second) < 1 and first <= 30
+    assert user_turns(pipeline.resources, MAYA) == ["M1", "M2"]
+    assert len(whasp.texts_to(MAYA)) == 2
+
+
+# ------------------------------------------------------------------ a 12-hour outage
+
+
+@pytest.mark.slow  # ~200 batches against moto over HTTP: tens of seconds on a busy machine
+def test_a_twelve_hour_model_outage_loses_nothing_and_answers_everyone_in_order(
+    pipeline, openai, whasp
+):
+    # given the model is down for 12 hours of AWS time, from now
+    started = SQS_CLOCK.now()
+    openai.outage = lambda: 500 if SQS_CLOCK.now() < started + 12 * HOUR else None
+    # and 3 people write 5 messages each, interleaved, while it is down
+    people = [MAYA, SAM, ALEX]
+    for index in range(5):
+        for phone in people:
+            pipeline.post(written(60 - index, f"{phone[-3:]}-{index}", chat=phone))
+
+    # when the queue and the consumer run through the outage and past it
+    pipeline.delivery.drain()
+
+    # then it lasted the whole 12 hours, with many failed attempts meanwhile
+    assert SQS_CLOCK.now() - started >= 12 * HOUR
+    assert pipeline.delivery.stats.retried > 3 * 40
+    # and nothing reached the dead-letter queue, however many times it was received
+    assert pipeline.dead_letters() == 0
+    assert pipeline.waiting() == 0
+    assert max_receive_count(load_template()) > 40
+    # and after the recovery every message has exactly one reply, each person's in order,
+    # and each message is stored once
+    assert len(whasp.sent) == 15
+    for phone in people:
+        said = [f"{phone[-3:]}-{index}" for index in range(5)]
+        assert user_turns(pipeline.resources, phone) == said
+        assert len(whasp.texts_to(phone)) == 5
+    # and no retry waited longer than the backoff's cap (15 minutes), never the visibility timeout
+    assert max(pipeline.delivery.stats.retry_delays) <= 900 + 5
