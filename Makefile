@@ -14,7 +14,8 @@ help:
 	@echo "make validate  sam validate --lint (offline)"
 	@echo "make build     sam build for python3.13/arm64, then check the artifacts"
 	@echo "make events    re-sign events/webhook-*.json with a fresh timestamp"
-	@echo "make demo      the whole pipeline on this machine, a scripted conversation (no AWS, no key)"
+	@echo "make demo      the whole pipeline on this machine, a scripted conversation (no AWS, no key);"
+	@echo "               make demo PROVIDER=meta runs it through Meta's Cloud API payloads"
 	@echo "make chat      the same local stack, interactive"
 	@echo "make bench     benchmarks -> bench/results.md"
 
@@ -54,7 +55,7 @@ events: $(STAMP)
 	$(PY) scripts/sign_events.py
 
 demo: $(STAMP)
-	$(PY) -m devstack.demo
+	$(PY) -m devstack.demo $(if $(PROVIDER),--provider $(PROVIDER))
 
 chat: $(STAMP)
 	$(PY) -m devstack.chat

@@ -1,6 +1,7 @@
 """`make demo`: the whole pipeline on this machine, a scripted conversation, checked as it goes.
 
     python -m devstack.demo [--level quiet|normal|verbose] [--log local/stack.log]
+                            [--provider whasp|meta]        (make demo PROVIDER=meta)
 
 No AWS account, no network and no API key needed: the local stack (devstack.stack) runs the real
 handlers behind moto, a local whasp and, unless OPENAI_BASE_URL or OPENAI_API_KEY is set, an
@@ -9,6 +10,11 @@ happens: messages in and replies out; compaction firing once 40 turns are pendin
 summary and facts it produced; the person returning three weeks later; a replaced business
 number; an opt-out; and an operator's forget that leaves nothing of the person behind.
 
+With the Meta provider the same story runs through Meta-shaped notifications and a local Graph
+API stand-in, and step 4 is Meta's identity change instead: Maya's business-scoped user id
+(BSUID) appears beside her phone, she then writes with the BSUID alone (a username), Meta
+regenerates her BSUID, and she keeps one memory throughout.
+
 Each expectation is checked; the exit status is 1 if any failed. Checks that depend on the
 wording of the reply are made only with the offline stand-in, whose replies are predictable.
 """
@@ -16,6 +22,7 @@ wording of the reply are made only with the offline stand-in, whose replies are 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from datetime import timedelta
@@ -25,6 +32,8 @@ from devstack.console import Console
 from devstack.stack import LOG_PATH, LocalStack
 
 MAYA = "+447700900123"
+MAYA_BSUID = "GB.13491208655302741918"
+MAYA_NEW_BSUID = "GB.20571208655302749900"
 NEW_NUMBER = "+14155550199"
 AGENT = "Coach"
 
@@ -74,21 +83,30 @@ class Demo:
         self.console = console
         self.check = check
         self.offline = stack.model.offline
+        self.meta = stack.meta
+        self.phone: str | None = MAYA  # who Maya is in the payloads (Meta: phone and/or BSUID)
+        self.bsuid: str | None = None
 
     # ------------------------------------------------------------------ helpers
 
+    @property
+    def address(self) -> str:
+        """Where replies to Maya go: her phone, else (Meta, username only) her BSUID."""
+        return self.phone or self.bsuid or MAYA
+
     def talk(self, text: str, *, expect_reply: bool = True, at: Any = None) -> dict | None:
         """Maya writes; print her message and, once it came, the agent's reply."""
-        before = len(self.stack.replies_to(MAYA))
+        address = self.address
+        before = len(self.stack.replies_to(address))
         self.console.say("Maya", text, style="cyan")
-        self.stack.send_message(MAYA, text, at=at)
+        self.stack.send_message(self.phone, text, at=at, bsuid=self.bsuid)
         if expect_reply:
-            if not self.stack.wait_for_replies(MAYA, before + 1, timeout=120):
+            if not self.stack.wait_for_replies(address, before + 1, timeout=120):
                 self.check(False, "a reply arrived within 120 s")
                 return None
         else:
             self.stack.wait_idle(timeout=120)
-        replies = self.stack.replies_to(MAYA)[before:]
+        replies = self.stack.replies_to(address)[before:]
         for reply in replies:
             self.console.say(AGENT, reply["text"], style="green")
         return replies[-1] if replies else None
@@ -108,15 +126,19 @@ class Demo:
     def run(self) -> None:
         self.first_conversation()
         self.returning_after_weeks()
-        self.replaced_number()
+        if self.meta:
+            self.new_identifiers()
+        else:
+            self.replaced_number()
         self.opt_out()
         self.forget()
 
     def first_conversation(self) -> None:
         self.console.heading("1. Maya chats with the agent (three weeks ago)")
         self.console.note(
-            "Each message is signed like whasp signs it, POSTed to the local webhook, queued in "
-            "Maya's FIFO group, remembered by the consumer and answered once."
+            f"Each message is signed like {'Meta' if self.meta else 'whasp'} signs it, POSTed to "
+            "the local webhook, queued in Maya's FIFO group, remembered by the consumer and "
+            "answered once."
         )
         # The last of them exactly three weeks (and a few minutes) before "now".
         start = self.stack.now() - timedelta(days=21, minutes=3 * len(FIRST_CONVERSATION))
@@ -154,6 +176,12 @@ class Demo:
 
     def returning_after_weeks(self) -> None:
         self.console.heading("3. Three weeks later, Maya writes again")
+        if self.meta:
+            self.bsuid = MAYA_BSUID
+            self.console.note(
+                "Meta now sends her business-scoped user id (BSUID) beside her phone: "
+                "she is her BSUID from now on, and her memory follows"
+            )
         before = len(self.model_calls())
         reply = self.talk("Hi again! First week at the new job is done.")
         calls = self._replies(before)
@@ -191,20 +219,53 @@ class Demo:
             told = [NEW_NUMBER_LINE in (c.get("instructions") or "") for c in self._replies(before)]
             self.check(told == [True, False], "the model is told about the new number once")
 
+    def new_identifiers(self) -> None:
+        self.console.heading("4. Maya takes a username, then Meta regenerates her BSUID")
+        pk_before = self.stack.view(MAYA).pk
+        self.phone = None
+        self.console.note("with a username, her messages carry only her BSUID (no phone)")
+        first = self.talk("I set up a WhatsApp username, can you still see our chat?")
+        self.check(
+            first is not None and first.get("field") == "recipient",
+            "the reply goes to her BSUID (`recipient`), there being no phone",
+        )
+        self.stack.change_user_id(MAYA_BSUID, MAYA_NEW_BSUID)
+        self.stack.wait_idle(timeout=60)
+        self.console.note("system message user_changed_user_id: her BSUID was regenerated")
+        self.bsuid = MAYA_NEW_BSUID
+        before = len(self.model_calls())
+        reply = self.talk("Still me! How was my first week again?")
+        view = self.stack.view(MAYA)
+        self.check(
+            reply is not None and reply["to"] == MAYA_NEW_BSUID,
+            "the reply goes to her new BSUID",
+        )
+        self.check(view.pk == pk_before and bool(view.summary), "same person, same memory")
+        if self.offline:
+            calls = self._replies(before)
+            said = [m.get("content") for m in (calls[-1].get("input") or [])] if calls else []
+            self.check(
+                any("First week at the new job" in str(text) for text in said),
+                "the model's context under the new id holds what she said under the old ones",
+            )
+
     def opt_out(self) -> None:
         self.console.heading("5. Maya writes STOP")
-        sent_before = len(self.stack.replies_to(MAYA))
+        sent_before = len(self.stack.replies_to(self.address))
         self.talk("STOP", expect_reply=False)
         view = self.stack.view(MAYA)
-        self.console.note("whasp unsubscribes the chat and sends chat.opted_out")
+        if self.meta:
+            self.console.note("Meta sends no opt-out event: the agent honours STOP itself")
+        else:
+            self.console.note("whasp unsubscribes the chat and sends chat.opted_out")
         self.check(
-            len(self.stack.replies_to(MAYA)) == sent_before and view.opted_out,
+            len(self.stack.replies_to(self.address)) == sent_before and view.opted_out,
             "while opted out, nothing is sent (not even a reply to STOP)",
         )
         self.talk("Sorry, that was a mistake! Still here.")
         self.check(
             not self.stack.view(MAYA).opted_out
-            and len(self.stack.replies_to(MAYA)) == sent_before + 1,
+            and len(self.stack.replies_to(self.address)) == sent_before + 1,
             "writing again lifts the opt-out, and the memory survived it",
         )
 
@@ -216,19 +277,24 @@ class Demo:
             self.console.note("memagent.lifecycle.forget is not available in this version: skipped")
             return
         self.stack.wait_idle(timeout=60)
-        receipt = forget(self.stack.store(), self.stack.agent_id, MAYA)
+        identifier = self.bsuid if self.meta else MAYA  # Meta: by her current BSUID
+        receipt = forget(self.stack.store(), self.stack.agent_id, identifier)
         self.console.note(f"forget(): {receipt.removed} items removed at {receipt.at:%H:%M:%S}")
         self.stack.wait_idle(timeout=60)
-        pk = self.stack.person_key(MAYA)
+        identifiers = [MAYA, MAYA_BSUID, MAYA_NEW_BSUID] if self.meta else [MAYA]
+        keys = {self.stack.person_key(i) for i in identifiers}
         everything = self.stack.scan()
-        hers = [item for item in everything if item.get("pk") == pk]
+        hers = [item for item in everything if item.get("pk") in keys]
         for item in hers:
             self.console.note(f"left: {dict(sorted(item.items()))}")
         self.check(
-            len(hers) == 1 and set(hers[0]) == {"pk", "sk", "erased_at"},
-            "nothing of Maya remains but the content-free erasure mark",
+            len(hers) == len(keys) and all(set(i) == {"pk", "sk", "erased_at"} for i in hers),
+            "nothing of Maya remains but content-free erasure marks"
+            + (" (one per identifier she used)" if self.meta else ""),
         )
-        words = [MAYA, "Biscuit", "Maya", "nurse", "Leeds"]
+        words = [MAYA, MAYA.lstrip("+"), "Biscuit", "Maya", "nurse", "Leeds"]
+        if self.meta:
+            words += [MAYA_BSUID, MAYA_NEW_BSUID]
         leftovers = [w for w in words if any(w in str(item) for item in everything)]
         self.check(not leftovers, "no item of the table mentions her number, name or stories")
         self.console.note(
@@ -241,13 +307,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--level", choices=["quiet", "normal", "verbose"], default="normal")
     parser.add_argument("--log", default=str(LOG_PATH), help="detailed log (default %(default)s)")
+    parser.add_argument(
+        "--provider",
+        choices=["whasp", "meta"],
+        default=os.environ.get("PROVIDER") or "whasp",
+        help="the messaging provider to run the story through (default: PROVIDER, else whasp)",
+    )
     args = parser.parse_args(argv)
 
     console = Console(level=args.level)
     checks = Checks(console)
     began = time.monotonic()
-    console.heading("The local stack: the whole pipeline on this machine")
-    with LocalStack(console=console, log_path=args.log) as stack:
+    console.heading(f"The local stack: the whole pipeline on this machine ({args.provider})")
+    with LocalStack(console=console, log_path=args.log, provider=args.provider) as stack:
         if stack.model.offline:
             console.banner(
                 [

@@ -1,11 +1,16 @@
 """The whole pipeline on one machine: the real handlers, unchanged, behind local stand-ins.
 
-    whasp (you) --signed POST--> LocalHttpApi --payload 2.0--> webhook  (execution environment)
+    whasp or Meta (you) --signed POST--> LocalHttpApi --payload 2.0--> webhook  (environment)
                                                                   | SendMessage
     moto:  SQS FIFO  --QueueDelivery (batches, groups, retries, DLQ)--> consumer (environments)
            DynamoDB  <------------------------------------------------------'  |  \\
            stream --StreamDelivery (FilterCriteria, retries, OnFailure)--> compactor   \\
-    FakeWhasp <-- replies                          model <-- Responses API, store=false
+    FakeWhasp | FakeGraph <-- replies              model <-- Responses API, store=false
+
+`provider="meta"` (or PROVIDER=meta) runs the stack as a Meta WhatsApp Cloud API deployment: the
+template's Provider parameter is meta, people's messages arrive as Meta notifications signed
+with X-Hub-Signature-256, and replies, read receipts and media go to a local Graph API stand-in
+(devstack.fake_meta.FakeGraph).
 
 Everything is read from template.yaml: the table and queues (devstack.resources), each function's
 code, handler, timeout, memory and environment with its intrinsics resolved (devstack.cfn), the
@@ -53,6 +58,9 @@ from devstack.runtime import FunctionPool, Outcome, base_environment
 # purpose: the local endpoint accepts what the sample events and the docs sign with it.
 TEST_SECRET = "whsec_bWVtYWdlbnQtdGVzdC1vbmx5LXNlY3JldC1kby1ub3QtdXNl"  # noqa: S105
 BUSINESS_NUMBER = "+14155550100"
+# TEST-ONLY Meta app secret and verify token (events/webhook-meta-*.json are signed with them).
+META_TEST_APP_SECRET = "memagent-test-only-meta-app-secret"  # noqa: S105
+META_TEST_VERIFY_TOKEN = "memagent-test-only-verify-token"  # noqa: S105
 LOG_PATH = ROOT / "local" / "stack.log"
 DUMMY_KEY = "sk-local-no-key-needed"
 STOP_WORDS = frozenset({"stop", "unsubscribe"})  # what whasp treats as an opt-out
@@ -156,6 +164,7 @@ class LocalStack:
     parameters          more template parameter overrides (SystemPrompt, OptOutPolicy ...)
     extra_env           more environment variables for every function
     template            a parsed template (default: template.yaml)
+    provider            "whasp" or "meta" (default: PROVIDER, else whasp)
     console / level     where progress goes: "quiet", "normal" or "verbose"
     log_path            the detailed log (functions' Powertools JSON, the stack's own lines)
     """
@@ -180,8 +189,12 @@ class LocalStack:
         console: Console | None = None,
         level: str = "normal",
         log_path: Path | str = LOG_PATH,
+        provider: str | None = None,
     ):
         self.agent_id = agent_id
+        self.provider = provider or os.environ.get("PROVIDER") or "whasp"
+        if self.provider not in ("whasp", "meta"):
+            raise ValueError(f"provider must be whasp or meta, not {self.provider!r}")
         self.template = template if template is not None else load_template()
         self.model = choose_model(env, model, template=self.template)
         self.compact_threshold = compact_threshold
@@ -202,6 +215,7 @@ class LocalStack:
 
         self.moto: MotoServer | None = None
         self.whasp: Any = None  # devstack.fake_whasp.FakeWhasp
+        self.graph: Any = None  # devstack.fake_meta.FakeGraph (provider meta)
         self.openai: Any = None  # devstack.fake_openai.FakeOpenAI, when offline
         self.resources: LocalResources | None = None
         self.functions: dict[str, cfn.FunctionSpec] = {}
@@ -255,6 +269,17 @@ class LocalStack:
             "created from template.yaml",
         )
         self.whasp = FakeWhasp(api_key=secrets.token_urlsafe(16), on_send=self._on_send).start()
+        if self.meta:
+            from devstack.events import META_NUMBER_ID
+            from devstack.fake_meta import FakeGraph
+
+            self.graph = FakeGraph(
+                access_token=secrets.token_urlsafe(16),
+                numbers={META_NUMBER_ID},
+                on_send=self._on_send,
+            ).start()
+            self.business_number = META_NUMBER_ID
+            self.console.event("stack", f"provider meta: Graph API stand-in at {self.graph.url}")
         base_url = self.model.base_url
         if self.model.offline:
             from devstack.fake_openai import FakeOpenAI
@@ -299,7 +324,7 @@ class LocalStack:
             thread.start()
         for thread in threads:
             thread.join()
-        for server in (self.whasp, self.openai):
+        for server in (self.whasp, self.graph, self.openai):
             if server is not None:
                 server.stop()
         if self.moto is not None:
@@ -387,6 +412,8 @@ class LocalStack:
             "OpenAIModel": self.model.model,
             "OpenAIBaseUrl": base_url or "",
             "WhaspApiUrl": self.whasp.url,
+            "Provider": self.provider,
+            **({"MetaGraphUrl": self.graph.url} if self.graph is not None else {}),
             **self.parameters,
         }
         declared = self.template.get("Parameters") or {}
@@ -424,6 +451,9 @@ class LocalStack:
             "WEBHOOK_SECRET": self.webhook_secret,
             "WHASP_API_KEY": self.whasp.api_key,
             "OPENAI_API_KEY": self.model.api_key,
+            "META_APP_SECRET": META_TEST_APP_SECRET,
+            "META_VERIFY_TOKEN": META_TEST_VERIFY_TOKEN,
+            "META_ACCESS_TOKEN": self.graph.access_token if self.graph else "unused-with-whasp",
         }
 
     def _store_secrets(self) -> None:
@@ -554,7 +584,8 @@ class LocalStack:
             raise cfn.TemplateError("no function has an HttpApi event and a QUEUE_URL: no webhook")
         api, path = self._webhook_route
         self.webhook_url = f"{self.apis[api].url}{path}"
-        self.console.event("webhook", f"POST {self.webhook_url} (signed as whasp signs)")
+        signer = "Meta" if self.meta else "whasp"
+        self.console.event("webhook", f"POST {self.webhook_url} (signed as {signer} signs)")
 
     def _start_deliveries(self, resolver: cfn.Resolver) -> None:
         import boto3
@@ -680,7 +711,7 @@ class LocalStack:
         )
 
     def _on_send(self, sent: dict[str, Any]) -> None:
-        self.log("whasp", "message sent", id=sent["id"], chars=len(sent["text"]))
+        self.log(self.provider, "message sent", id=sent["id"], chars=len(sent["text"]))
         with self._sent:
             self._sent.notify_all()
         for listener in list(self._reply_listeners):
@@ -689,6 +720,10 @@ class LocalStack:
     def on_reply(self, listener: Callable[[dict[str, Any]], None]) -> None:
         """Call `listener(send)` for each message whasp accepts (from, to, text, ...)."""
         self._reply_listeners.append(listener)
+
+    @property
+    def meta(self) -> bool:
+        return self.provider == "meta"
 
     # ------------------------------------------------------------------ acting as whasp
 
@@ -777,17 +812,22 @@ class LocalStack:
 
     def send_message(
         self,
-        phone: str,
+        phone: str | None,
         text: str,
         *,
         at: datetime | None = None,
         number: str | None = None,
         event_id: str | None = None,
+        bsuid: str | None = None,
     ) -> dict[str, Any]:
         """The person `phone` writes `text`: whasp delivers `message.received` to the webhook.
 
         whasp's own opt-out rules come with it: a message lifts an opt-out, and STOP opts the
-        chat out of sends and is followed by `chat.opted_out`."""
+        chat out of sends and is followed by `chat.opted_out`. With provider meta, Meta posts a
+        notification from `phone` and/or `bsuid` (no opt-out event: STOP is ours to honour)."""
+        if self.meta:
+            return self.send_meta_message(text, phone=phone, bsuid=bsuid, at=at, wamid=event_id)
+        assert phone is not None
         event = self.message_event(phone, text, at=at, number=number, event_id=event_id)
         stop = text.strip().casefold() in STOP_WORDS
         if not stop:
@@ -827,6 +867,86 @@ class LocalStack:
         self.business_number = new_number
         return event
 
+    # ------------------------------------------------------------------ acting as Meta
+
+    def post_meta(self, notification: dict[str, Any], *, attempts: int = 3) -> Delivery:
+        """POST one notification to the local webhook, signed as Meta signs it; like Meta,
+        retry what is not a 200."""
+        from devstack.events import meta_body, meta_headers
+
+        body = meta_body(notification)
+        headers = {
+            "Content-Type": "application/json",
+            **meta_headers(body, app_secret=META_TEST_APP_SECRET),
+        }
+        values = notification["entry"][0]["changes"][0]["value"]
+        first = (values.get("messages") or values.get("statuses") or [{}])[0].get("id", "meta")
+        status, answer = 0, b""
+        for attempt in range(attempts):
+            request = urllib.request.Request(  # noqa: S310 (our own loopback URL)
+                self.webhook_url, data=body, method="POST", headers=headers
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+                    status, answer = response.status, response.read()
+            except urllib.error.HTTPError as error:
+                status, answer = error.code, error.read()
+            except OSError:
+                status, answer = 0, b""
+            if status == 200 or (status and status < 500) or attempt + 1 == attempts:
+                break
+            time.sleep(0.2 * (attempt + 1))
+        try:
+            parsed = json.loads(answer or b"null")
+        except ValueError:
+            parsed = (answer or b"").decode("utf-8", "replace")
+        return Delivery(first, status, parsed)
+
+    def send_meta_message(
+        self,
+        text: str,
+        *,
+        phone: str | None = None,
+        bsuid: str | None = None,
+        at: datetime | None = None,
+        wamid: str | None = None,
+    ) -> dict[str, Any]:
+        """A person writes `text` through Meta: from a phone, a BSUID, or both."""
+        from devstack.events import meta_contact, meta_message, meta_notification
+
+        stamp = int((at or self.now()).timestamp())
+        notification = meta_notification(
+            contacts=[meta_contact(phone=phone, bsuid=bsuid)],
+            messages=[meta_message(text, phone=phone, bsuid=bsuid, timestamp=stamp, wamid=wamid)],
+            number_id=self.business_number,
+        )
+        self._expect_accepted(self.post_meta(notification))
+        return notification
+
+    def change_user_id(self, previous: str, new: str, *, at: datetime | None = None) -> dict:
+        """Meta reports a regenerated BSUID: a `user_changed_user_id` system message."""
+        from devstack.events import meta_notification
+
+        notification = meta_notification(
+            messages=[
+                {
+                    "from_user_id": previous,
+                    "id": f"wamid.SYSTEM{uuid.uuid4().hex[:16].upper()}",
+                    "timestamp": str(int((at or self.now()).timestamp())),
+                    "type": "system",
+                    "system": {
+                        "body": "User changed their business-scoped user ID",
+                        "type": "user_changed_user_id",
+                        "user_id": new,
+                        "previous_user_id": previous,
+                    },
+                }
+            ],
+            number_id=self.business_number,
+        )
+        self._expect_accepted(self.post_meta(notification))
+        return notification
+
     @staticmethod
     def _expect_accepted(delivery: Delivery) -> None:
         if delivery.status != 200:
@@ -861,13 +981,17 @@ class LocalStack:
         return self.queue_delivery is None or self.queue_delivery.idle()
 
     def wait_for_replies(self, phone: str, count: int, timeout: float = 30.0) -> bool:
-        """Wait until whasp has accepted at least `count` messages to `phone`."""
+        """Wait until the provider has accepted at least `count` messages to `phone` (with
+        Meta: a phone or a BSUID)."""
         with self._sent:
             return self._sent.wait_for(
-                lambda: len(self.whasp.texts_to(phone)) >= count, timeout=timeout
+                lambda: len(self.replies_to(phone)) >= count, timeout=timeout
             )
 
     def replies_to(self, phone: str) -> list[dict[str, Any]]:
+        if self.graph is not None:  # Meta: `to` is a wa_id (no "+") or a BSUID
+            who = phone.removeprefix("+")
+            return [dict(s) for s in list(self.graph.sent) if s["to"] == who]
         return [dict(s) for s in list(self.whasp.sent) if s["to"] == phone]
 
     def table(self) -> Any:

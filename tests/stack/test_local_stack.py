@@ -229,3 +229,25 @@ def test_the_demo_runs_end_to_end_offline_and_exits_0(tmp_path):
     assert "OFFLINE STAND-IN" in result.stdout
     assert "folded turns 1-20 into the summary" in result.stdout
     assert "checks passed" in result.stdout and "FAIL" not in result.stdout
+
+
+@pytest.mark.slow
+def test_the_meta_demo_runs_end_to_end_offline_and_exits_0(tmp_path):
+    # given no key, no model server and no network: `make demo PROVIDER=meta` in a fresh process
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AWS_", "META_"))}
+    result = subprocess.run(  # noqa: S603 (our interpreter, our module)
+        [sys.executable, "-m", "devstack.demo", "--log", str(tmp_path / "demo.log")],
+        cwd=ROOT,
+        env={**env, "NO_COLOR": "1", "PROVIDER": "meta"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    # then the same story passes through Meta payloads and the Graph API stand-in, identity
+    # changes included, and erasure by BSUID leaves only marks
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Graph API stand-in" in result.stdout
+    assert "the reply goes to her new BSUID" in result.stdout
+    assert "(one per identifier she used)" in result.stdout
+    assert "checks passed" in result.stdout and "FAIL" not in result.stdout
