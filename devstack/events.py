@@ -137,6 +137,10 @@ def sqs_batch(*events: dict[str, Any], receive_count: int = 1) -> dict[str, Any]
 # --------------------------------------------------------------------------- Meta (Cloud API)
 # Shapes from Meta's webhook reference and the `pywa` library's fixtures (tests/data/updates).
 
+# TEST-ONLY Meta app secret and verify token: public on purpose, for the local stack, the tests and
+# the signed samples in events/meta-webhook-*.json. Never configure them on a deployed stack.
+META_TEST_APP_SECRET = "memagent-test-only-meta-app-secret"  # noqa: S105
+META_TEST_VERIFY_TOKEN = "memagent-test-only-verify-token"  # noqa: S105
 META_WABA_ID = "1234567890987654321"
 META_NUMBER_ID = "1122334455667"  # the business number's phone_number_id
 META_DISPLAY_NUMBER = "14155550100"
@@ -232,8 +236,8 @@ def meta_notification(
 
 
 def meta_body(notification: dict[str, Any]) -> bytes:
-    """The bytes as Meta sends them: non-ASCII escaped (\\uXXXX), which is what it signs."""
-    return json.dumps(notification, ensure_ascii=True).encode()
+    """The bytes as Meta sends them: compact, non-ASCII escaped (\\uXXXX); what it signs."""
+    return json.dumps(notification, ensure_ascii=True, separators=(",", ":")).encode()
 
 
 def meta_headers(body: bytes, *, app_secret: str) -> dict[str, str]:

@@ -51,6 +51,7 @@ from devstack.aws import REGION, MotoServer, aws_env
 from devstack.clock import SQS_CLOCK
 from devstack.console import Console
 from devstack.delivery import QueueDelivery, StreamDelivery
+from devstack.events import META_TEST_APP_SECRET, META_TEST_VERIFY_TOKEN
 from devstack.resources import ROOT, LocalResources, create_all, load_template, stream_filters
 from devstack.runtime import FunctionPool, Outcome, base_environment
 
@@ -58,9 +59,6 @@ from devstack.runtime import FunctionPool, Outcome, base_environment
 # purpose: the local endpoint accepts what the sample events and the docs sign with it.
 TEST_SECRET = "whsec_bWVtYWdlbnQtdGVzdC1vbmx5LXNlY3JldC1kby1ub3QtdXNl"  # noqa: S105
 BUSINESS_NUMBER = "+14155550100"
-# TEST-ONLY Meta app secret and verify token (events/webhook-meta-*.json are signed with them).
-META_TEST_APP_SECRET = "memagent-test-only-meta-app-secret"  # noqa: S105
-META_TEST_VERIFY_TOKEN = "memagent-test-only-verify-token"  # noqa: S105
 LOG_PATH = ROOT / "local" / "stack.log"
 DUMMY_KEY = "sk-local-no-key-needed"
 STOP_WORDS = frozenset({"stop", "unsubscribe"})  # what whasp treats as an opt-out

@@ -87,3 +87,105 @@ def test_compactor_stream_event(compactor_env, monkeypatch, openai, lambda_conte
     event = json.loads((EVENTS / "compactor-stream-record.json").read_text())
     assert compactor.handler(event, lambda_context) == {"batchItemFailures": []}
     assert len(openai.calls()) == 1
+
+
+# ------------------------------------------------------------------ Meta samples
+
+META_WEBHOOK_EVENTS = sorted(EVENTS.glob("meta-webhook-*.json"))
+META_QUEUED = {  # sample -> events it queues (one per message; a `sent` status of ours)
+    "meta-webhook-messages.json": 3,
+    "meta-webhook-status-sent.json": 1,
+    "meta-webhook-user-changed-user-id.json": 1,
+}
+
+
+def meta_webhook(resources, monkeypatch, app_secret: str) -> object:
+    from devstack.events import META_TEST_VERIFY_TOKEN
+
+    return load_function(
+        "webhook",
+        {
+            "PROVIDER": "meta",
+            "QUEUE_URL": resources.queue_urls["EventQueue"],
+            "AGENT_ID": "coach",
+            "META_APP_SECRET": app_secret,
+            "META_VERIFY_TOKEN": META_TEST_VERIFY_TOKEN,
+        },
+        monkeypatch,
+    )
+
+
+def queued_count(resources) -> int:
+    sqs = boto3.client("sqs")
+    count = 0
+    while batch := sqs.receive_message(
+        QueueUrl=resources.queue_urls["EventQueue"], MaxNumberOfMessages=10
+    ).get("Messages", []):
+        count += len(batch)
+    return count
+
+
+def test_meta_samples_cover_notifications_and_the_subscription_check():
+    assert {p.name for p in META_WEBHOOK_EVENTS} == {*META_QUEUED, "meta-webhook-verify.json"}
+
+
+@pytest.mark.parametrize("name", sorted(META_QUEUED))
+def test_meta_webhook_samples_as_committed(name, resources, monkeypatch, lambda_context):
+    from devstack.events import META_TEST_APP_SECRET
+
+    webhook = meta_webhook(resources, monkeypatch, META_TEST_APP_SECRET)
+    event = json.loads((EVENTS / name).read_text())
+    # Meta's signature has no timestamp: the committed sample stays valid
+    assert webhook.handler(event, lambda_context)["statusCode"] == 200
+    assert queued_count(resources) == META_QUEUED[name]
+
+
+def test_meta_subscription_check_sample(resources, monkeypatch, lambda_context):
+    from devstack.events import META_TEST_APP_SECRET
+
+    webhook = meta_webhook(resources, monkeypatch, META_TEST_APP_SECRET)
+    event = json.loads((EVENTS / "meta-webhook-verify.json").read_text())
+    response = webhook.handler(event, lambda_context)
+    assert (response["statusCode"], response["body"]) == (200, "1158201444")
+
+
+def test_sign_events_signs_both_providers_samples(tmp_path, resources, monkeypatch, lambda_context):
+    import shutil
+
+    from scripts.sign_events import main as sign_events
+
+    for path in [*WEBHOOK_EVENTS, *META_WEBHOOK_EVENTS]:
+        shutil.copy(path, tmp_path / path.name)
+    # when an operator re-signs the samples with their own secrets
+    other_whasp = "whsec_" + __import__("base64").b64encode(b"an-operators-own-secret").decode()
+    assert (
+        sign_events(
+            [
+                "--secret",
+                other_whasp,
+                "--meta-app-secret",
+                "their-app-secret",
+                "--events-dir",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
+    # then a Meta webhook with that app secret accepts them, and one with ours refuses them
+    for name in META_QUEUED:
+        event = json.loads((tmp_path / name).read_text())
+        theirs = meta_webhook(resources, monkeypatch, "their-app-secret")
+        assert theirs.handler(event, lambda_context)["statusCode"] == 200
+        from devstack.events import META_TEST_APP_SECRET
+
+        ours = meta_webhook(resources, monkeypatch, META_TEST_APP_SECRET)
+        assert ours.handler(event, lambda_context)["statusCode"] == 401
+    # and the whasp samples carry fresh signatures by the other secret
+    event = json.loads((tmp_path / "webhook-message-received.json").read_text())
+    headers = event["headers"]
+    assert headers["webhook-signature"] == sign(
+        other_whasp,
+        headers["webhook-id"],
+        int(headers["webhook-timestamp"]),
+        event["body"].encode(),
+    )
