@@ -56,7 +56,9 @@ class Secret:
             raise ConfigurationError(f"set {name}_PARAM (SSM parameter name) or {name} (local)")
         return cls(name, value=value, parameter=parameter, check=check)
 
-    def get(self) -> str:
+    def get(self, *, fresh: bool = False) -> str:
+        """The value; cached for SECRET_MAX_AGE_SECONDS unless `fresh` (e.g. after the
+        provider refused the cached key: it may have been rotated since)."""
         if self._value is not None:
             return self._value
         try:
@@ -71,7 +73,7 @@ class Secret:
                     )
                 )
             value = self._provider.get(
-                self._parameter, decrypt=True, max_age=SECRET_MAX_AGE_SECONDS
+                self._parameter, decrypt=True, max_age=SECRET_MAX_AGE_SECONDS, force_fetch=fresh
             )
         except Exception as error:  # any failure of the secret store: fail closed, retry later
             raise SecretUnavailable(f"{self.name} could not be read") from error

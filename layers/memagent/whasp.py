@@ -18,7 +18,9 @@ Events
 Outbound
     ``POST {WHASP_API_URL}/v1/messages`` with ``Authorization: Bearer <key>`` and
     ``Idempotency-Key`` (<= 255 chars, 24 h), body ``{"from", "to", "type": "text", "text"}``.
-    201 accepted; 400 invalid (no retry); 401/403 bad key (no retry); 409 ``opted_out`` (no retry,
+    201 accepted; 400 invalid (no retry); 401/403 bad key: read the key again past its cache
+    (it may have been rotated) and try once more, then a transient failure (the queue's backoff,
+    the ProviderAuthFailed alarm), never parked; 409 ``opted_out`` (no retry,
     record it); 429 (honour Retry-After) and 5xx retried. Texts hold at most 4,096 characters.
 Media
     ``GET {media.url}`` with the bearer key returns the bytes. A signed event names the URL, so
@@ -81,6 +83,7 @@ CHAT_OPTED_OUT = "chat.opted_out"
 QUEUED_TYPES = frozenset({MESSAGE_RECEIVED, NUMBER_REPLACED, CHAT_OPTED_OUT})
 
 MAX_RETRY_AFTER_SECONDS = 5
+AUTH_STATUSES = frozenset({401, 403})
 MAX_EVENT_ID = 255
 # ASCII digits only (\d also matches other scripts' digits) and \Z, not $ (which also matches
 # before a trailing newline), so `.match` and `.fullmatch` agree.
@@ -411,27 +414,33 @@ class WhaspClient:
             retries=retry, timeout=Timeout(connect=3.0, read=timeout_seconds)
         )
 
-    def _key(self) -> str:
-        return self._api_key if isinstance(self._api_key, str) else self._api_key.get()
+    def _key(self, *, fresh: bool = False) -> str:
+        return self._api_key if isinstance(self._api_key, str) else self._api_key.get(fresh=fresh)
 
     def send_text(self, *, sender: str, to: str, text: str, key: str) -> str:
         """Send one text part. Return whasp's message id; raise a typed error otherwise."""
         import urllib3
 
         body = json.dumps({"from": sender, "to": to, "type": "text", "text": text})
-        try:
-            response = self._http.request(
-                "POST",
-                f"{self._api_url}/v1/messages",
-                body=body.encode(),
-                headers={
-                    "Authorization": f"Bearer {self._key()}",
-                    "Idempotency-Key": key,
-                    "Content-Type": "application/json",
-                },
-            )
-        except urllib3.exceptions.HTTPError as error:
-            raise TransientError(f"whasp unreachable: {type(error).__name__}") from None
+        for fresh in (False, True):  # a refused key is read again past the cache, once
+            try:
+                response = self._http.request(
+                    "POST",
+                    f"{self._api_url}/v1/messages",
+                    body=body.encode(),
+                    headers={
+                        "Authorization": f"Bearer {self._key(fresh=fresh)}",
+                        "Idempotency-Key": key,
+                        "Content-Type": "application/json",
+                    },
+                )
+            except urllib3.exceptions.HTTPError as error:
+                raise TransientError(f"whasp unreachable: {type(error).__name__}") from None
+            if response.status not in AUTH_STATUSES:
+                break
+        else:
+            _count("ProviderAuthFailed")  # alarmed: the key needs fixing; the reply waits
+            raise TransientError(f"whasp refused the API key (HTTP {response.status})")
         status = response.status
         if status in (200, 201, 202):
             try:
@@ -450,7 +459,19 @@ class WhaspClient:
     def fetch_media(self, url: str, *, max_bytes: int) -> tuple[bytes, str]:
         """Download a media file (bytes, content type). A URL off the allow-list, a redirect
         leaving it or a file over max_bytes raises MalformedEvent (the message becomes a note);
-        an unreachable or slow host (past the deadline) raises TransientError (retried)."""
+        an unreachable or slow host (past the deadline) raises TransientError (retried), and so
+        does a refused key, after one more try with the key read again past its cache."""
+        try:
+            return self._fetch_media(url, max_bytes=max_bytes, fresh_key=False)
+        except _KeyRefused:
+            pass
+        try:
+            return self._fetch_media(url, max_bytes=max_bytes, fresh_key=True)
+        except _KeyRefused as refused:
+            _count("ProviderAuthFailed")
+            raise TransientError(f"media download refused the API key (HTTP {refused})") from None
+
+    def _fetch_media(self, url: str, *, max_bytes: int, fresh_key: bool) -> tuple[bytes, str]:
         import urllib3
         from urllib3.util import Timeout
 
@@ -461,7 +482,9 @@ class WhaspClient:
                 raise MalformedEvent("media URL is not on the allow-list")  # never fetched
             # the key only goes to whasp's API itself, never to another allowed origin
             headers = (
-                {"Authorization": f"Bearer {self._key()}"} if origin == self._api_origin else {}
+                {"Authorization": f"Bearer {self._key(fresh=fresh_key)}"}
+                if origin == self._api_origin
+                else {}
             )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -498,6 +521,8 @@ class WhaspClient:
 
         if response.status == 429 or response.status >= 500:
             raise TransientError(f"media download answered HTTP {response.status}")
+        if response.status in AUTH_STATUSES:
+            raise _KeyRefused(response.status)
         if response.status != 200:
             raise MalformedEvent(f"media download answered HTTP {response.status}")
         length = response.headers.get("Content-Length", "")
@@ -522,6 +547,18 @@ class WhaspClient:
             raise TransientError(f"media download broke off: {type(error).__name__}") from None
         content_type = response.headers.get("Content-Type", "application/octet-stream")
         return bytes(data), content_type
+
+
+class _KeyRefused(Exception):
+    """whasp answered 401/403 to our key."""
+
+
+def _count(name: str) -> None:
+    from aws_lambda_powertools.metrics import MetricUnit
+
+    from memagent.observability import metrics
+
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
 
 
 def _error_code(data: bytes) -> str | None:

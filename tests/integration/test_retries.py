@@ -11,6 +11,7 @@ seconds, without a sleep, and each record still comes back exactly when its visi
 from __future__ import annotations
 
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,7 +23,7 @@ from devstack.delivery import QueueDelivery
 from devstack.resources import load_template, max_receive_count
 from devstack.runtime import Outcome
 from memagent.person import person_key
-from tests.conftest import AGENT, MAYA, TEST_SECRET, load_function, whasp_message
+from tests.conftest import AGENT, MAYA, TEST_SECRET, load_function, sqs_batch, whasp_message
 
 SAM = "+447700900456"
 ALEX = "+447700900789"
@@ -113,6 +114,10 @@ def user_turns(resources, phone: str) -> list[str]:
     return [i["text"] for i in sorted(items, key=lambda i: int(i["seq"])) if i["role"] == "user"]
 
 
+def failures(response: dict) -> list[str]:
+    return [f["itemIdentifier"] for f in response["batchItemFailures"]]
+
+
 # ------------------------------------------------------------------ one failure
 
 
@@ -195,3 +200,50 @@ def test_a_twelve_hour_model_outage_loses_nothing_and_answers_everyone_in_order(
         assert len(whasp.texts_to(phone)) == 5
     # and no retry waited longer than the backoff's cap (15 minutes), never the visibility timeout
     assert max(pipeline.delivery.stats.retry_delays) <= 900 + 5
+
+
+# ------------------------------------------------------------------ whasp refuses the key
+
+
+def test_a_rotated_whasp_key_is_read_again_and_the_reply_sent_once(
+    consumer_env, monkeypatch, lambda_context, whasp
+):
+    # given the whasp key lives in Parameter Store and the consumer has read (and cached) it
+    name = f"/t{uuid.uuid4().hex[:8]}/whasp-api-key"
+    ssm = boto3.client("ssm")
+    ssm.put_parameter(Name=name, Value="key-before-rotation", Type="SecureString")
+    monkeypatch.setattr(whasp, "api_key", "key-before-rotation")
+    env = {k: v for k, v in consumer_env.items() if k != "WHASP_API_KEY"}
+    monkeypatch.delenv("WHASP_API_KEY", raising=False)
+    consumer = load_function("consumer", {**env, "WHASP_API_KEY_PARAM": name}, monkeypatch)
+    assert failures(consumer.handler(sqs_batch(written(60, "first")), lambda_context)) == []
+    # when the operator rotates the key: whasp takes only the new one, the cache holds the old
+    ssm.put_parameter(Name=name, Value="key-after-rotation", Type="SecureString", Overwrite=True)
+    monkeypatch.setattr(whasp, "api_key", "key-after-rotation")
+    whasp.requests.clear()
+    response = consumer.handler(sqs_batch(written(30, "second")), lambda_context)
+    # then whasp answered 401 once, the key was read again, and the reply went out once
+    assert failures(response) == []
+    sends = [r for r in whasp.requests if r["path"] == "/v1/messages"]
+    assert [r["status"] for r in sends] == [401, 201]
+    assert [r["headers"]["authorization"] for r in sends] == [
+        "Bearer key-before-rotation",
+        "Bearer key-after-rotation",
+    ]
+    assert len(whasp.texts_to(MAYA)) == 2
+
+
+def test_a_key_whasp_keeps_refusing_is_retried_on_the_backoff_never_parked(
+    pipeline, whasp, capsys
+):
+    # given whasp refuses the key on the first attempt, also after it was read again
+    whasp.reject_next(2, status=401)
+    pipeline.post(written(5, "are you there?"))
+    pipeline.delivery.drain(max_batches=1)
+    # then the record failed (retried), not parked, and the alarm's metric was emitted
+    assert pipeline.delivery.stats.retried == 1
+    assert '"ProviderAuthFailed"' in capsys.readouterr().out
+    # and once whasp takes the key again, the reply goes out, once
+    pipeline.delivery.drain()
+    assert len(whasp.texts_to(MAYA)) == 1
+    assert pipeline.delivery.stats.retry_delays[0] <= 30
