@@ -105,6 +105,16 @@ def recall(memory: Memory, forget_keyword: str) -> str:
     return "\n".join(lines)
 
 
+def _predates(memory: Memory, mark: datetime) -> bool:
+    """Does memory still hold something from before an erasure mark (an erasure a crash left
+    half-done)? What was written after the mark (e.g. after an erasing STOP) is the person's."""
+    return (
+        any(turn.at <= mark for turn in memory.turns)
+        or any(fact.at <= mark for fact in memory.facts)
+        or (memory.summary is not None and (memory.summary.at is None or memory.summary.at <= mark))
+    )
+
+
 def _count(name: str, value: float = 1) -> None:
     metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
 
@@ -197,7 +207,7 @@ class Agent:
         if state.erased_at and message.created_at <= state.erased_at:
             # sent before the person asked to be forgotten: never bring it back. Nothing is
             # written (not even a ledger entry); an erasure a crash left half-done is finished.
-            if memory.turns or memory.facts or memory.summary or memory.leftovers:
+            if _predates(memory, state.erased_at):
                 forget_key(self.store, pk, archive=self.archive, at=state.erased_at)
             _count("EventsSkippedAfterErasure")
             logger.info("event predates an erasure; skipped")
@@ -256,7 +266,8 @@ class Agent:
                 "person opted out by message", extra={"policy": self.settings.opt_out_policy}
             )
             if self.settings.opt_out_policy == "erase":
-                forget_key(self.store, pk, archive=self.archive)
+                # the mark is the STOP's own time: what they wrote after it is kept and answered
+                forget_key(self.store, pk, archive=self.archive, at=message.created_at)
                 return "forgotten"
             return "opted_out"
 
@@ -300,9 +311,13 @@ class Agent:
                 new_number=None,
             )
         if status == ledger.REPLIED:
-            return self._send(pk, message, entry["reply"], sent=ledger.sent_parts(entry))
+            reply_seq = int(entry["reply_seq"]) if entry.get("reply_seq") is not None else None
+            return self._send(
+                pk, message, entry["reply"], sent=ledger.sent_parts(entry), reply_seq=reply_seq
+            )
         if status == ledger.OPTED_OUT and self.settings.opt_out_policy == "erase":
-            forget_key(self.store, pk, archive=self.archive)  # a crash stopped it half-way
+            # a crash stopped it half-way; the mark is the STOP's own time, as the first time
+            forget_key(self.store, pk, archive=self.archive, at=message.created_at)
             return "forgotten"
         return "duplicate"
 
@@ -376,7 +391,7 @@ class Agent:
             event_time=message.created_at,
             extra_set=extra or None,
         )
-        return self._send(pk, message, text)
+        return self._send(pk, message, text, reply_seq=reply.seq)
 
     def _forget_on_request(self, pk: str, message: InboundMessage) -> str:
         """The person confirmed: send one last short reply, then erase. A crash in between is
@@ -401,10 +416,18 @@ class Agent:
         return "forgotten"
 
     def _send(
-        self, pk: str, message: InboundMessage, text: str, sent: dict[int, str] | None = None
+        self,
+        pk: str,
+        message: InboundMessage,
+        text: str,
+        sent: dict[int, str] | None = None,
+        *,
+        reply_seq: int | None = None,
     ) -> str:
         """Send the reply's parts not yet `sent`; record each part's id as the provider answers
-        (the last one with the end of the event's turn, in one write)."""
+        (the last one with the end of the event's turn, in one write). A reply the provider
+        refused before any part went out is taken back out of memory (`reply_seq`): the memory
+        holds what the person saw, not what we meant to say."""
         parts = split_text(text)
         sent = dict(sent or {})
         try:
@@ -423,6 +446,7 @@ class Agent:
                 if part < len(parts) - 1:
                     self.store.record_part(pk, message.event_id, part, sent[part])
         except OptedOut:
+            self._unsay(pk, reply_seq, sent)
             self.store.record_opt_out(pk, datetime.now(UTC))
             self.store.finish_event(pk, message.event_id, ledger.OPTED_OUT)
             _count("RepliesBlockedByOptOut")
@@ -432,6 +456,7 @@ class Agent:
             details = {"http_status": error.status}
             if error.code is not None:
                 details["error_code"] = error.code
+            self._unsay(pk, reply_seq, sent)
             self.store.finish_event(pk, message.event_id, ledger.PARKED, **details)
             _count("ReplyParked")
             logger.error("reply parked: the provider refused it", extra=details)
@@ -442,6 +467,15 @@ class Agent:
         _count("RepliesSent")
         logger.info("reply sent", extra={"parts": len(parts)})
         return "sent"
+
+    def _unsay(self, pk: str, reply_seq: int | None, sent: dict[int, str]) -> None:
+        """Delete an undelivered reply's turn, before the event is finished: a crash in between
+        is redelivered, refused again and ends here again (deleting twice is a no-op)."""
+        if reply_seq is None or sent:
+            return  # unknown, or the person saw part of it: it stays
+        self.store.delete_turns(pk, [reply_seq])
+        _count("RepliesUnsaid")
+        logger.info("undelivered reply removed from memory", extra={"seq": reply_seq})
 
     def _needs_compaction(self, state: PersonState, seq: int) -> bool:
         return seq - state.marker >= self.settings.compact_threshold
@@ -457,7 +491,7 @@ class Agent:
                 _count("StaleOptOuts")  # they wrote again since: the opt-out no longer holds
                 logger.info("opt-out event older than the last message; ignored")
                 return "stale"
-            forget_key(self.store, pk, archive=self.archive)
+            forget_key(self.store, pk, archive=self.archive, at=event.created_at)
             _count("OptOuts")
             logger.info("opt-out event: person forgotten (policy erase)")
             return "forgotten"

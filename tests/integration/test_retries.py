@@ -233,9 +233,7 @@ def test_a_rotated_whasp_key_is_read_again_and_the_reply_sent_once(
     assert len(whasp.texts_to(MAYA)) == 2
 
 
-def test_a_key_whasp_keeps_refusing_is_retried_on_the_backoff_never_parked(
-    pipeline, whasp, capsys
-):
+def test_a_key_whasp_keeps_refusing_is_retried_on_the_backoff_never_parked(pipeline, whasp, capsys):
     # given whasp refuses the key on the first attempt, also after it was read again
     whasp.reject_next(2, status=401)
     pipeline.post(written(5, "are you there?"))
