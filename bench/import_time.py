@@ -3,13 +3,13 @@
 
 Each sample is a fresh interpreter, so nothing is warm but the OS file cache and the bytecode
 cache. What is timed is what Lambda's init phase does: import the handler module by its file path
-(as the runtime does from /var/task) and run its module-level code (settings, the SQS client, the
-Powertools Logger/Metrics/Tracer). The environment mirrors Lambda's:
+(as the runtime does from /var/task)
+and run its module-level code (settings, the SQS client, the Powertools Logger/Metrics). The
+environment mirrors Lambda's:
 
-- LAMBDA_TASK_ROOT and AWS_LAMBDA_FUNCTION_NAME are set, so the Powertools Tracer stays enabled
-  and X-Ray patches botocore at import, as in AWS. Outside Lambda the Tracer disables itself, and
-  AWS_XRAY_SDK_ENABLED=false would skip the patching too: both would flatter the result. Nothing
-  is sent to an X-Ray daemon during import; the daemon address is loopback anyway.
+- LAMBDA_TASK_ROOT and AWS_LAMBDA_FUNCTION_NAME are set, as in AWS (a Powertools Tracer, if one
+  came back, would then load the X-Ray SDK and patch botocore at import, as it would in AWS:
+  outside Lambda it disables itself, which would flatter the result).
 - Credentials and region are fixed dummies, and instance metadata is off, so creating the boto3
   client never looks beyond this machine.
 - Libraries this virtualenv has but Lambda does not (awscrt, pyOpenSSL and requests come with

@@ -6,8 +6,9 @@ missing module would only show up as an import error in AWS. This script catches
 - the layer holds python/memagent with every module of layers/memagent, and no bytecode but
   CPython 3.13's;
 - the layer holds exactly the distributions pinned in layers/requirements.txt, at those
-  versions, none of the packages the runtime already provides (boto3 and its dependencies), and
-  every dependency they declare for CPython 3.13 on Linux arm64 is in the layer or the runtime;
+  versions, none of the packages the runtime already provides (boto3 and its dependencies), none
+  we keep out on purpose (the AWS X-Ray SDK), and every dependency they declare for CPython 3.13
+  on Linux arm64 is in the layer or the runtime;
 - every compiled extension is an ELF aarch64 object built for CPython 3.13 (or the stable ABI),
   pydantic_core's and jiter's among them; nothing x86_64, nothing for the local Python;
 - every wheel's tags (`*.dist-info/WHEEL`) fit CPython 3.13 on manylinux aarch64, or are pure;
@@ -49,6 +50,13 @@ RUNTIME_PROVIDED = frozenset(
     canonicalize_name(name)
     for name in ("boto3", "botocore", "s3transfer", "jmespath", "urllib3", "python-dateutil", "six")
 )
+# what must never ship, and why: each costs every cold start and none is used
+NOT_SHIPPED = {
+    canonicalize_name("aws-xray-sdk"): (
+        "the X-Ray SDK (end of support 2027-02-25) comes with Powertools' `tracer` extra; "
+        "keep Tracing: Active and add OpenTelemetry via the ADOT layer instead"
+    ),
+}
 # the compiled modules our dependencies cannot work without
 REQUIRED_EXTENSIONS = (
     "pydantic_core/_pydantic_core.cpython-313-aarch64-linux-gnu.so",
@@ -172,6 +180,8 @@ def check_distributions(layer: Path, problems: BuildProblems) -> None:
         problems.append(f"layer ships {name}, which layers/requirements.txt does not pin")
     for name in sorted(shipped.keys() & RUNTIME_PROVIDED):
         problems.append(f"layer ships {name}: the python3.13 runtime provides it already")
+    for name in sorted((shipped.keys() | pins.keys()) & NOT_SHIPPED.keys()):
+        problems.append(f"layer ships {name}: {NOT_SHIPPED[name]}")
 
     # walk the dependency graph from the pinned roots, with the extras asked for
     queue = [(name, extras) for name, (_, extras) in pins.items()]

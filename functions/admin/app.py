@@ -13,7 +13,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from memagent.archive import TranscriptArchive
 from memagent.lifecycle import export, forget
-from memagent.observability import logger, metrics, tracer
+from memagent.observability import logger, metrics
 from memagent.provider import PERSON_ID
 from memagent.settings import MemorySettings
 from memagent.store import MemoryStore
@@ -57,7 +57,6 @@ def delete_person(phone: str):
 
 
 @logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
 def handler(event: dict, context: LambdaContext) -> dict:
     return app.resolve(event, context)

@@ -12,7 +12,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from memagent.archive import TranscriptArchive
 from memagent.compaction import Compactor
 from memagent.model import ModelClient
-from memagent.observability import logger, metrics, tracer
+from memagent.observability import logger, metrics
 from memagent.settings import CompactorSettings
 from memagent.store import MemoryStore
 
@@ -32,13 +32,11 @@ def _person(record: DynamoDBRecord) -> str:
     return pk["S"] if isinstance(pk, dict) else pk  # plain or DynamoDB-JSON, across versions
 
 
-@tracer.capture_method(capture_response=False)
 def record_handler(record: DynamoDBRecord) -> str:
     return compactor.compact(_person(record))
 
 
 @logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
 def handler(event: dict, context: LambdaContext) -> dict:
     return process_partial_response(

@@ -10,21 +10,19 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from memagent.consumer import Consumer
-from memagent.observability import logger, metrics, tracer
+from memagent.observability import logger, metrics
 from memagent.settings import ConsumerSettings
 
 consumer = Consumer.from_settings(ConsumerSettings.from_env())
 processor = consumer.processor()  # SqsFifoPartialProcessor(skip_group_on_error=True) + backoff
 
 
-@tracer.capture_method(capture_response=False)
 def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = None) -> str:
     seconds_left = lambda_context.get_remaining_time_in_millis() / 1000 if lambda_context else None
     return consumer.process(record, seconds_left=seconds_left)
 
 
 @logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
 def handler(event: dict, context: LambdaContext) -> dict:
     return process_partial_response(

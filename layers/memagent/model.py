@@ -16,6 +16,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from memagent.errors import ModelRejected, TransientError
 from memagent.observability import metrics
+from memagent.settings import DEFAULT_TRANSCRIPTION_MODEL
 
 if TYPE_CHECKING:
     from memagent.context import Context
@@ -146,7 +147,7 @@ class ModelClient:
         )
         try:
             result = self.client.audio.transcriptions.create(
-                model=self._transcription_model or "gpt-4o-mini-transcribe",
+                model=self._transcription_model or DEFAULT_TRANSCRIPTION_MODEL,
                 file=(f"voice.{extension}", data, mime_type),
             )
         except openai.APIError as error:

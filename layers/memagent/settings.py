@@ -1,20 +1,24 @@
-"""Configuration: one validated model per function, read from the environment at cold start.
+"""Configuration: one validated settings object per function, read from the environment at cold
+start.
 
 The environment names are part of the public interface (README, template.yaml). A missing or bad
-setting raises ConfigurationError naming it. Each secret is given either as `<NAME>_PARAM` (the SSM
-Parameter Store SecureString name, used in AWS) or as `<NAME>` (the plain value, for local runs);
-it is read lazily and cached, so a secret store outage fails the request (503/retry), not the
-cold start. AWS endpoints come from boto3's standard AWS_ENDPOINT_URL.
+setting raises ConfigurationError naming it (every problem at once, not just the first). Each
+secret is given either as `<NAME>_PARAM` (the SSM Parameter Store SecureString name, used in AWS)
+or as `<NAME>` (the plain value, for local runs); it is read lazily and cached, so a secret store
+outage fails the request (503/retry), not the cold start. AWS endpoints come from boto3's standard
+AWS_ENDPOINT_URL.
+
+A plain reader rather than a pydantic model: the webhook's cold start pays for every import on
+its path, and a dozen typed environment variables do not need a validation framework.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from memagent.errors import ConfigurationError, SecretUnavailable
 
@@ -24,6 +28,13 @@ DEFAULT_SYSTEM_PROMPT = (
     "You are a warm, concise companion who chats with people on WhatsApp. "
     "Write short, natural messages. Pick up earlier threads when it helps the person."
 )
+
+# OpenAI's current transcription model; the older names (whisper-1, gpt-4o-transcribe,
+# gpt-4o-mini-transcribe) are still accepted, as is any name an OpenAI-compatible server knows
+DEFAULT_TRANSCRIPTION_MODEL = "gpt-transcribe"
+
+_REQUIRED = object()
+_AGENT_ID = re.compile(r"^[\w.-]{1,64}$")
 
 
 class Secret:
@@ -63,13 +74,19 @@ class Secret:
             return self._value
         try:
             if self._provider is None:
+                import boto3
                 from aws_lambda_powertools.utilities.parameters import SSMProvider
                 from botocore.config import Config
 
-                # fail fast: a webhook must answer within whasp's deadline, a 503 beats a timeout
+                # fail fast: a webhook must answer within whasp's deadline, a 503 beats a timeout.
+                # boto3's default session, shared with the function's other clients, has loaded
+                # botocore's data files already; a session of its own would load them again.
                 self._provider = SSMProvider(
-                    boto_config=Config(
-                        connect_timeout=1, read_timeout=2, retries={"max_attempts": 2}
+                    boto3_client=boto3.client(
+                        "ssm",
+                        config=Config(
+                            connect_timeout=1, read_timeout=2, retries={"max_attempts": 2}
+                        ),
                     )
                 )
             value = self._provider.get(
@@ -86,151 +103,306 @@ class Secret:
                 raise SecretUnavailable(str(error)) from None
         return str(value)
 
+    def renew(self) -> None:
+        """Forget the SSM client and the cached value (after a SnapStart restore)."""
+        self._provider = None
+
     def __repr__(self) -> str:  # never print the value
         return f"Secret({self.name})"
 
 
-class _Settings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+class Environment:
+    """Typed reads of environment variables. Each bad or missing value is noted under its name;
+    `check()` raises one ConfigurationError listing them all. An empty value counts as unset."""
 
-    agent_id: str = Field(alias="AGENT_ID", min_length=1, max_length=64, pattern=r"^[\w.-]+$")
+    def __init__(self, env: Mapping[str, str] | None = None):
+        self._env = os.environ if env is None else env
+        self.problems: list[str] = []
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None):
-        env = os.environ if env is None else env
+    @property
+    def environment(self) -> Mapping[str, str]:
+        return self._env
+
+    def _raw(self, name: str) -> str | None:
+        value = self._env.get(name)
+        return value if value not in (None, "") else None
+
+    def text(self, name: str, default: object = _REQUIRED) -> str:
+        value = self._raw(name)
+        if value is None:
+            if default is _REQUIRED:
+                self.problems.append(f"{name}: required")
+                return ""
+            return default  # type: ignore[return-value]
+        return value
+
+    def optional(self, name: str) -> str | None:
+        return self._raw(name)
+
+    def matching(self, name: str, pattern: re.Pattern[str], hint: str) -> str:
+        value = self.text(name)
+        if value and not pattern.match(value):
+            self.problems.append(f"{name}: {hint}")
+        return value
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.text(name, default)
+        if value not in choices:
+            self.problems.append(f"{name}: must be one of {', '.join(choices)}")
+        return value
+
+    def url(self, name: str) -> str:
+        value = self.text(name)
+        if value and not value.startswith(("https://", "http://")):
+            self.problems.append(f"{name}: must be an http(s) URL")
+        return value.rstrip("/")
+
+    def integer(self, name: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
+        raw = self._raw(name)
+        if raw is None:
+            return default
         try:
-            return cls.model_validate({k: v for k, v in env.items() if v != ""})
-        except ValidationError as error:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()
-            )
-            raise ConfigurationError(f"invalid configuration: {problems}") from None
+            value = int(raw)
+        except ValueError:
+            self.problems.append(f"{name}: must be a whole number")
+            return default
+        if value < minimum:
+            self.problems.append(f"{name}: must be at least {minimum}")
+        elif maximum is not None and value > maximum:
+            self.problems.append(f"{name}: must be at most {maximum}")
+        return value
+
+    def number(
+        self,
+        name: str,
+        default: float,
+        *,
+        minimum: float,
+        above: bool = False,
+        maximum: float | None = None,
+        below: bool = False,
+    ) -> float:
+        """A finite number >= minimum (> with `above`), <= maximum (< with `below`)."""
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            self.problems.append(f"{name}: must be a number")
+            return default
+        if value != value or value in (float("inf"), float("-inf")):  # nan, inf
+            self.problems.append(f"{name}: must be a finite number")
+        elif value < minimum or (above and value == minimum):
+            self.problems.append(f"{name}: must be {'above' if above else 'at least'} {minimum}")
+        elif maximum is not None and (value > maximum or (below and value == maximum)):
+            self.problems.append(f"{name}: must be {'below' if below else 'at most'} {maximum}")
+        return value
+
+    def flag(self, name: str, default: bool) -> bool:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        value = raw.strip().lower()
+        if value in ("true", "1", "yes", "on"):
+            return True
+        if value in ("false", "0", "no", "off"):
+            return False
+        self.problems.append(f"{name}: must be true or false")
+        return default
+
+    def secret(self, name: str, check: Callable[..., object] | None = None) -> Secret:
+        try:
+            return Secret.from_env(name, self._env, check=check)
+        except ConfigurationError as error:
+            self.problems.append(str(error))
+            return Secret(name, value=None, parameter=None)
+
+    def check(self) -> None:
+        if self.problems:
+            raise ConfigurationError("invalid configuration: " + "; ".join(self.problems))
 
 
-ProviderName = Literal["whasp", "meta"]
+PROVIDERS = ("whasp", "meta")
 DEFAULT_META_GRAPH_URL = "https://graph.facebook.com/v26.0"
 
 
-class WebhookSettings(_Settings):
-    provider: ProviderName = Field(alias="PROVIDER", default="whasp")
-    queue_url: str = Field(alias="QUEUE_URL", min_length=1)
-    max_body_bytes: int = Field(alias="WEBHOOK_MAX_BODY_BYTES", default=256 * 1024, gt=0)
-    tolerance_seconds: int = Field(alias="WEBHOOK_TOLERANCE_SECONDS", default=300, gt=0)
+def _agent_id(env: Environment) -> str:
+    return env.matching("AGENT_ID", _AGENT_ID, "1 to 64 letters, digits, '_', '.' or '-'")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WebhookSettings:
+    agent_id: str
+    provider: str = "whasp"
+    queue_url: str
+    max_body_bytes: int = 256 * 1024
+    tolerance_seconds: int = 300
+    # whasp signs with the webhook secret; Meta with the app secret, and checks the callback
+    # with a verify token. Only the configured provider's secrets are required.
+    webhook_secret: Secret | None = field(default=None, repr=False)
+    meta_app_secret: Secret | None = field(default=None, repr=False)
+    meta_verify_token: Secret | None = field(default=None, repr=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WebhookSettings:
-        env = os.environ if env is None else env
-        settings = super().from_env(env)
-        if settings.provider == "meta":
-            # Meta signs with the app secret and checks the callback with a verify token
-            for name in ("META_APP_SECRET", "META_VERIFY_TOKEN"):
-                object.__setattr__(settings, f"_{name.lower()}", Secret.from_env(name, env))
-        else:
+        read = Environment(env)
+        provider = read.choice("PROVIDER", PROVIDERS, "whasp")
+        meta = provider == "meta"
+        check = None
+        if not meta:
             from memagent.whasp import check_signing_secrets, is_local_stack
 
-            check = partial(check_signing_secrets, allow_test_secret=is_local_stack(env))
-            secret = Secret.from_env("WEBHOOK_SECRET", env, check=check)
-            object.__setattr__(settings, "_webhook_secret", secret)
+            check = partial(
+                check_signing_secrets, allow_test_secret=is_local_stack(read.environment)
+            )
+        settings = cls(
+            agent_id=_agent_id(read),
+            provider=provider,
+            queue_url=read.text("QUEUE_URL"),
+            max_body_bytes=read.integer("WEBHOOK_MAX_BODY_BYTES", 256 * 1024, minimum=1),
+            tolerance_seconds=read.integer("WEBHOOK_TOLERANCE_SECONDS", 300, minimum=1),
+            webhook_secret=None if meta else read.secret("WEBHOOK_SECRET", check),
+            meta_app_secret=read.secret("META_APP_SECRET") if meta else None,
+            meta_verify_token=read.secret("META_VERIFY_TOKEN") if meta else None,
+        )
+        read.check()
         return settings
 
-    @property
-    def webhook_secret(self) -> Secret:
-        return self._webhook_secret  # type: ignore[attr-defined]
 
-    @property
-    def meta_app_secret(self) -> Secret:
-        return self._meta_app_secret  # type: ignore[attr-defined]
-
-    @property
-    def meta_verify_token(self) -> Secret:
-        return self._meta_verify_token  # type: ignore[attr-defined]
-
-
-class MemorySettings(_Settings):
+@dataclass(frozen=True, kw_only=True)
+class MemorySettings:
     """What every function that reads or writes memory needs."""
 
-    table_name: str = Field(alias="TABLE_NAME", min_length=1)
-    compact_threshold: int = Field(alias="COMPACT_THRESHOLD", default=40, ge=2)
-    compact_keep: int = Field(alias="COMPACT_KEEP", default=20, ge=1)
-    ledger_ttl_days: int = Field(alias="LEDGER_TTL_DAYS", default=30, ge=7)
-    max_facts: int = Field(alias="MAX_FACTS", default=200, ge=1)
-    max_fact_chars: int = Field(alias="MAX_FACT_CHARS", default=160, ge=20)
-    archive_bucket: str | None = Field(alias="ARCHIVE_BUCKET", default=None)
-
-    @field_validator("compact_keep")
-    @classmethod
-    def _keep_below_threshold(cls, keep: int, info) -> int:
-        threshold = info.data.get("compact_threshold", 40)
-        if keep >= threshold:
-            raise ValueError("COMPACT_KEEP must be smaller than COMPACT_THRESHOLD")
-        return keep
-
-
-class ModelSettings(MemorySettings):
-    """Settings of the functions that call the model (consumer, compactor)."""
-
-    openai_model: str = Field(alias="OPENAI_MODEL", min_length=1)
-    openai_base_url: str | None = Field(alias="OPENAI_BASE_URL", default=None)
-    openai_timeout_seconds: float = Field(alias="OPENAI_TIMEOUT_SECONDS", default=25.0, gt=0)
-    openai_max_retries: int = Field(alias="OPENAI_MAX_RETRIES", default=2, ge=0)
+    agent_id: str
+    table_name: str
+    compact_threshold: int = 40
+    compact_keep: int = 20
+    ledger_ttl_days: int = 30
+    max_facts: int = 200
+    max_fact_chars: int = 160
+    archive_bucket: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None):
-        env = os.environ if env is None else env
-        settings = super().from_env(env)
-        object.__setattr__(settings, "_openai_api_key", Secret.from_env("OPENAI_API_KEY", env))
+        read = Environment(env)
+        settings = cls(**cls._read(read))
+        read.check()
         return settings
 
-    @property
-    def openai_api_key(self) -> Secret:
-        return self._openai_api_key  # type: ignore[attr-defined]
+    @classmethod
+    def _read(cls, read: Environment) -> dict:
+        threshold = read.integer("COMPACT_THRESHOLD", 40, minimum=2)
+        keep = read.integer("COMPACT_KEEP", 20, minimum=1)
+        if keep >= threshold:
+            read.problems.append("COMPACT_KEEP: must be smaller than COMPACT_THRESHOLD")
+        return {
+            "agent_id": _agent_id(read),
+            "table_name": read.text("TABLE_NAME"),
+            "compact_threshold": threshold,
+            "compact_keep": keep,
+            "ledger_ttl_days": read.integer("LEDGER_TTL_DAYS", 30, minimum=7),
+            "max_facts": read.integer("MAX_FACTS", 200, minimum=1),
+            "max_fact_chars": read.integer("MAX_FACT_CHARS", 160, minimum=20),
+            "archive_bucket": read.optional("ARCHIVE_BUCKET"),
+        }
 
 
+@dataclass(frozen=True, kw_only=True)
+class ModelSettings(MemorySettings):
+    """Settings of the functions that call the model (consumer, compactor)."""
+
+    openai_model: str
+    openai_base_url: str | None = None
+    openai_timeout_seconds: float = 25.0
+    openai_max_retries: int = 2
+    openai_api_key: Secret = field(repr=False)
+
+    @classmethod
+    def _read(cls, read: Environment) -> dict:
+        return {
+            **super()._read(read),
+            "openai_model": read.text("OPENAI_MODEL"),
+            "openai_base_url": read.optional("OPENAI_BASE_URL"),
+            "openai_timeout_seconds": read.number(
+                "OPENAI_TIMEOUT_SECONDS", 25.0, minimum=0, above=True
+            ),
+            "openai_max_retries": read.integer("OPENAI_MAX_RETRIES", 2, minimum=0),
+            "openai_api_key": read.secret("OPENAI_API_KEY"),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
 class ConsumerSettings(ModelSettings):
-    provider: ProviderName = Field(alias="PROVIDER", default="whasp")
-    whasp_api_url: str | None = Field(alias="WHASP_API_URL", default=None)
-    meta_graph_url: str = Field(alias="META_GRAPH_URL", default=DEFAULT_META_GRAPH_URL)
-    typing_indicator: bool = Field(alias="TYPING_INDICATOR", default=True)
-    system_prompt: str = Field(alias="SYSTEM_PROMPT", default=DEFAULT_SYSTEM_PROMPT, min_length=1)
-    transcription_model: str = Field(alias="TRANSCRIPTION_MODEL", default="gpt-4o-mini-transcribe")
-    context_max_messages: int = Field(alias="CONTEXT_MAX_MESSAGES", default=60, ge=1)
-    context_max_chars: int = Field(alias="CONTEXT_MAX_CHARS", default=12_000, ge=100)
-    context_max_facts: int = Field(alias="CONTEXT_MAX_FACTS", default=30, ge=0)
-    media_max_bytes: int = Field(alias="MEDIA_MAX_BYTES", default=10 * 1024 * 1024, gt=0)
+    provider: str = "whasp"
+    whasp_api_url: str | None = None
+    meta_graph_url: str = DEFAULT_META_GRAPH_URL
+    typing_indicator: bool = True
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    transcription_model: str = DEFAULT_TRANSCRIPTION_MODEL
+    context_max_messages: int = 60
+    context_max_chars: int = 12_000
+    context_max_facts: int = 30
+    media_max_bytes: int = 10 * 1024 * 1024
     # Where media may be fetched from (origins, space- or comma-separated); empty = the origin
     # of WHASP_API_URL. The API key is only ever sent to WHASP_API_URL's origin.
-    whasp_media_origins: str | None = Field(alias="WHASP_MEDIA_ORIGINS", default=None)
+    whasp_media_origins: str | None = None
     # One download, redirects included, however slowly the host sends
-    media_deadline_seconds: float = Field(alias="MEDIA_DEADLINE_SECONDS", default=30.0, gt=0)
-    opt_out_policy: Literal["keep", "erase"] = Field(alias="OPT_OUT_POLICY", default="keep")
-    forget_keyword: str = Field(alias="FORGET_KEYWORD", default="forget me")
-    whasp_timeout_seconds: float = Field(alias="WHASP_TIMEOUT_SECONDS", default=10.0, gt=0)
-    parking_queue_url: str | None = Field(alias="PARKING_QUEUE_URL", default=None)
-    record_time_budget_seconds: float = Field(alias="RECORD_TIME_BUDGET_SECONDS", default=0, ge=0)
+    media_deadline_seconds: float = 30.0
+    opt_out_policy: str = "keep"
+    forget_keyword: str = "forget me"
+    whasp_timeout_seconds: float = 10.0
+    parking_queue_url: str | None = None
+    record_time_budget_seconds: float = 0
     # retries: a failed record comes back after a backoff we set on the event queue (QUEUE_URL);
     # without it, after the queue's visibility timeout
-    queue_url: str | None = Field(alias="QUEUE_URL", default=None)
-    retry_base_seconds: float = Field(alias="RETRY_BASE_SECONDS", default=10, ge=1)
-    retry_max_seconds: float = Field(alias="RETRY_MAX_SECONDS", default=900, ge=1, le=43_200)
-    retry_jitter: float = Field(alias="RETRY_JITTER", default=0.2, ge=0, lt=1)
-    defer_seconds: int = Field(alias="DEFER_SECONDS", default=2, ge=0, le=900)
+    queue_url: str | None = None
+    retry_base_seconds: float = 10
+    retry_max_seconds: float = 900
+    retry_jitter: float = 0.2
+    defer_seconds: int = 2
+    whasp_api_key: Secret | None = field(default=None, repr=False)
+    meta_access_token: Secret | None = field(default=None, repr=False)
 
-    @field_validator("whasp_api_url", "meta_graph_url")
     @classmethod
-    def _http_url(cls, url: str | None) -> str | None:
-        if url is None:
-            return None
-        if not url.startswith(("https://", "http://")):
-            raise ValueError("must be an http(s) URL")
-        return url.rstrip("/")
-
-    @field_validator("whasp_media_origins")
-    @classmethod
-    def _origins(cls, value: str | None) -> str | None:
-        from memagent.whasp import parse_media_origins
-
-        parse_media_origins(value, "https://unused.example")  # raises ValueError naming the entry
-        return value
+    def _read(cls, read: Environment) -> dict:
+        provider = read.choice("PROVIDER", PROVIDERS, "whasp")
+        meta = provider == "meta"
+        meta_graph_url = DEFAULT_META_GRAPH_URL
+        if read.optional("META_GRAPH_URL"):
+            meta_graph_url = read.url("META_GRAPH_URL")
+        return {
+            **super()._read(read),
+            "provider": provider,
+            # whasp needs its API's URL and key; Meta an access token (the Graph URL defaults)
+            "whasp_api_url": None if meta else read.url("WHASP_API_URL"),
+            "whasp_api_key": None if meta else read.secret("WHASP_API_KEY"),
+            "meta_graph_url": meta_graph_url,
+            "meta_access_token": read.secret("META_ACCESS_TOKEN") if meta else None,
+            "typing_indicator": read.flag("TYPING_INDICATOR", True),
+            "system_prompt": read.text("SYSTEM_PROMPT", DEFAULT_SYSTEM_PROMPT),
+            "transcription_model": read.text("TRANSCRIPTION_MODEL", DEFAULT_TRANSCRIPTION_MODEL),
+            "context_max_messages": read.integer("CONTEXT_MAX_MESSAGES", 60, minimum=1),
+            "context_max_chars": read.integer("CONTEXT_MAX_CHARS", 12_000, minimum=100),
+            "context_max_facts": read.integer("CONTEXT_MAX_FACTS", 30, minimum=0),
+            "media_max_bytes": read.integer("MEDIA_MAX_BYTES", 10 * 1024 * 1024, minimum=1),
+            "whasp_media_origins": _media_origins(read),
+            "media_deadline_seconds": read.number(
+                "MEDIA_DEADLINE_SECONDS", 30.0, minimum=0, above=True
+            ),
+            "opt_out_policy": read.choice("OPT_OUT_POLICY", ("keep", "erase"), "keep"),
+            "forget_keyword": read.text("FORGET_KEYWORD", "forget me"),
+            "whasp_timeout_seconds": read.number(
+                "WHASP_TIMEOUT_SECONDS", 10.0, minimum=0, above=True
+            ),
+            "parking_queue_url": read.optional("PARKING_QUEUE_URL"),
+            "record_time_budget_seconds": read.number("RECORD_TIME_BUDGET_SECONDS", 0, minimum=0),
+            "queue_url": read.optional("QUEUE_URL"),
+            "retry_base_seconds": read.number("RETRY_BASE_SECONDS", 10, minimum=1),
+            "retry_max_seconds": read.number("RETRY_MAX_SECONDS", 900, minimum=1, maximum=43_200),
+            "retry_jitter": read.number("RETRY_JITTER", 0.2, minimum=0, maximum=1, below=True),
+            "defer_seconds": read.integer("DEFER_SECONDS", 2, minimum=0, maximum=900),
+        }
 
     @property
     def media_origins(self) -> frozenset[tuple[str, str, int]]:
@@ -239,27 +411,19 @@ class ConsumerSettings(ModelSettings):
 
         return parse_media_origins(self.whasp_media_origins, self.whasp_api_url or "")
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> ConsumerSettings:
-        env = os.environ if env is None else env
-        settings = super().from_env(env)
-        if settings.provider == "meta":
-            token = Secret.from_env("META_ACCESS_TOKEN", env)
-            object.__setattr__(settings, "_meta_access_token", token)
-        else:
-            if not settings.whasp_api_url:
-                raise ConfigurationError("invalid configuration: WHASP_API_URL: Field required")
-            object.__setattr__(settings, "_whasp_api_key", Secret.from_env("WHASP_API_KEY", env))
-        return settings
 
-    @property
-    def whasp_api_key(self) -> Secret:
-        return self._whasp_api_key  # type: ignore[attr-defined]
+def _media_origins(read: Environment) -> str | None:
+    value = read.optional("WHASP_MEDIA_ORIGINS")
+    if value is not None:
+        from memagent.whasp import parse_media_origins
 
-    @property
-    def meta_access_token(self) -> Secret:
-        return self._meta_access_token  # type: ignore[attr-defined]
+        try:
+            parse_media_origins(value, "https://unused.example")  # names the bad entry
+        except ValueError as error:
+            read.problems.append(f"WHASP_MEDIA_ORIGINS: {error}")
+    return value
 
 
+@dataclass(frozen=True, kw_only=True)
 class CompactorSettings(ModelSettings):
     pass

@@ -310,7 +310,7 @@ def test_voice_note_is_transcribed_and_stored_as_text(
     assert failures(consumer.handler(sqs_batch(event), lambda_context)) == []
     assert turns(resources.table_name)[0] == ("user", "[voice note] I ran 1234 metres today")
     [transcription] = openai.calls("/v1/audio/transcriptions")
-    assert transcription["model"] == "gpt-4o-mini-transcribe"
+    assert transcription["model"] == "gpt-transcribe"  # the default
 
 
 def test_image_with_caption_and_sticker(consumer, resources, openai, whasp, lambda_context):

@@ -1,0 +1,71 @@
+"""Settings are read from the environment at cold start; a bad or missing value names itself."""
+
+from __future__ import annotations
+
+import pytest
+
+from memagent.errors import ConfigurationError
+from memagent.settings import ConsumerSettings, WebhookSettings
+
+CONSUMER = {
+    "AGENT_ID": "coach",
+    "TABLE_NAME": "memory",
+    "OPENAI_MODEL": "gpt-6-luna",
+    "OPENAI_API_KEY": "sk-test",
+    "WHASP_API_URL": "https://api.whasp.example/",
+    "WHASP_API_KEY": "whasp-key",
+}
+
+
+def test_defaults_and_types_from_a_minimal_environment():
+    settings = ConsumerSettings.from_env(CONSUMER)
+    assert settings.whasp_api_url == "https://api.whasp.example"
+    assert (settings.compact_threshold, settings.compact_keep) == (40, 20)
+    assert settings.context_max_chars == 12_000 and settings.openai_timeout_seconds == 25.0
+    assert settings.opt_out_policy == "keep" and settings.parking_queue_url is None
+    assert settings.openai_api_key.get() == "sk-test"
+
+
+def test_the_current_transcription_model_is_the_default_and_older_names_still_work():
+    assert ConsumerSettings.from_env(CONSUMER).transcription_model == "gpt-transcribe"
+    older = ConsumerSettings.from_env({**CONSUMER, "TRANSCRIPTION_MODEL": "whisper-1"})
+    assert older.transcription_model == "whisper-1"
+
+
+def test_every_bad_value_is_named_in_one_error():
+    env = {
+        **CONSUMER,
+        "AGENT_ID": "coach agent",
+        "COMPACT_THRESHOLD": "ten",
+        "CONTEXT_MAX_MESSAGES": "0",
+        "OPT_OUT_POLICY": "delete",
+        "WHASP_API_URL": "ftp://whasp",
+        "OPENAI_TIMEOUT_SECONDS": "0",
+    }
+    with pytest.raises(ConfigurationError) as raised:
+        ConsumerSettings.from_env(env)
+    message = str(raised.value)
+    for name in (
+        "AGENT_ID",
+        "COMPACT_THRESHOLD",
+        "CONTEXT_MAX_MESSAGES",
+        "OPT_OUT_POLICY",
+        "WHASP_API_URL",
+        "OPENAI_TIMEOUT_SECONDS",
+    ):
+        assert name in message
+
+
+def test_keep_must_be_below_the_threshold():
+    with pytest.raises(ConfigurationError, match="COMPACT_KEEP"):
+        ConsumerSettings.from_env({**CONSUMER, "COMPACT_THRESHOLD": "20", "COMPACT_KEEP": "20"})
+
+
+def test_an_empty_value_counts_as_unset_and_secrets_never_print():
+    settings = WebhookSettings.from_env(
+        {"AGENT_ID": "coach", "QUEUE_URL": "https://q", "WEBHOOK_SECRET": "whsec_x", "X": ""}
+    )
+    assert settings.max_body_bytes == 256 * 1024
+    assert "whsec_x" not in repr(settings)
+    with pytest.raises(ConfigurationError, match="QUEUE_URL: required"):
+        WebhookSettings.from_env({"AGENT_ID": "coach", "QUEUE_URL": "", "WEBHOOK_SECRET": "s"})
