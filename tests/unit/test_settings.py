@@ -69,3 +69,20 @@ def test_an_empty_value_counts_as_unset_and_secrets_never_print():
     assert "whsec_x" not in repr(settings)
     with pytest.raises(ConfigurationError, match="QUEUE_URL: required"):
         WebhookSettings.from_env({"AGENT_ID": "coach", "QUEUE_URL": "", "WEBHOOK_SECRET": "s"})
+
+
+def test_each_provider_requires_only_its_own_secrets():
+    meta = {"AGENT_ID": "coach", "QUEUE_URL": "https://q", "PROVIDER": "meta"}
+    with pytest.raises(ConfigurationError, match="META_APP_SECRET") as raised:
+        WebhookSettings.from_env(meta)
+    assert "WEBHOOK_SECRET" not in str(raised.value)
+    settings = WebhookSettings.from_env({**meta, "META_APP_SECRET": "a", "META_VERIFY_TOKEN": "t"})
+    assert settings.webhook_secret is None and settings.meta_verify_token.get() == "t"
+    consumer = {k: v for k, v in CONSUMER.items() if not k.startswith("WHASP")}
+    with pytest.raises(ConfigurationError, match="WHASP_API_URL: required"):
+        ConsumerSettings.from_env(consumer)
+    settings = ConsumerSettings.from_env(
+        {**consumer, "PROVIDER": "meta", "META_ACCESS_TOKEN": "tok", "TYPING_INDICATOR": "false"}
+    )
+    assert settings.whasp_api_url is None and settings.typing_indicator is False
+    assert settings.meta_graph_url.startswith("https://graph.facebook.com/")
