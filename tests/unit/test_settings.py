@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from memagent.errors import ConfigurationError
@@ -61,14 +63,23 @@ def test_keep_must_be_below_the_threshold():
         ConsumerSettings.from_env({**CONSUMER, "COMPACT_THRESHOLD": "20", "COMPACT_KEEP": "20"})
 
 
+STRONG_SECRET = "whsec_" + base64.b64encode(b"a 32-byte key for settings tests").decode()
+
+
 def test_an_empty_value_counts_as_unset_and_secrets_never_print():
-    settings = WebhookSettings.from_env(
-        {"AGENT_ID": "coach", "QUEUE_URL": "https://q", "WEBHOOK_SECRET": "whsec_x", "X": ""}
-    )
+    webhook = {"AGENT_ID": "coach", "QUEUE_URL": "https://q", "WEBHOOK_SECRET": STRONG_SECRET}
+    settings = WebhookSettings.from_env({**webhook, "WEBHOOK_MAX_BODY_BYTES": ""})
     assert settings.max_body_bytes == 256 * 1024
-    assert "whsec_x" not in repr(settings)
+    assert STRONG_SECRET not in repr(settings)
     with pytest.raises(ConfigurationError, match="QUEUE_URL: required"):
-        WebhookSettings.from_env({"AGENT_ID": "coach", "QUEUE_URL": "", "WEBHOOK_SECRET": "s"})
+        WebhookSettings.from_env({**webhook, "QUEUE_URL": ""})
+
+
+def test_a_weak_signing_secret_is_named_with_the_other_problems():
+    with pytest.raises(ConfigurationError) as raised:
+        WebhookSettings.from_env({"AGENT_ID": "coach", "WEBHOOK_SECRET": "whsec_eA=="})
+    assert "WEBHOOK_SECRET" in str(raised.value) and "QUEUE_URL" in str(raised.value)
+    assert "whsec_eA==" not in str(raised.value)
 
 
 def test_each_provider_requires_only_its_own_secrets():
