@@ -68,6 +68,7 @@ STATUS = "meta.status"  # the status of one of our replies, queued
 QUEUED_TYPES = frozenset({MESSAGE, STATUS})
 QUEUED_STATUSES = frozenset({"sent", "failed"})  # `sent` proves a send; `failed` says why not
 IDENTITY_CHANGES = frozenset({"user_changed_number", "user_changed_user_id"})
+IGNORED_TYPES = frozenset({"reaction", "ephemeral"})  # acknowledged, not queued
 
 BSUID = re.compile(r"[A-Z]{2}\.[A-Za-z0-9.]{1,140}\Z")  # "US.13491208655302741918"
 PHONE = re.compile(r"\+?[1-9][0-9]{6,14}\Z")  # Meta's wa_id: digits, no "+"
@@ -197,6 +198,16 @@ def _walk(raw: Mapping[str, Any]) -> Iterator[tuple[dict, dict, dict]]:
                 yield entry, change, value
 
 
+def _is_turn(message: Mapping[str, Any], system: Mapping[str, Any]) -> bool:
+    """Whether a message is queued: what a person said, or a change of their identifiers. A
+    reaction is not a turn (answering every emoji would be a nuisance); other system messages
+    (e.g. customer_identity_changed, a security-code change) need nothing from us."""
+    kind = message.get("type")
+    if kind == "system":
+        return system.get("type") in IDENTITY_CHANGES
+    return kind not in IGNORED_TYPES
+
+
 def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
     """Cut a verified POST into queued units: one per message, one per status that matters."""
     if len(body) > max_bytes:
@@ -215,11 +226,11 @@ def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
             wamid = _text(message.get("id"))
             contact = _contact_for(message, contacts)
             bsuid, phone = identities(message, contact)
+            system = message.get("system") if isinstance(message.get("system"), dict) else {}
             if message.get("type") == "system":
-                system = message.get("system") if isinstance(message.get("system"), dict) else {}
                 bsuid = bsuid or _text(system.get("previous_user_id"))
             who = bsuid or phone
-            if not wamid or not who:
+            if not wamid or not who or not _is_turn(message, system):
                 ignored += 1
                 continue
             one = _one(
@@ -428,22 +439,34 @@ class GraphClient:
             timeout=Timeout(connect=3.0, read=timeout_seconds),
         )
 
-    def _bearer(self) -> dict[str, str]:
-        token = self._token if isinstance(self._token, str) else self._token.get()
+    def _bearer(self, *, fresh: bool = False) -> dict[str, str]:
+        token = self._token if isinstance(self._token, str) else self._token.get(fresh=fresh)
         return {"Authorization": f"Bearer {token}"}
 
+    @staticmethod
+    def _token_refused(response: Any) -> bool:
+        return response.status != 200 and _graph_error(response.status, response.data).code in (
+            TOKEN_CODES
+        )
+
     def _post(self, sender: str, body: dict[str, Any]) -> Any:
+        """POST to the messages endpoint. A refused token (nothing was sent) is read again
+        past the secret cache and tried once more: a renewed token works at once."""
         import urllib3
 
-        try:
-            return self._http.request(
-                "POST",
-                f"{self._graph}/{sender}/messages",
-                body=json.dumps(body).encode(),
-                headers={**self._bearer(), "Content-Type": "application/json"},
-            )
-        except urllib3.exceptions.HTTPError as error:
-            raise TransientError(f"Graph API unreachable: {type(error).__name__}") from None
+        for fresh in (False, True):
+            try:
+                response = self._http.request(
+                    "POST",
+                    f"{self._graph}/{sender}/messages",
+                    body=json.dumps(body).encode(),
+                    headers={**self._bearer(fresh=fresh), "Content-Type": "application/json"},
+                )
+            except urllib3.exceptions.HTTPError as error:
+                raise TransientError(f"Graph API unreachable: {type(error).__name__}") from None
+            if not self._token_refused(response):
+                break
+        return response
 
     @staticmethod
     def _raise_for(response: Any) -> None:
@@ -493,21 +516,30 @@ class GraphClient:
         if response.status != 200:
             self._raise_for(response)
 
-    def _get(self, url: str, *, stream: bool = False) -> Any:
+    def _get(self, url: str, *, stream: bool = False, fresh: bool = False) -> Any:
         import urllib3
 
         try:
             return self._http.request(
-                "GET", url, headers=self._bearer(), preload_content=not stream, retries=2
+                "GET",
+                url,
+                headers=self._bearer(fresh=fresh),
+                preload_content=not stream,
+                retries=2,
             )
         except urllib3.exceptions.HTTPError as error:
             raise TransientError(f"media unreachable: {type(error).__name__}") from None
 
     def _media_url(self, media_id: str) -> tuple[str, str | None]:
         response = self._get(f"{self._graph}/{media_id}")
+        if self._token_refused(response):
+            response = self._get(f"{self._graph}/{media_id}", fresh=True)
         if response.status != 200:
             error = _graph_error(response.status, response.data)
-            if error.code in RETRY_CODES or error.code in TOKEN_CODES or response.status >= 500:
+            if error.code in TOKEN_CODES:
+                _count("ProviderAuthFailed")
+                raise TransientError(f"media lookup refused the token (code {error.code})")
+            if error.code in RETRY_CODES or response.status >= 500:
                 raise TransientError(f"media lookup answered {response.status}")
             raise MalformedEvent(f"media lookup answered {response.status} (code {error.code})")
         try:

@@ -457,6 +457,30 @@ def test_forget_and_export_accept_either_identifier(
     assert export(store, AGENT, MAYA_BSUID)["messages"] == []
 
 
+def test_the_admin_api_exports_and_forgets_by_bsuid(
+    webhook, queue, consumer, resources, monkeypatch, lambda_context
+):
+    from tests.integration.test_lifecycle import admin_event
+
+    admin = load_function(
+        "admin", {"TABLE_NAME": resources.table_name, "AGENT_ID": AGENT}, monkeypatch
+    )
+    post(webhook, text_from("I live in Leeds", phone=MAYA_PHONE, at=NOW), lambda_context)
+    post(webhook, text_from("Hi", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW + 9), lambda_context)
+    queue.drain(consumer, lambda_context)
+    response = admin.handler(admin_event("GET", MAYA_BSUID), lambda_context)
+    assert response["statusCode"] == 200
+    said = [m["text"] for m in json.loads(response["body"])["messages"] if m["role"] == "user"]
+    assert said == ["I live in Leeds", "Hi"]
+    response = admin.handler(admin_event("DELETE", MAYA_BSUID), lambda_context)
+    assert response["statusCode"] == 200
+    assert json.loads(response["body"])["removed"] > 4
+    for identifier in (MAYA_PHONE, MAYA_BSUID):
+        assert all(set(r) == {"pk", "sk", "erased_at"} for r in memory_rows(resources, identifier))
+    # something that is neither a phone nor a BSUID is refused
+    assert admin.handler(admin_event("GET", "gb.123"), lambda_context)["statusCode"] == 400
+
+
 # ------------------------------------------------------------------ errors and the send window
 
 
@@ -543,6 +567,91 @@ def test_without_a_status_the_crash_window_resends_once(
     assert queue.deliver(consumer, lambda_context) == 0
     assert len(graph.sent) == 2
     assert graph.sent[0]["text"] == graph.sent[1]["text"]
+
+
+def test_a_refused_token_is_alarmed_and_the_reply_retried_not_parked(
+    webhook, queue, consumer, graph, lambda_context
+):
+    graph.fail_next(2, code=190, status=401)  # revoked: refused again after a fresh read
+    post(webhook, text_from("Hello", phone=MAYA_PHONE, bsuid=MAYA_BSUID), lambda_context)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert queue.deliver(consumer, lambda_context) == 1
+    assert '"ProviderAuthFailed"' in out.getvalue()
+    # once an operator renewed it, the retry answers
+    queue.release()
+    assert queue.deliver(consumer, lambda_context) == 0
+    assert len(graph.sent) == 1
+
+
+def test_131050_records_the_opt_out(webhook, queue, consumer, graph, resources, lambda_context):
+    graph.fail_next(1, code=131050, status=400)
+    post(webhook, text_from("Hello", phone=MAYA_PHONE, bsuid=MAYA_BSUID), lambda_context)
+    assert queue.deliver(consumer, lambda_context) == 0
+    state = next(r for r in memory_rows(resources, MAYA_BSUID) if r["sk"] == "STATE")
+    assert state["opted_out"] is True
+
+
+def test_a_long_reply_is_split_and_a_crash_between_parts_resends_only_the_rest(
+    webhook, queue, consumer, graph, openai, monkeypatch, lambda_context
+):
+    openai.responder = lambda request: " ".join(["stride"] * 1200)  # 8,399 characters
+    provider = consumer.consumer.agent.provider
+    original = provider.send_text
+    calls = []
+
+    def crash_after_the_first_part(**kwargs):
+        calls.append(kwargs["key"])
+        result = original(**kwargs)
+        if len(calls) == 2:  # Meta took part 2 of 3; we die before recording it
+            raise RuntimeError("crash")
+        return result
+
+    monkeypatch.setattr(provider, "send_text", crash_after_the_first_part)
+    post(webhook, text_from("Tell me everything", phone=MAYA_PHONE), lambda_context)
+    assert queue.deliver(consumer, lambda_context) == 1
+    queue.release()
+    assert queue.deliver(consumer, lambda_context) == 0
+    # then every part fits Meta's limit and carries its own send key; part 1 (recorded when Meta
+    # answered) is not sent again, part 2 (unrecorded: the window) is, part 3 once
+    texts = [s["text"] for s in graph.sent]
+    assert all(len(text) <= 4096 for text in texts)
+    keys = [s["callback"].rsplit(":", 1)[1] for s in graph.sent]
+    assert keys == ["0", "1", "1", "2"]
+    by_part = {key: text for key, text in zip(keys, texts, strict=True)}
+    assert " ".join(by_part[k] for k in sorted(by_part)).split() == ["stride"] * 1200
+
+
+def test_reactions_and_other_system_messages_are_acknowledged_not_queued(
+    webhook, queue, lambda_context
+):
+    reaction = meta_notification(
+        contacts=[meta_contact(phone=MAYA_PHONE, bsuid=MAYA_BSUID)],
+        messages=[
+            meta_message(
+                phone=MAYA_PHONE,
+                bsuid=MAYA_BSUID,
+                kind="reaction",
+                body={"message_id": "wamid.ours", "emoji": "\U0001f44d"},
+            )
+        ],
+    )
+    identity = meta_notification(  # pywa's system.json "identity_change"
+        contacts=[meta_contact(phone=MAYA_PHONE)],
+        messages=[
+            {
+                "from": MAYA_PHONE.lstrip("+"),
+                "id": "wamid.IDENTITY",
+                "timestamp": str(NOW),
+                "identity": {"acknowledged": True, "created_timestamp": str(NOW), "hash": "xyz"},
+                "system": {"body": "User identity changed", "type": "customer_identity_changed"},
+                "type": "system",
+            }
+        ],
+    )
+    for notification in (reaction, identity):
+        assert post(webhook, notification, lambda_context) == 200
+    assert queue.peek() == []
 
 
 # ------------------------------------------------------------------ media and typing
