@@ -7,6 +7,7 @@ after ArchiveRetentionDays. Objects live under the person's hashed key, so forge
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import boto3
@@ -23,7 +24,10 @@ class TranscriptArchive:
         self._s3 = client or boto3.client("s3")
 
     def put(self, pk: str, turns: list[Turn]) -> str:
-        key = f"{pk}/{turns[0].seq:012d}-{turns[-1].seq:012d}.json"
+        # unique per attempt: two compactions folding the same turns write two objects, so the
+        # loser withdrawing its copy can never delete the winner's
+        attempt = uuid.uuid4().hex[:12]
+        key = f"{pk}/{turns[0].seq:012d}-{turns[-1].seq:012d}-{attempt}.json"
         body = [
             {"seq": t.seq, "role": t.role, "text": t.text, "at": t.at.isoformat()} for t in turns
         ]

@@ -94,6 +94,13 @@ class Compactor:
         new_marker = to_fold[-1].seq
         # archive before the commit, so nothing is deleted unarchived; withdrawn if we lose
         archived = self.archive.put(pk, to_fold) if self.archive is not None else None
+        if archived is not None and self.store.erasure_mark(pk) != state.erased_at:
+            # an erasure ran while we folded, and its sweep of the archive may have come
+            # before our write: withdraw the copy now (the commit would be refused anyway)
+            self.archive.delete(archived)
+            _count("CompactionsLostRace")
+            logger.info("person erased during the fold; archive copy withdrawn")
+            return "lost_race"
         try:
             self.store.commit_compaction(
                 pk,

@@ -479,6 +479,13 @@ class MemoryStore:
             return _time(state["Item"]["erased_at"]) or at
         return at
 
+    def erasure_mark(self, pk: str) -> datetime | None:
+        """The person's erasure mark as it stands now (a consistent read of one attribute)."""
+        item = self.table.get_item(
+            Key={"pk": pk, "sk": STATE}, ConsistentRead=True, ProjectionExpression="erased_at"
+        ).get("Item")
+        return _time(item.get("erased_at")) if item else None
+
     def delete_items(self, pk: str, sort_keys: Iterable[str]) -> int:
         """Delete items by sort key, idempotently, in batches of 25 (boto3's batch writer)."""
         count = 0

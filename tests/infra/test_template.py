@@ -33,8 +33,17 @@ PARAMETERS = {"WhaspApiUrl": "https://api.whasp.example"}
 COMPACTION_FLAG = "compaction_due"
 # Services holding the person's data: wildcards on these would undo least privilege.
 DATA_SERVICES = ("dynamodb", "sqs", "s3", "ssm", "secretsmanager", "kms", "logs")
-# Actions AWS offers on Resource "*" only, so a policy has no narrower choice.
-RESOURCE_STAR_ONLY = frozenset({"ssm:DescribeParameters"})
+# Actions AWS offers on Resource "*" only, so a policy has no narrower choice (X-Ray's and
+# CloudWatch's metric API have no resource-level permissions).
+RESOURCE_STAR_ONLY = frozenset(
+    {
+        "xray:PutTraceSegments",
+        "xray:PutTelemetryRecords",
+        "xray:GetSamplingRules",
+        "xray:GetSamplingTargets",
+        "cloudwatch:PutMetricData",
+    }
+)
 Template = dict[str, Any]
 
 
@@ -544,13 +553,25 @@ def test_admin_routes_require_aws_iam(cfn: Template) -> None:
     assert "security" not in webhook["Properties"]["Body"]["paths"]["/webhook"]["post"]
 
 
+def resolve_all(template: Template, node: Any, parameters: dict[str, Any]) -> Any:
+    """`evaluate` applied all the way down: every Fn::If chosen, AWS::NoValue dropped."""
+    node = evaluate(template, node, parameters)
+    if isinstance(node, dict):
+        if node == {"Ref": "AWS::NoValue"}:
+            return None
+        return {k: resolve_all(template, v, parameters) for k, v in node.items()}
+    if isinstance(node, list):
+        items = [resolve_all(template, v, parameters) for v in node]
+        return [v for v in items if v is not None]
+    return node
+
+
 def _secrets_read_by(cfn: Template, function_id: str, parameters: dict[str, str]) -> set[str]:
     """The SSM parameter names a function's role may read, once the Provider is chosen."""
     role_id = target(cfn["Resources"][function_id]["Properties"]["Role"])
-    policies = evaluate(cfn, cfn["Resources"][role_id]["Properties"]["Policies"], parameters)
+    policies = resolve_all(cfn, cfn["Resources"][role_id]["Properties"]["Policies"], parameters)
     names = set()
-    for policy in policies:
-        chosen = evaluate(cfn, policy, parameters)
+    for chosen in policies:
         if not isinstance(chosen, dict) or "PolicyDocument" not in chosen:
             continue
         for statement in policy_statements(chosen["PolicyDocument"]):

@@ -1,0 +1,178 @@
+"""Least privilege, as AWS will see it: every IAM statement of every function, after the SAM
+transform, for each shape of the stack (whasp or Meta, with or without the transcript archive).
+
+A statement on Resource "*" is refused unless AWS offers the action on "*" only (X-Ray,
+CloudWatch metrics). AWS managed policies are refused outright: their statements are not in the
+template, and the ones SAM attaches (basic execution, the SQS and stream pollers) are on "*".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.infra.test_template import (
+    PARAMETERS,
+    RESOURCE_STAR_ONLY,
+    TEMPLATE,
+    Template,
+    as_list,
+    policy_statements,
+    resolve_all,
+    resources,
+    sam_transform,
+    target,
+    yaml_parse,
+)
+
+SHAPES = {
+    "whasp": {},
+    "whasp-with-archive": {"ArchiveBucket": "transcripts-example"},
+    "meta-with-archive": {"Provider": "meta", "ArchiveBucket": "transcripts-example"},
+}
+
+
+@pytest.fixture(scope="module")
+def sam_template() -> Template:
+    return yaml_parse(TEMPLATE.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module", params=list(SHAPES), ids=list(SHAPES))
+def shape(request, sam_template: Template) -> tuple[Template, dict[str, str]]:
+    parameters = {**PARAMETERS, **SHAPES[request.param]}
+    return sam_transform(sam_template, parameters), parameters
+
+
+def function_roles(cfn: Template) -> dict[str, str]:
+    """Function logical id -> the logical id of its execution role."""
+    found = {}
+    for function_id, function in resources(cfn, "AWS::Lambda::Function").items():
+        role = target(function["Properties"]["Role"])
+        assert role in cfn["Resources"], f"{function_id}'s role is not in the stack"
+        found[function_id] = role
+    return found
+
+
+def role_statements(
+    cfn: Template, role_id: str, parameters: dict[str, str]
+) -> Iterator[dict[str, Any]]:
+    """Every Allow statement the role carries: inline, and in policies attached to it."""
+    role = resolve_all(cfn, cfn["Resources"][role_id]["Properties"], parameters)
+    documents = [p["PolicyDocument"] for p in role.get("Policies", [])]
+    for policy in {
+        **resources(cfn, "AWS::IAM::Policy"),
+        **resources(cfn, "AWS::IAM::ManagedPolicy"),
+    }.values():
+        properties = resolve_all(cfn, policy["Properties"], parameters)
+        if role_id in [target(r) for r in properties.get("Roles", [])]:
+            documents.append(properties["PolicyDocument"])
+    for statement in policy_statements(documents):
+        if statement.get("Effect") == "Allow":
+            yield statement
+
+
+def listing(cfn: Template, parameters: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(function, action, resource) for every grant: the table a reviewer reads."""
+    rows = []
+    for function_id, role_id in function_roles(cfn).items():
+        for statement in role_statements(cfn, role_id, parameters):
+            for action in as_list(statement["Action"]):
+                for resource in as_list(statement["Resource"]):
+                    rows.append((function_id, action, _name(resource)))
+    return sorted(rows)
+
+
+def _name(resource: Any) -> str:
+    """A resource as a reader would say it: "*", "EventQueue.Arn", "${Bucket.Arn}/*"."""
+    if isinstance(resource, str):
+        return resource
+    if "Fn::GetAtt" in resource:
+        attribute = resource["Fn::GetAtt"]
+        return ".".join(attribute) if isinstance(attribute, list) else attribute
+    if "Fn::Sub" in resource:
+        text = resource["Fn::Sub"]
+        return text[0] if isinstance(text, list) else text
+    return json.dumps(resource)
+
+
+def _too_wide(resource: str) -> bool:
+    """Resource "*", or a wildcard anywhere but after a resource of this stack ("${X.Arn}/*":
+    the objects of one bucket)."""
+    if resource == "*":
+        return True
+    return "*" in re.sub(r"\$\{[A-Za-z0-9]+\.Arn\}/\*$", "", resource)
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_every_grant_names_its_resource_except_where_aws_allows_only_star(shape) -> None:
+    cfn, parameters = shape
+    grants = listing(cfn, parameters)
+    assert len({function for function, _, _ in grants}) == 4  # every function was listed
+    wide = [
+        f"{function}: {action} on {resource}"
+        for function, action, resource in grants
+        if _too_wide(resource) and action not in RESOURCE_STAR_ONLY
+    ]
+    table = "\n".join(f"{f:<20} {a:<28} {r}" for f, a, r in grants)
+    assert not wide, "grants on '*':\n" + "\n".join(wide) + "\n\nall grants:\n" + table
+
+
+def test_no_function_role_attaches_a_managed_policy(shape) -> None:
+    cfn, _ = shape
+    attached = {
+        role: cfn["Resources"][role]["Properties"].get("ManagedPolicyArns")
+        for role in function_roles(cfn).values()
+    }
+    assert not any(attached.values()), attached
+
+
+def test_nothing_can_scan_change_lifecycles_or_read_parameters_it_does_not_need(shape) -> None:
+    cfn, parameters = shape
+    actions = {action for _, action, _ in listing(cfn, parameters)}
+    assert "dynamodb:Scan" not in actions  # every read is one person's Query
+    assert not [a for a in actions if "Lifecycle" in a]  # expiry is the template's, not ours
+    assert "ssm:DescribeParameters" not in actions
+    assert "ssm:GetParametersByPath" not in actions
+    assert not [a for a in actions if a.endswith("*") or a == "*"]
+
+
+def test_the_compactor_may_put_and_delete_archive_objects_and_nothing_else_in_s3(shape) -> None:
+    cfn, parameters = shape
+    if not parameters.get("ArchiveBucket"):
+        pytest.skip("no archive in this shape")
+    compactor = next(f for f in function_roles(cfn) if f.startswith("Compactor"))
+    s3 = {(a, r) for f, a, r in listing(cfn, parameters) if f == compactor and a.startswith("s3:")}
+    bucket_objects = "${TranscriptArchiveBucket.Arn}/*"
+    assert s3 == {("s3:PutObject", bucket_objects), ("s3:DeleteObject", bucket_objects)}
+
+
+def test_pollers_and_logs_are_scoped_to_this_stacks_queue_stream_and_log_groups(shape) -> None:
+    cfn, parameters = shape
+    grants = listing(cfn, parameters)
+    by_action: dict[str, set[str]] = {}
+    for _, action, resource in grants:
+        by_action.setdefault(action, set()).add(resource)
+    assert by_action["sqs:ReceiveMessage"] == {"EventQueue.Arn"}
+    assert by_action["dynamodb:GetRecords"] == {"MemoryTable.StreamArn"}
+    assert by_action["logs:PutLogEvents"] == {
+        "WebhookLogGroup.Arn",
+        "ConsumerLogGroup.Arn",
+        "CompactorLogGroup.Arn",
+        "AdminLogGroup.Arn",
+    }
+    assert "logs:CreateLogGroup" not in by_action  # the template creates them, with retention
+
+
+def test_no_function_sets_both_role_and_policies(sam_template: Template) -> None:
+    # SAM ignores `Policies` when `Role` is given: a permission added there would silently
+    # never reach AWS. Add it to the function's role instead.
+    for function_id, function in sam_template["Resources"].items():
+        if function["Type"] == "AWS::Serverless::Function":
+            properties = function["Properties"]
+            assert not ("Role" in properties and "Policies" in properties), function_id

@@ -1,0 +1,107 @@
+"""The optional transcript archive under races: a compaction that loses to an erasure leaves no
+archived copy, and two racing compactions leave exactly the winner's. moto's S3 and DynamoDB
+over HTTP, the model on the local stand-in, the compactor as its handler module builds it."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import boto3
+import pytest
+
+from memagent.lifecycle import forget
+from memagent.person import person_key
+from tests.conftest import AGENT, MAYA, load_function, seed_turns
+
+
+@pytest.fixture
+def bucket(resources) -> str:
+    name = f"archive-{resources.table_name}".lower()
+    boto3.client("s3").create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture
+def compactor(compactor_env, bucket, monkeypatch) -> Any:
+    module = load_function("compactor", {**compactor_env, "ARCHIVE_BUCKET": bucket}, monkeypatch)
+    return module.compactor
+
+
+def archived(bucket: str) -> list[str]:
+    return [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=bucket).get("Contents", [])]
+
+
+def fold(summary: str = "Maya starts a new job.") -> str:
+    return json.dumps({"summary": summary, "facts": ["Starts a new job on Monday"]})
+
+
+def test_a_compaction_losing_to_an_erasure_during_the_fold_leaves_no_archive_object(
+    compactor, bucket, openai
+):
+    # given Maya has 45 turns and the operator archives transcripts
+    seed_turns(compactor.store, MAYA, [f"turn {i}" for i in range(45)])
+
+    def erase_while_folding(request: dict[str, Any]) -> str:
+        forget(compactor.store, AGENT, MAYA, archive=compactor.archive)  # the admin erases her
+        return fold()
+
+    openai.responder = erase_while_folding
+    # when the compaction finishes its fold after the erasure
+    assert compactor.compact(person_key(AGENT, MAYA)) == "lost_race"
+    # then nothing of her transcript is left in the bucket
+    assert archived(bucket) == []
+
+
+def test_an_erasure_right_after_the_archive_write_is_seen_and_the_copy_withdrawn(
+    compactor, bucket, openai, monkeypatch
+):
+    # given the erasure's sweep of the archive runs just before the compaction's write lands
+    seed_turns(compactor.store, MAYA, [f"turn {i}" for i in range(45)])
+    openai.responder = lambda request: fold()
+    put = compactor.archive.put
+
+    def put_after_the_erasure(pk, turns):
+        forget(compactor.store, AGENT, MAYA, archive=compactor.archive)
+        return put(pk, turns)
+
+    monkeypatch.setattr(compactor.archive, "put", put_after_the_erasure)
+    # when the compaction archives, then re-checks the erasure mark
+    assert compactor.compact(person_key(AGENT, MAYA)) == "lost_race"
+    # then it withdrew its own copy: the bucket is empty
+    assert archived(bucket) == []
+
+
+def test_two_racing_compactions_leave_the_winners_archive_object(compactor, bucket, openai):
+    # given two compactions of Maya's memory that both fold the same 25 turns
+    seed_turns(compactor.store, MAYA, [f"turn {i}" for i in range(45)])
+    both_folding = threading.Barrier(2, timeout=10)
+    summaries = iter(["summary A", "summary B"])
+    lock = threading.Lock()
+
+    def respond(request: dict[str, Any]) -> str:
+        with lock:
+            summary = next(summaries)
+        both_folding.wait()  # both have read the same memory before either commits
+        return fold(summary)
+
+    openai.responder = respond
+    pk = person_key(AGENT, MAYA)
+    decisions: list[str] = []
+    threads = [
+        threading.Thread(target=lambda: decisions.append(compactor.compact(pk))) for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # when one commits and the other loses and withdraws its copy
+    assert sorted(decisions) == ["compacted", "lost_race"]
+    # then exactly one transcript is archived: the winner's, covering the turns now folded
+    [key] = archived(bucket)
+    body = boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+    assert [turn["seq"] for turn in json.loads(body)] == list(range(1, 26))
+    memory = compactor.store.load(pk)
+    assert memory.summary is not None and memory.summary.text in ("summary A", "summary B")
+    assert [turn.seq for turn in memory.turns] == list(range(26, 46))
