@@ -505,7 +505,9 @@ class WhaspClient:
             try:
                 location = response.get_redirect_location()
                 if not location:
-                    return self._read_media(response, max_bytes=max_bytes, deadline=deadline)
+                    return self._read_media(
+                        response, max_bytes=max_bytes, deadline=deadline, sent_key=bool(headers)
+                    )
                 response.close()  # a redirect's body is of no use
             except BaseException:
                 response.close()  # a body left unread or half read never goes back to the pool
@@ -516,12 +518,14 @@ class WhaspClient:
         raise MalformedEvent("media redirected too many times")
 
     @staticmethod
-    def _read_media(response: Any, *, max_bytes: int, deadline: float) -> tuple[bytes, str]:
+    def _read_media(
+        response: Any, *, max_bytes: int, deadline: float, sent_key: bool
+    ) -> tuple[bytes, str]:
         import urllib3
 
         if response.status == 429 or response.status >= 500:
             raise TransientError(f"media download answered HTTP {response.status}")
-        if response.status in AUTH_STATUSES:
+        if response.status in AUTH_STATUSES and sent_key:  # elsewhere no key was sent to refuse
             raise _KeyRefused(response.status)
         if response.status != 200:
             raise MalformedEvent(f"media download answered HTTP {response.status}")
