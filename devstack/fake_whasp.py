@@ -65,6 +65,7 @@ class FakeWhasp(LoopbackServer):
         self.sent: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
         self._media: dict[str, tuple[bytes, str]] = {}
+        self._expired: set[str] = set()  # media ids past their URL's life (410)
         self._results: dict[str, tuple[float, Reply]] = {}  # idempotency key -> first result
         self._injected: list[tuple[str | None, Reply]] = []  # (path prefix, reply), in order
         self._ids = itertools.count(1)
@@ -106,6 +107,13 @@ class FakeWhasp(LoopbackServer):
             self._media[media_id] = (data, content_type)
         return f"{self.url}{MEDIA}{media_id}"
 
+    def expire_media(self) -> None:
+        """Every media URL handed out so far answers 410 Gone from now on, as whasp's
+        short-lived URLs do once they expire."""
+        with self._lock:
+            self._expired.update(self._media)
+            self._media.clear()
+
     def texts_to(self, phone: str) -> list[str]:
         """The texts accepted for `phone`, in order."""
         with self._lock:
@@ -119,6 +127,7 @@ class FakeWhasp(LoopbackServer):
             for store in (self.sent, self.requests, self._injected):
                 store.clear()
             self._media.clear()
+            self._expired.clear()
             self._results.clear()
             self.opted_out.clear()
 
@@ -153,10 +162,12 @@ class FakeWhasp(LoopbackServer):
         if request.method == "POST" and request.path == MESSAGES:
             return self._send(request, record)
         if request.method == "GET" and request.path.startswith(MEDIA):
+            media_id = request.path.removeprefix(MEDIA)
             with self._lock:
-                media = self._media.get(request.path.removeprefix(MEDIA))
+                media = self._media.get(media_id)
+                expired = media_id in self._expired
             if media is None:
-                return _error(404, "not_found")
+                return _error(410, "gone") if expired else _error(404, "not_found")
             return Reply(200, media[0], {"Content-Type": media[1]})
         return _error(404, "not_found")
 

@@ -153,6 +153,10 @@ def whasp(whasp_server) -> Any:
 
 @pytest.fixture
 def consumer_env(resources, openai, whasp) -> dict[str, str]:
+    import boto3
+
+    media_bucket = f"{resources.table_name}-media"  # the template's MediaBucket
+    boto3.client("s3").create_bucket(Bucket=media_bucket)
     return {
         "TABLE_NAME": resources.table_name,
         "AGENT_ID": AGENT,
@@ -164,6 +168,7 @@ def consumer_env(resources, openai, whasp) -> dict[str, str]:
         "SYSTEM_PROMPT": "You are Coach, a warm running coach.",
         "PARKING_QUEUE_URL": resources.queue_urls["EventDeadLetterQueue"],
         "QUEUE_URL": resources.queue_urls["EventQueue"],  # failed records' retry backoff
+        "MEDIA_BUCKET": media_bucket,  # voice notes and photos kept between attempts
         # the sample events carry fixed dates; a long dedupe window keeps them "recent"
         "LEDGER_TTL_DAYS": "3650",
     }

@@ -11,7 +11,7 @@ from urllib.parse import unquote
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from memagent.archive import TranscriptArchive
+from memagent.archive import KeptMedia, TranscriptArchive
 from memagent.lifecycle import export, forget
 from memagent.observability import logger, metrics
 from memagent.provider import PERSON_ID
@@ -21,6 +21,7 @@ from memagent.store import MemoryStore
 settings = MemorySettings.from_env()
 store = MemoryStore(settings.table_name)
 archive = TranscriptArchive(settings.archive_bucket) if settings.archive_bucket else None
+media = KeptMedia(settings.media_bucket) if settings.media_bucket else None
 app = APIGatewayHttpResolver()
 
 
@@ -53,7 +54,7 @@ def delete_person(phone: str):
     phone = _phone(phone)
     if phone is None:
         return _invalid()
-    return forget(store, settings.agent_id, phone, archive=archive).as_dict()
+    return forget(store, settings.agent_id, phone, archive=archive, media=media).as_dict()
 
 
 @logger.inject_lambda_context(clear_state=True)

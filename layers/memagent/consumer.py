@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor
 
-from memagent.archive import TranscriptArchive
+from memagent.archive import KeptMedia, TranscriptArchive
 from memagent.backoff import RetrySchedule
 from memagent.errors import Deferred, MalformedEvent
 from memagent.model import ModelClient
@@ -154,7 +154,10 @@ class Consumer:
         provider, parse_event = provider_from_settings(settings)
         model = ModelClient(settings, transcription_model=settings.transcription_model)
         archive = TranscriptArchive(settings.archive_bucket) if settings.archive_bucket else None
-        agent = Agent(settings, MemoryStore(settings.table_name), model, provider, archive)
+        media = KeptMedia(settings.media_bucket) if settings.media_bucket else None
+        agent = Agent(
+            settings, MemoryStore(settings.table_name), model, provider, archive, media=media
+        )
         parking = ParkingQueue(settings.parking_queue_url) if settings.parking_queue_url else None
         retries = Retries(
             RetryQueue(settings.queue_url) if settings.queue_url else None,

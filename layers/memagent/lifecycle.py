@@ -3,10 +3,11 @@
 
 forget() first records a content-free erasure mark (the state item's `erased_at`), so a late
 redelivery of anything the person sent before the erasure is never stored again; then it deletes
-every item of the person's partition (messages, summary, facts, dedupe ledger) and archived
-transcripts, and strips the state item down to the mark. It is idempotent: a second run, or a
-run after a crash half-way, finishes the job and removes nothing that is already gone.
-See docs/privacy.md for the copies that outlive it (stream records, backups, logs, queues).
+every item of the person's partition (messages, summary, facts, dedupe ledger), archived
+transcripts and kept media, and strips the state item down to the mark. It is idempotent: a
+second run, or a run after a crash half-way, finishes the job and removes nothing that is
+already gone. See docs/privacy.md for the copies that outlive it (stream records, backups,
+logs, queues).
 """
 
 from __future__ import annotations
@@ -66,13 +67,19 @@ def forget(
     *,
     archive: Any | None = None,
     at: datetime | None = None,
+    media: Any | None = None,
 ) -> Receipt:
     """Forget a person by any of their identifiers (phone or BSUID)."""
-    return forget_key(store, resolve(store, agent, phone), archive=archive, at=at)
+    return forget_key(store, resolve(store, agent, phone), archive=archive, at=at, media=media)
 
 
 def forget_key(
-    store: MemoryStore, pk: str, *, archive: Any | None = None, at: datetime | None = None
+    store: MemoryStore,
+    pk: str,
+    *,
+    archive: Any | None = None,
+    at: datetime | None = None,
+    media: Any | None = None,
 ) -> Receipt:
     at = store.mark_erased(pk, at or datetime.now(UTC))
     by_kind: dict[str, int] = {}
@@ -102,6 +109,8 @@ def forget_key(
         by_kind["identifiers"] = by_kind.get("identifiers", 0) + 1
     if archive is not None:
         by_kind["archived"] = archive.delete_person(pk)
+    if media is not None:  # voice notes and photos kept for a retry (memagent.archive.KeptMedia)
+        by_kind["media"] = media.delete_person(pk)
     removed = sum(v for k, v in by_kind.items() if k not in ("summary",))
     metrics.add_metric(name="PeopleForgotten", unit=MetricUnit.Count, value=1)
     logger.info("person forgotten", extra={"person": pk, "removed": removed, **by_kind})

@@ -282,6 +282,7 @@ class MemorySettings:
     max_facts: int = 200
     max_fact_chars: int = 160
     archive_bucket: str | None = None
+    media_bucket: str | None = None  # voice notes and photos kept between attempts
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None):
@@ -305,6 +306,7 @@ class MemorySettings:
             "max_facts": read.integer("MAX_FACTS", 200, minimum=1),
             "max_fact_chars": read.integer("MAX_FACT_CHARS", 160, minimum=20),
             "archive_bucket": read.optional("ARCHIVE_BUCKET"),
+            "media_bucket": read.optional("MEDIA_BUCKET"),
         }
 
 

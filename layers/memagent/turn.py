@@ -65,7 +65,8 @@ from memagent.provider import (
 )
 
 if TYPE_CHECKING:
-    from memagent.archive import TranscriptArchive
+    from memagent.archive import KeptMedia, TranscriptArchive
+    from memagent.lifecycle import Receipt
     from memagent.model import ModelClient
     from memagent.provider import Provider
     from memagent.settings import ConsumerSettings
@@ -129,13 +130,18 @@ class Agent:
         model: ModelClient,
         provider: Provider,
         archive: TranscriptArchive | None = None,
+        media: KeptMedia | None = None,
     ):
         self.settings = settings
         self.archive = archive
+        self.media = media  # voice notes and photos kept between attempts
         self.store = store
         self.model = model
         self.provider = provider
         self.ledger_ttl = timedelta(days=settings.ledger_ttl_days)
+
+    def _forget(self, pk: str, *, at: datetime | None = None) -> Receipt:
+        return forget_key(self.store, pk, archive=self.archive, at=at, media=self.media)
 
     def handle(self, event: Event) -> str:
         """Process one event; return the decision taken (for logs and tests). A write that
@@ -208,7 +214,7 @@ class Agent:
             # sent before the person asked to be forgotten: never bring it back. Nothing is
             # written (not even a ledger entry); an erasure a crash left half-done is finished.
             if _predates(memory, state.erased_at):
-                forget_key(self.store, pk, archive=self.archive, at=state.erased_at)
+                self._forget(pk, at=state.erased_at)
             _count("EventsSkippedAfterErasure")
             logger.info("event predates an erasure; skipped")
             return "skipped"
@@ -227,9 +233,13 @@ class Agent:
                 return self._resume(pk, message, entry)
             self._show_typing(message)  # before the slow part: fetching and transcribing
 
+        provider = self.provider
+        if self.media is not None and message.media is not None:
+            # downloaded once, on the first attempt; a retry hours later reads the kept copy
+            provider = self.media.fetching_once(self.provider, pk, message.event_id)
         text = message_text(
             message,
-            provider=self.provider,
+            provider=provider,
             model=self.model,
             max_media_bytes=self.settings.media_max_bytes,
         )
@@ -251,6 +261,8 @@ class Agent:
             ledger_ttl=self.ledger_ttl,
             opted_out=stop,
         )
+        if self.media is not None and message.media is not None:
+            self.media.discard(pk, message.event_id)  # its text is stored now
         if not stored:
             _count("DuplicateEvents")
             entry = self.store.ledger(pk, message.event_id)
@@ -267,7 +279,7 @@ class Agent:
             )
             if self.settings.opt_out_policy == "erase":
                 # the mark is the STOP's own time: what they wrote after it is kept and answered
-                forget_key(self.store, pk, archive=self.archive, at=message.created_at)
+                self._forget(pk, at=message.created_at)
                 return "forgotten"
             return "opted_out"
 
@@ -317,7 +329,7 @@ class Agent:
             )
         if status == ledger.OPTED_OUT and self.settings.opt_out_policy == "erase":
             # a crash stopped it half-way; the mark is the STOP's own time, as the first time
-            forget_key(self.store, pk, archive=self.archive, at=message.created_at)
+            self._forget(pk, at=message.created_at)
             return "forgotten"
         return "duplicate"
 
@@ -410,7 +422,7 @@ class Agent:
             logger.warning(
                 "goodbye not sent; erasing anyway", extra={"error": type(error).__name__}
             )
-        receipt = forget_key(self.store, pk, archive=self.archive)
+        receipt = self._forget(pk)
         _count("ForgottenOnRequest")
         logger.info("forgotten at the person's request", extra={"removed": receipt.removed})
         return "forgotten"
@@ -491,7 +503,7 @@ class Agent:
                 _count("StaleOptOuts")  # they wrote again since: the opt-out no longer holds
                 logger.info("opt-out event older than the last message; ignored")
                 return "stale"
-            forget_key(self.store, pk, archive=self.archive, at=event.created_at)
+            self._forget(pk, at=event.created_at)
             _count("OptOuts")
             logger.info("opt-out event: person forgotten (policy erase)")
             return "forgotten"

@@ -245,3 +245,78 @@ def test_a_key_whasp_keeps_refusing_is_retried_on_the_backoff_never_parked(pipel
     pipeline.delivery.drain()
     assert len(whasp.texts_to(MAYA)) == 1
     assert pipeline.delivery.stats.retry_delays[0] <= 30
+
+
+# ------------------------------------------------------------------ media fetched once
+
+
+def voice_note(whasp, seconds_ago: float = 5) -> dict[str, Any]:
+    url = whasp.add_media(b"OggS" + b"v" * 2000, "audio/ogg")
+    at = (datetime.now(UTC) - timedelta(seconds=seconds_ago)).isoformat().replace("+00:00", "Z")
+    return whasp_message(
+        "",
+        chat=MAYA,
+        created_at=at,
+        message={
+            "id": f"msg_{uuid.uuid4().hex[:6]}",
+            "type": "audio",
+            "timestamp": at,
+            "media": {"url": url, "mime_type": "audio/ogg", "size": 2004},
+        },
+    )
+
+
+def kept(consumer_env) -> list[str]:
+    bucket = consumer_env["MEDIA_BUCKET"]
+    listing = boto3.client("s3").list_objects_v2(Bucket=bucket)
+    return [obj["Key"] for obj in listing.get("Contents", [])]
+
+
+def test_a_voice_note_is_transcribed_on_the_retry_after_its_url_expired(
+    pipeline, consumer_env, openai, whasp
+):
+    # given the transcription fails on the first attempt (the call and the client's retry)
+    openai.transcriber = lambda audio: f"I ran {len(audio)} metres"
+    openai.fail_next(2, status=500)
+    pipeline.post(voice_note(whasp))
+    assert pipeline.delivery.drain(max_batches=1) == 1
+    # then the record is retried, not stored as "could not be played", and the file is kept
+    assert pipeline.delivery.stats.retried == 1
+    assert user_turns(pipeline.resources, MAYA) == []
+    assert len(kept(consumer_env)) == 1
+    # when whasp's media URL has expired (410) by the time of the retry
+    whasp.expire_media()
+    pipeline.delivery.drain()
+    # then the retry transcribed the kept copy and answered once; the URL was fetched once
+    assert user_turns(pipeline.resources, MAYA) == ["[voice note] I ran 2004 metres"]
+    assert len(whasp.texts_to(MAYA)) == 1
+    assert len([r for r in whasp.requests if r["path"].startswith("/media/")]) == 1
+    # and once the text is stored, the copy is gone
+    assert kept(consumer_env) == []
+
+
+def test_forget_leaves_no_kept_copy(pipeline, consumer_env, resources, openai, whasp, monkeypatch):
+    from tests.integration.test_lifecycle import admin_event
+
+    # given a voice note waits for its retry, its file kept
+    openai.fail_next(2, status=500)
+    pipeline.post(voice_note(whasp))
+    pipeline.delivery.drain(max_batches=1)
+    assert len(kept(consumer_env)) == 1
+    # when an operator erases Maya through the admin API
+    admin = load_function(
+        "admin",
+        {
+            "TABLE_NAME": resources.table_name,
+            "AGENT_ID": AGENT,
+            "MEDIA_BUCKET": consumer_env["MEDIA_BUCKET"],
+        },
+        monkeypatch,
+    )
+    response = admin.handler(admin_event("DELETE", MAYA), pipeline.context)
+    assert response["statusCode"] == 200
+    # then no kept copy is left, and the retry brings nothing back
+    assert kept(consumer_env) == []
+    pipeline.delivery.drain()
+    assert user_turns(pipeline.resources, MAYA) == []
+    assert kept(consumer_env) == []
