@@ -151,6 +151,9 @@ class Chat:
                 "the new business number in E.164, e.g. /replace +14155550199", style="red"
             )
             return
+        if self.stack.meta:
+            self.console.note("Meta has no number.replaced event; /replace is whasp only")
+            return
         old = self.stack.business_number
         self.stack.replace_number(number)
         self.stack.wait_idle(timeout=60)
@@ -159,6 +162,9 @@ class Chat:
         )
 
     def opt_out(self) -> None:
+        if self.stack.meta:
+            self.console.note("Meta sends no opt-out event: write STOP instead")
+            return
         self.stack.opt_out(self.phone)
         self.stack.wait_idle(timeout=60)
         self.console.note(
@@ -200,7 +206,9 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None) -> int:
             )
         else:
             console.banner([f"MODEL: {stack.model.label}"], style="bold")
-        console.note(f"whasp webhook: {stack.webhook_url} (secret: the documented test secret)")
+        console.note(
+            f"{stack.provider} webhook: {stack.webhook_url} (secret: the documented test secret)"
+        )
         console.note(f"you are {args.phone}; type a message, or /help")
         interactive = stdin is sys.stdin and sys.stdin.isatty()
         try:

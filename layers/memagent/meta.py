@@ -154,9 +154,15 @@ def _text(value: Any) -> str | None:
 def _phone(value: Any) -> str | None:
     """A wa_id ("972987654321") as the E.164 phone we key people by ("+972987654321")."""
     digits = _text(value)
-    if not digits:
+    if not digits or not PHONE.match(digits):
         return None
     return digits if digits.startswith("+") else f"+{digits}"
+
+
+def _bsuid(value: Any) -> str | None:
+    """A business-scoped user id, stored whole ("US.13491208655302741918")."""
+    text = _text(value)
+    return text if text and BSUID.match(text) else None
 
 
 def _contact_for(message: Mapping[str, Any], contacts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -173,7 +179,7 @@ def identities(
     message: Mapping[str, Any], contact: Mapping[str, Any]
 ) -> tuple[str | None, str | None]:
     """(BSUID, phone) of a message's sender, each when the payload has it."""
-    bsuid = _text(message.get("from_user_id")) or _text(contact.get("user_id"))
+    bsuid = _bsuid(message.get("from_user_id")) or _bsuid(contact.get("user_id"))
     phone = _phone(message.get("from")) or _phone(contact.get("wa_id"))
     return bsuid, phone
 
@@ -228,7 +234,7 @@ def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
             bsuid, phone = identities(message, contact)
             system = message.get("system") if isinstance(message.get("system"), dict) else {}
             if message.get("type") == "system":
-                bsuid = bsuid or _text(system.get("previous_user_id"))
+                bsuid = bsuid or _bsuid(system.get("previous_user_id"))
             who = bsuid or phone
             if not wamid or not who or not _is_turn(message, system):
                 ignored += 1
@@ -246,7 +252,7 @@ def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
                     if isinstance(e.get("code"), int)
                 )
             ours = _text(status.get("biz_opaque_callback_data"))
-            who = _text(status.get("recipient_user_id")) or _phone(status.get("recipient_id"))
+            who = _bsuid(status.get("recipient_user_id")) or _phone(status.get("recipient_id"))
             wamid = _text(status.get("id"))
             if state not in QUEUED_STATUSES or not ours or not who or not wamid:
                 ignored += 1
@@ -259,8 +265,8 @@ def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
             )
         for preference in _dicts(value.get("user_preferences")):
             preferences.append(str(preference.get("value") or "unknown"))
-        if not value.get("messages") and not value.get("statuses"):
-            ignored += 1 if not value.get("user_preferences") else 0
+        if not any(value.get(k) for k in ("messages", "statuses", "user_preferences")):
+            ignored += 1  # another field (account_update, templates...): acknowledged
     return Notification(envelopes, ignored, failed_codes, preferences)
 
 
@@ -331,12 +337,15 @@ def _inbound(message: dict, value: dict, contact: dict) -> InboundMessage:
 def _identity_change(message: dict) -> IdentityChanged:
     system = message.get("system") if isinstance(message.get("system"), dict) else {}
     previous = [
-        _text(system.get("previous_user_id")),
-        _text(message.get("from_user_id")),
+        _bsuid(system.get("previous_user_id")),
+        _bsuid(message.get("from_user_id")),
         _phone(system.get("customer")),
         _phone(message.get("from")),
     ]
-    current = [_text(system.get("user_id")), _phone(system.get("wa_id") or system.get("new_wa_id"))]
+    current = [
+        _bsuid(system.get("user_id")),
+        _phone(system.get("wa_id") or system.get("new_wa_id")),
+    ]
     old = tuple(dict.fromkeys(i for i in previous if i))
     new = tuple(dict.fromkeys(i for i in current if i and i not in old))
     wamid = _text(message.get("id"))
@@ -351,7 +360,7 @@ def _identity_change(message: dict) -> IdentityChanged:
 
 
 def _status(status: dict) -> ReplyStatus:
-    bsuid, phone = _text(status.get("recipient_user_id")), _phone(status.get("recipient_id"))
+    bsuid, phone = _bsuid(status.get("recipient_user_id")), _phone(status.get("recipient_id"))
     wamid, key = _text(status.get("id")), _text(status.get("biz_opaque_callback_data"))
     state = _text(status.get("status"))
     if not wamid or not key or not state or not (bsuid or phone):
