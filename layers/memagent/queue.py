@@ -16,9 +16,17 @@ from memagent.person import agent_key, person_key
 if TYPE_CHECKING:  # any provider's envelope: an id, the person's identity (chat), the raw event
     from memagent.whasp import Envelope
 
-# The webhook must answer whasp within its 10 s deadline (and its Lambda timeout): fail fast
-# with a 503 and let whasp retry. Worst case 2 attempts x (1 s + 2 s).
-_CONFIG = Config(connect_timeout=1, read_timeout=2, retries={"max_attempts": 2, "mode": "standard"})
+# The webhook must answer whasp within its 10 s deadline (and its 10 s Lambda timeout): fail
+# fast with a 503 and let whasp retry. Worst case: 2 attempts in all (total_max_attempts counts
+# the first) x (0.5 s connect + 1 s read) + one backoff (standard mode: under 1 s) = 4 s; with
+# the secret's read on a cold start (settings.SSM_CONFIG, the same 4 s), 8 s. SendMessage takes
+# tens of milliseconds in a region, so these cut only a failing call short.
+DEADLINE_CONFIG = Config(
+    connect_timeout=0.5,
+    read_timeout=1.0,
+    retries={"total_max_attempts": 2, "mode": "standard"},
+)
+_CONFIG = DEADLINE_CONFIG
 
 
 def group_id(agent: str, envelope: Envelope) -> str:

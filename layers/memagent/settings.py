@@ -23,6 +23,14 @@ from functools import partial
 from memagent.errors import ConfigurationError, SecretUnavailable
 
 SECRET_MAX_AGE_SECONDS = 300
+# The secret's read is on the webhook's path (cold start, then every SECRET_MAX_AGE_SECONDS):
+# 2 attempts in all x (0.5 s connect + 1 s read) + one backoff under 1 s = 4 s at worst, so it
+# and the SQS call (memagent.queue.DEADLINE_CONFIG, 4 s) fit whasp's 10 s deadline.
+SSM_CONFIG = {
+    "connect_timeout": 0.5,
+    "read_timeout": 1.0,
+    "retries": {"total_max_attempts": 2, "mode": "standard"},
+}
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a warm, concise companion who chats with people on WhatsApp. "
@@ -84,9 +92,7 @@ class Secret:
                 self._provider = SSMProvider(
                     boto3_client=boto3.client(
                         "ssm",
-                        config=Config(
-                            connect_timeout=1, read_timeout=2, retries={"max_attempts": 2}
-                        ),
+                        config=Config(**SSM_CONFIG),
                     )
                 )
             value = self._provider.get(
