@@ -711,3 +711,28 @@ def test_typing_indicator_once_per_turn_and_its_failure_does_not_fail_the_turn(
     )
     assert queue.drain(consumer, lambda_context) == 0
     assert len(graph.sent) == 2
+
+
+def test_memory_reads_stay_one_query_and_one_more_only_for_a_linked_identifier(
+    webhook, queue, consumer, lambda_context
+):
+    client = consumer.consumer.agent.store._client
+    calls: list[str] = []
+    client.meta.events.register(
+        "before-call.dynamodb.*", lambda model, **_: calls.append(model.name)
+    )
+
+    def reads(notification) -> list[str]:
+        calls.clear()
+        post(webhook, notification, lambda_context)
+        queue.drain(consumer, lambda_context)
+        return [c for c in calls if c in ("Query", "GetItem", "Scan", "BatchGetItem")]
+
+    # a person who has always had a BSUID: one Query per turn, as with whasp
+    reads(text_from("first", phone=SAM_PHONE, bsuid=SAM_BSUID, at=NOW))
+    assert reads(text_from("second", phone=SAM_PHONE, bsuid=SAM_BSUID, at=NOW + 9)) == ["Query"]
+    # a person whose BSUID arrived after their phone: their BSUID's key links to their memory,
+    # one small Query to follow the link, then the one Query for the memory
+    reads(text_from("first", phone=MAYA_PHONE, at=NOW))
+    reads(text_from("second", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW + 9))
+    assert reads(text_from("third", bsuid=MAYA_BSUID, at=NOW + 18)) == ["Query", "Query"]
