@@ -1,4 +1,5 @@
-"""Consumer Lambda: SQS FIFO batch -> one agent turn per event, each person in order.
+"""Consumer Lambda: SQS FIFO batch -> one agent turn per event, each person in order; a burst
+of one person's consecutive messages in the batch gets one reply, after its last message.
 
 A failed record fails itself and the rest of its person's group in the batch (skip_group_on_error),
 so nobody's messages are answered out of order; other people's records go on. The failed records
@@ -25,6 +26,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event: dict, context: LambdaContext) -> dict:
+    consumer.look_ahead(event.get("Records") or [])  # which records end a burst
     return process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )

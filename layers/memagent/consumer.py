@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -25,6 +25,7 @@ from memagent.backoff import RetrySchedule
 from memagent.errors import Deferred, MalformedEvent
 from memagent.model import ModelClient
 from memagent.observability import logger, metrics
+from memagent.provider import InboundMessage
 from memagent.queue import ParkingQueue, RetryQueue
 from memagent.store import MemoryStore
 from memagent.turn import Agent
@@ -148,6 +149,47 @@ class Consumer:
         self.parking = parking
         self.parse_event = parse_event
         self.retries = retries or Retries(None, RetrySchedule(), defer_seconds=2)
+        self._followed: frozenset[str] = frozenset()  # see look_ahead
+
+    def look_ahead(self, records: Iterable[dict[str, Any]]) -> None:
+        """Before a batch is processed: note each record whose person's next record in the
+        batch is a message that joins its burst. Such a record is stored and left for the
+        burst's last message to answer, with all of them in one context (one model call, one
+        reply). A person's waiting messages reach us together once their previous turn is
+        done (the FIFO group holds them meanwhile), so this is the natural burst."""
+        if not self.agent.settings.coalesce_bursts:
+            self._followed = frozenset()
+            return
+        by_group: dict[str, list[tuple[str, Event | None]]] = {}
+        for record in records:
+            group = (record.get("attributes") or {}).get("MessageGroupId") or ""
+            queued = by_group.setdefault(group, [])
+            queued.append((record.get("messageId", ""), self._event(record)))
+        followed = set()
+        for queued in by_group.values():
+            for index, (message_id, event) in enumerate(queued):
+                if not isinstance(event, InboundMessage):
+                    continue
+                # the next different event (a repeat of this one in the same batch is no
+                # follower: it is a no-op, and the burst would wait for nobody)
+                after = next(
+                    (
+                        e
+                        for _, e in queued[index + 1 :]
+                        if e is None or e.event_id != event.event_id
+                    ),
+                    None,
+                )
+                if isinstance(after, InboundMessage) and not self.agent.answered_alone(after):
+                    followed.add(message_id)
+        self._followed = frozenset(followed)
+
+    def _event(self, record: dict[str, Any]) -> Event | None:
+        """The event a raw record carries, or None if it cannot be read (it will be parked)."""
+        try:
+            return self.parse_event(json.loads(record.get("body") or ""))
+        except (ValueError, TypeError, AttributeError, MalformedEvent):
+            return None
 
     @classmethod
     def from_settings(cls, settings: ConsumerSettings) -> Consumer:
@@ -185,7 +227,7 @@ class Consumer:
             event = self.parse_event(json.loads(record.body))
         except (ValueError, MalformedEvent) as error:
             return self._park(record, str(error))
-        decision = self.agent.handle(event)
+        decision = self.agent.handle(event, followed=record.message_id in self._followed)
         logger.info("event handled", extra={"decision": decision})
         return decision
 

@@ -369,6 +369,8 @@ class ConsumerSettings(ModelSettings):
     retry_max_seconds: float = 900
     retry_jitter: float = 0.2
     defer_seconds: int = 2
+    # one reply to a burst of lines a person sent while their previous turn was answered
+    coalesce_bursts: bool = True
     whasp_api_key: Secret | None = field(default=None, repr=False)
     meta_access_token: Secret | None = field(default=None, repr=False)
 
@@ -410,6 +412,7 @@ class ConsumerSettings(ModelSettings):
             "retry_max_seconds": read.number("RETRY_MAX_SECONDS", 900, minimum=1, maximum=43_200),
             "retry_jitter": read.number("RETRY_JITTER", 0.2, minimum=0, maximum=1, below=True),
             "defer_seconds": read.integer("DEFER_SECONDS", 2, minimum=0, maximum=900),
+            "coalesce_bursts": read.flag("COALESCE_BURSTS", True),
         }
 
     @property

@@ -4,7 +4,9 @@ One partition per person (`pk` = memagent.person.person_key); sort keys:
 
     ALIAS#<key>       another identifier's key that points here (its STATE holds `alias_of`)
     EVT#<digest>      the dedupe ledger: one item per whasp event, with the turn's progress
-                      (stored -> replied -> sent, or opted_out / parked / skipped) and a TTL
+                      (stored -> replied -> sent, or opted_out / parked / skipped) and a TTL;
+                      a message answered by a later one's reply (a burst) ends `answered`,
+                      and every answered entry names the reply: answered_by, reply_seq
     FACT#<key>        one durable fact; the key is derived from its normalised text, so facts
                       are unique per person by construction
     MSG#<seq:012d>    one turn (user or assistant); seq is strictly increasing per person
@@ -18,7 +20,7 @@ conditional, so a lost race raises ConcurrentUpdate and the caller retries from 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -40,8 +42,10 @@ TURN_READ_FROM = FACT  # FACT# < MSG# < STATE: one range holds what a turn needs
 # ledger statuses
 STORED, REPLIED, SENT = "stored", "replied", "sent"
 OPTED_OUT, PARKED, SKIPPED = "opted_out", "parked", "skipped"
+ANSWERED = "answered"  # covered by the reply stored under the entry `answered_by` names
 
 TRANSACTION_LIMIT = 100  # DynamoDB's cap on actions per TransactWriteItems
+DEFAULT_LEDGER_TTL = timedelta(days=30)
 
 # every state attribute but the erasure mark: what forget() strips from the state item
 _STATE_CONTENT = (
@@ -57,6 +61,7 @@ _STATE_CONTENT = (
     "updated_at",
     "forget_pending",
     "alias_of",
+    "awaiting",
 )
 
 
@@ -99,6 +104,7 @@ def _state(item: dict[str, Any] | None) -> PersonState:
         erased_at=_time(item.get("erased_at")),
         forget_pending=bool(item.get("forget_pending", False)),
         alias_of=item.get("alias_of"),
+        awaiting=tuple(item.get("awaiting") or ()),
     )
 
 
@@ -194,6 +200,7 @@ class MemoryStore:
         compact: bool,
         extra_set: dict[str, Any] | None = None,
         event_time: datetime | None = None,
+        remove: Iterable[str] = (),
     ) -> dict[str, Any]:
         """Advance last_seq, guarded by the value we read (one writer per person: the FIFO
         group) and by the erasure mark (nothing older than an erasure is written again)."""
@@ -210,11 +217,14 @@ class MemoryStore:
         if event_time is not None:
             condition += " AND (attribute_not_exists(erased_at) OR erased_at < :event_time)"
             values[":event_time"] = _iso(event_time)
+        expression = "SET " + ", ".join(sets)
+        if remove:
+            expression += " REMOVE " + ", ".join(remove)
         return {
             "Update": {
                 "TableName": self.table_name,
                 "Key": {"pk": pk, "sk": STATE},
-                "UpdateExpression": "SET " + ", ".join(sets),
+                "UpdateExpression": expression,
                 "ConditionExpression": condition,
                 "ExpressionAttributeValues": values,
             }
@@ -230,26 +240,35 @@ class MemoryStore:
         compact: bool,
         ledger_ttl: timedelta,
         opted_out: bool = False,
+        held: bool = False,
+        extra_set: dict[str, Any] | None = None,
     ) -> bool:
-        """Store the person's message atomically with its ledger entry. False: a duplicate."""
+        """Store the person's message atomically with its ledger entry. False: a duplicate.
+
+        The message joins the state's `awaiting` list, which the next reply answers as a whole,
+        unless it is a STOP (`opted_out`: the replies still awaited are dropped with it, so
+        nothing is sent after a STOP) or was written before a standing opt-out (`held`: kept,
+        never answered, and the opt-out stays)."""
         assert turn.event_id is not None
         now = datetime.now(UTC)
         ledger = {
             "pk": pk,
             "sk": ledger_sk(turn.event_id),
             "event_id": turn.event_id,
-            "status": OPTED_OUT if opted_out else STORED,
+            "status": OPTED_OUT if opted_out or held else STORED,
             "user_seq": turn.seq,
             "created_at": _iso(now),
             "expires_at": int((now + ledger_ttl).timestamp()),
         }
-        extra = {
-            "last_number": turn.number,
-            "last_inbound_at": _iso(turn.at),
-            "opted_out": opted_out,  # the next message from the person lifts an opt-out
-        }
+        extra: dict[str, Any] = {"last_number": turn.number}
+        if not held:  # an older message moves neither the opt-out nor the last-written time
+            extra["last_inbound_at"] = _iso(turn.at)
+            extra["opted_out"] = opted_out  # a later message from the person lifts an opt-out
         if opted_out:
             extra["opted_out_at"] = _iso(turn.at)
+        elif not held:
+            extra["awaiting"] = [*previous.awaiting, turn.event_id]
+        extra.update(extra_set or {})
         actions = [
             {
                 "Put": {
@@ -266,8 +285,12 @@ class MemoryStore:
                 compact=compact,
                 extra_set=extra,
                 event_time=event_time,
+                remove=("awaiting",) if opted_out else (),
             ),
         ]
+        if opted_out:
+            dropped = previous.awaiting[-(TRANSACTION_LIMIT - len(actions)) :]
+            actions += [self._settle(pk, e, ledger_ttl, status=OPTED_OUT) for e in dropped]
         try:
             self._client.transact_write_items(TransactItems=actions)
         except ClientError as error:
@@ -291,24 +314,34 @@ class MemoryStore:
         compact: bool,
         event_time: datetime,
         extra_set: dict[str, Any] | None = None,
+        covered: Sequence[str] = (),
+        ledger_ttl: timedelta = DEFAULT_LEDGER_TTL,
     ) -> None:
         """Store the agent's reply and move the event to `replied`, in one transaction; the
-        ledger keeps the reply text until it is sent, so a redelivery re-sends the same words."""
+        ledger keeps the reply text until it is sent, so a redelivery re-sends the same words.
+        The earlier messages of a burst that the reply also answers (`covered`) move to
+        `answered` in the same transaction, each naming the reply; the awaiting list empties."""
+        set_reply = "SET #s = :replied, reply = :text, reply_seq = :seq, answered_by = :id"
+        values: dict[str, Any] = {
+            ":replied": REPLIED,
+            ":stored": STORED,
+            ":text": turn.text,
+            ":seq": turn.seq,
+            ":id": event_id,
+        }
+        if turn.number:  # the number the reply goes out from, for a re-send
+            set_reply += ", reply_from = :from"
+            values[":from"] = turn.number
         actions = [
             self._new_turn(pk, turn),
             {
                 "Update": {
                     "TableName": self.table_name,
                     "Key": {"pk": pk, "sk": ledger_sk(event_id)},
-                    "UpdateExpression": "SET #s = :replied, reply = :text, reply_seq = :seq",
+                    "UpdateExpression": set_reply,
                     "ConditionExpression": "#s = :stored",
                     "ExpressionAttributeNames": {"#s": "status"},
-                    "ExpressionAttributeValues": {
-                        ":replied": REPLIED,
-                        ":stored": STORED,
-                        ":text": turn.text,
-                        ":seq": turn.seq,
-                    },
+                    "ExpressionAttributeValues": values,
                 }
             },
             self._state_update(
@@ -318,7 +351,15 @@ class MemoryStore:
                 compact=compact,
                 extra_set=extra_set,
                 event_time=event_time,
+                remove=("awaiting",),
             ),
+        ]
+        others = [e for e in covered if e != event_id][-(TRANSACTION_LIMIT - len(actions)) :]
+        actions += [
+            self._settle(
+                pk, e, ledger_ttl, status=ANSWERED, answered_by=event_id, reply_seq=turn.seq
+            )
+            for e in others
         ]
         try:
             self._client.transact_write_items(TransactItems=actions)
@@ -608,6 +649,26 @@ class MemoryStore:
                 raise
 
     # ------------------------------------------------------------------ items
+
+    def _settle(self, pk: str, event_id: str, ttl: timedelta, **values: Any) -> dict[str, Any]:
+        """The transaction action that records how an awaiting message ended (answered by a
+        burst's reply, or dropped by a STOP). Unconditional: the state's last_seq guard in the
+        same transaction already makes the writer unique. An entry the ledger's TTL removed
+        meanwhile comes back only as a short-lived stub that expires again."""
+        names = {f"#a{i}": name for i, name in enumerate(values)}
+        sets = [f"#a{i} = :a{i}" for i in range(len(values))]
+        sets.append("expires_at = if_not_exists(expires_at, :expires)")
+        attribute_values = {f":a{i}": value for i, value in enumerate(values.values())}
+        attribute_values[":expires"] = int((datetime.now(UTC) + ttl).timestamp())
+        return {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": {"pk": pk, "sk": ledger_sk(event_id)},
+                "UpdateExpression": "SET " + ", ".join(sets),
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": attribute_values,
+            }
+        }
 
     def _new_turn(self, pk: str, turn: Turn) -> dict[str, Any]:
         """The transaction action that stores a turn; its seq must be new (one writer per

@@ -116,6 +116,10 @@ def _predates(memory: Memory, mark: datetime) -> bool:
     )
 
 
+def _reply_seq(entry: dict) -> int | None:
+    return int(entry["reply_seq"]) if entry.get("reply_seq") is not None else None
+
+
 def _count(name: str, value: float = 1) -> None:
     metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
 
@@ -143,13 +147,15 @@ class Agent:
     def _forget(self, pk: str, *, at: datetime | None = None) -> Receipt:
         return forget_key(self.store, pk, archive=self.archive, at=at, media=self.media)
 
-    def handle(self, event: Event) -> str:
-        """Process one event; return the decision taken (for logs and tests). A write that
-        lost a race (a compaction committing at the same moment) is retried from a fresh read:
-        every step is idempotent, so a retry resumes where the last try stopped."""
+    def handle(self, event: Event, *, followed: bool = False) -> str:
+        """Process one event; return the decision taken (for logs and tests). `followed`: the
+        person's next record in this batch is a message that joins this one's burst, so this
+        one is stored and answered with it. A write that lost a race (a compaction committing
+        at the same moment) is retried from a fresh read: every step is idempotent, so a retry
+        resumes where the last try stopped."""
         for attempt in range(1, RACE_ATTEMPTS + 1):
             try:
-                return self._handle(event)
+                return self._handle(event, followed)
             except ConcurrentUpdate:
                 if attempt == RACE_ATTEMPTS:
                     raise
@@ -157,9 +163,9 @@ class Agent:
                 time.sleep(random.uniform(0.05, 0.2) * attempt)  # jitter
         raise AssertionError("unreachable")
 
-    def _handle(self, event: Event) -> str:
+    def _handle(self, event: Event, followed: bool) -> str:
         if isinstance(event, InboundMessage):
-            return self.answer(event)
+            return self.answer(event, followed=followed)
         if isinstance(event, ChatOptedOut):
             return self.opt_out(event)
         if isinstance(event, NumberReplaced):
@@ -169,6 +175,25 @@ class Agent:
         if isinstance(event, ReplyStatus):
             return self.reply_status(event)
         raise MalformedEvent(f"no handler for {type(event).__name__}")
+
+    # ------------------------------------------------------------------ bursts
+
+    def answered_alone(self, message: InboundMessage) -> bool:
+        """A keyword that gets its own answer, as when sent alone ("forget me", "what do you
+        remember about me"): it never joins a burst, nor lets the message before it wait."""
+        if message.kind != "text" or not message.text:
+            return False
+        said = _normalised(message.text)
+        return said == _normalised(self.settings.forget_keyword) or said in RECALL_QUESTIONS
+
+    def _waits(self, text: str, state: PersonState) -> bool:
+        """Whether a message just stored can leave its answer to a later one of its burst."""
+        said = _normalised(text)
+        return not (
+            said == _normalised(self.settings.forget_keyword)
+            or said in RECALL_QUESTIONS
+            or (state.forget_pending and said in CONFIRM_WORDS)
+        )
 
     # ------------------------------------------------------------------ inbound messages
 
@@ -205,7 +230,7 @@ class Agent:
             _count("TypingIndicatorFailed")
             logger.warning("typing indicator not shown", extra={"error": type(error).__name__})
 
-    def answer(self, message: InboundMessage) -> str:
+    def answer(self, message: InboundMessage, *, followed: bool = False) -> str:
         pk, memory = self._person(message.chat, message.aliases)
         logger.append_keys(event_id=message.event_id, person=pk)
         state = memory.state
@@ -224,13 +249,14 @@ class Agent:
             # older than the dedupe ledger reaches back: we could not tell it from a repeat
             _count("EventsTooOld")
             logger.warning("event older than the dedupe window; skipped")
-            return "too_old"
+            return self._end_of_burst(pk, message, state, "too_old", followed=followed)
 
         if message.kind != "text":
             # media is costly to convert: look the event up before fetching anything
             entry = self.store.ledger(pk, message.event_id)
             if entry is not None:
-                return self._resume(pk, message, entry)
+                decision = self._resume(pk, message, entry)
+                return self._end_of_burst(pk, message, state, decision, followed=followed)
             self._show_typing(message)  # before the slow part: fetching and transcribing
 
         provider = self.provider
@@ -244,6 +270,16 @@ class Agent:
             max_media_bytes=self.settings.media_max_bytes,
         )
         stop = message.kind == "text" and text.strip().casefold() in STOP_WORDS
+        # an opt-out lifts only with a message written after it (events arrive out of order)
+        held = (
+            not stop
+            and state.opted_out
+            and state.opted_out_at is not None
+            and message.sent_at < state.opted_out_at
+        )
+        extra = {}
+        if state.forget_pending and _normalised(text) not in CONFIRM_WORDS:
+            extra["forget_pending"] = False  # anything but "yes" keeps the memory
         turn = Turn(
             seq=state.last_seq + 1,
             role="user",
@@ -260,27 +296,37 @@ class Agent:
             compact=self._needs_compaction(state, turn.seq),
             ledger_ttl=self.ledger_ttl,
             opted_out=stop,
+            held=held,
+            extra_set=extra or None,
         )
         if self.media is not None and message.media is not None:
             self.media.discard(pk, message.event_id)  # its text is stored now
         if not stored:
             _count("DuplicateEvents")
             entry = self.store.ledger(pk, message.event_id)
-            return self._resume(pk, message, entry)
+            decision = self._resume(pk, message, entry)
+            return self._end_of_burst(pk, message, state, decision, followed=followed)
         _count("MessagesRemembered")
         logger.info("message remembered", extra={"seq": turn.seq, "kind": message.kind})
-        if message.kind == "text" and not stop:
+        if message.kind == "text" and not stop and not held:
             self._show_typing(message)  # once per turn: a duplicate never gets here
 
         if stop:
             _count("OptOuts")
+            if state.awaiting:
+                _count("RepliesDroppedByStop", len(state.awaiting))
             logger.info(
-                "person opted out by message", extra={"policy": self.settings.opt_out_policy}
+                "person opted out by message",
+                extra={"policy": self.settings.opt_out_policy, "dropped": len(state.awaiting)},
             )
             if self.settings.opt_out_policy == "erase":
                 # the mark is the STOP's own time: what they wrote after it is kept and answered
                 self._forget(pk, at=message.created_at)
                 return "forgotten"
+            return "opted_out"
+        if held:
+            _count("MessagesHeldByOptOut")
+            logger.info("message written before the opt-out: kept, not answered")
             return "opted_out"
 
         now_state = dataclasses.replace(
@@ -289,49 +335,109 @@ class Agent:
             last_number=message.number,
             last_inbound_at=message.sent_at,
             opted_out=False,
+            forget_pending=state.forget_pending and not extra,
+            awaiting=(*state.awaiting, message.event_id),
         )
         memory = dataclasses.replace(memory, state=now_state, turns=(*memory.turns, turn))
-        new_number = (
-            message.number if state.last_number and state.last_number != message.number else None
+        if followed and self._waits(text, now_state):
+            _count("MessagesCoalesced")
+            logger.info("answer left to the burst's last message")
+            return "waiting"
+        return self._answer_awaiting(pk, message, memory)
+
+    def _end_of_burst(
+        self,
+        pk: str,
+        message: InboundMessage,
+        state: PersonState,
+        decision: str,
+        *,
+        followed: bool,
+    ) -> str:
+        """After a record that stored nothing new (a repeat, a skipped event): if it ends the
+        person's run in this batch and messages still await their reply, answer them now, so a
+        burst whose last record was a repeat (or a redelivery split away from the rest) is
+        still answered exactly once."""
+        if decision != "stored" and not state.awaiting:
+            return decision
+        memory = self.store.load(pk)
+        awaiting = memory.state.awaiting
+        if decision == "stored" and message.event_id not in awaiting:
+            # stored by a version before bursts were answered together: answered on its own
+            awaiting, followed = (*awaiting, message.event_id), False
+        if followed or not awaiting:
+            return "waiting" if decision == "stored" else decision
+        memory = dataclasses.replace(
+            memory, state=dataclasses.replace(memory.state, awaiting=awaiting)
         )
-        return self._reply(
-            pk,
-            message,
-            memory,
-            turn,
-            previous_inbound_at=state.last_inbound_at,
-            new_number=new_number,
-        )
+        return self._answer_awaiting(pk, message, memory)
 
     def _resume(self, pk: str, message: InboundMessage, entry: dict | None) -> str:
+        """A repeat of an event seen before: finish what a crash left undone."""
         status = (entry or {}).get("status")
         logger.info("event seen before", extra={"status": status})
         if status == ledger.STORED:
-            memory = self.store.load(pk)
-            user_seq = int(entry["user_seq"])
-            answering = next((t for t in memory.turns if t.seq == user_seq), None)
-            if answering is None:  # folded away: cannot happen while the person's queue waits
-                self.store.finish_event(pk, message.event_id, ledger.SKIPPED, reason="folded")
-                return "skipped"
-            previous = [t for t in memory.turns if t.role == "user" and t.seq < user_seq]
-            return self._reply(
+            return "stored"  # not answered yet: the caller answers it (with its burst)
+        if status == ledger.REPLIED:
+            sender = entry.get("reply_from") or message.number
+            return self._send(
                 pk,
                 message,
-                memory,
-                answering,
-                previous_inbound_at=previous[-1].at if previous else None,
-                new_number=None,
+                message.event_id,
+                sender,
+                entry["reply"],
+                ledger.sent_parts(entry),
+                reply_seq=_reply_seq(entry),
             )
-        if status == ledger.REPLIED:
-            reply_seq = int(entry["reply_seq"]) if entry.get("reply_seq") is not None else None
-            return self._send(
-                pk, message, entry["reply"], sent=ledger.sent_parts(entry), reply_seq=reply_seq
-            )
+        if status == ledger.ANSWERED:
+            # a burst's reply, stored under the event that `answered_by` names: make sure it
+            # went out (the same text under the same Idempotency-Key; no new model call)
+            by = self.store.ledger(pk, entry["answered_by"])
+            if by is not None and by.get("status") == ledger.REPLIED:
+                sender = by.get("reply_from") or message.number
+                return self._send(
+                    pk,
+                    message,
+                    entry["answered_by"],
+                    sender,
+                    by["reply"],
+                    ledger.sent_parts(by),
+                    reply_seq=_reply_seq(by),
+                )
+            return "duplicate"
         if status == ledger.OPTED_OUT and self.settings.opt_out_policy == "erase":
             # a crash stopped it half-way; the mark is the STOP's own time, as the first time
             self._forget(pk, at=message.created_at)
             return "forgotten"
         return "duplicate"
+
+    def _answer_awaiting(self, pk: str, message: InboundMessage, memory: Memory) -> str:
+        """One reply to everything the person said since the last reply: the newest of those
+        messages is answered, with all of them (and what came before) in the context."""
+        awaiting = memory.state.awaiting
+        covered = [t for t in memory.turns if t.role == "user" and t.event_id in awaiting]
+        if not covered:  # folded away: cannot happen while the person's queue waits
+            for event_id in awaiting:
+                self.store.finish_event(pk, event_id, ledger.SKIPPED, reason="folded")
+            return "skipped"
+        answering = covered[-1]
+        before = [t for t in memory.turns if t.role == "user" and t.seq < covered[0].seq]
+        previous_number = before[-1].number if before else None
+        if len(awaiting) > 1:
+            _count("BurstsAnswered")
+            logger.info("one reply to a burst", extra={"messages": len(awaiting)})
+        return self._reply(
+            pk,
+            message,
+            memory,
+            answering,
+            previous_inbound_at=max((t.at for t in before), default=None),
+            new_number=(
+                answering.number
+                if previous_number and answering.number and previous_number != answering.number
+                else None
+            ),
+        )
 
     def _reply(
         self,
@@ -347,13 +453,15 @@ class Agent:
         extra: dict[str, bool] = {}
         if memory.state.forget_pending:
             if said in CONFIRM_WORDS:
-                return self._forget_on_request(pk, message)
+                return self._forget_on_request(pk, message, answering)
             extra["forget_pending"] = False  # anything else keeps the memory
         if said == _normalised(self.settings.forget_keyword):
-            return self._answer_with(pk, message, memory, FORGET_QUESTION, {"forget_pending": True})
+            return self._answer_with(
+                pk, message, memory, answering, FORGET_QUESTION, {"forget_pending": True}
+            )
         if said in RECALL_QUESTIONS:
             text = recall(memory, self.settings.forget_keyword)
-            return self._answer_with(pk, message, memory, text, extra)
+            return self._answer_with(pk, message, memory, answering, text, extra)
 
         context = build_context(
             memory,
@@ -381,41 +489,53 @@ class Agent:
             _count("ModelRejected")
             logger.error("model refused the turn; fallback reply", extra={"error": str(error)})
             text = FALLBACK_REPLY
-        return self._answer_with(pk, message, memory, text, extra)
+        return self._answer_with(pk, message, memory, answering, text, extra)
 
     def _answer_with(
-        self, pk: str, message: InboundMessage, memory: Memory, text: str, extra: dict
+        self,
+        pk: str,
+        message: InboundMessage,
+        memory: Memory,
+        answering: Turn,
+        text: str,
+        extra: dict,
     ) -> str:
+        """Store the reply to `answering` (and to every message awaiting with it), then send it."""
+        assert answering.event_id is not None
         state = memory.state
+        sender = answering.number or message.number
         reply = Turn(
             seq=state.last_seq + 1,
             role="assistant",
             text=text,
             at=datetime.now(UTC),
-            number=message.number,
+            number=sender,
         )
         self.store.remember_reply(
             pk,
             previous=state,
-            event_id=message.event_id,
+            event_id=answering.event_id,
             turn=reply,
             compact=self._needs_compaction(state, reply.seq),
             event_time=message.created_at,
             extra_set=extra or None,
+            covered=state.awaiting,
+            ledger_ttl=self.ledger_ttl,
         )
-        return self._send(pk, message, text, reply_seq=reply.seq)
+        return self._send(pk, message, answering.event_id, sender, text, reply_seq=reply.seq)
 
-    def _forget_on_request(self, pk: str, message: InboundMessage) -> str:
+    def _forget_on_request(self, pk: str, message: InboundMessage, answering: Turn) -> str:
         """The person confirmed: send one last short reply, then erase. A crash in between is
         safe: the redelivery finds the event still `stored`, sends again under the same
         Idempotency-Key (a no-op at whasp) and erases. The erasure matters more than the
         goodbye: if whasp cannot take it, we erase all the same."""
+        assert answering.event_id is not None
         try:
             self.provider.send_text(
-                sender=message.number,
+                sender=answering.number or message.number,
                 to=message.address,
                 text=FORGOTTEN_REPLY,
-                key=idempotency_key(message.event_id, 0),
+                key=idempotency_key(answering.event_id, 0),
             )
         except (OptedOut, SendRejected, TransientError) as error:
             _count("GoodbyeNotSent")
@@ -431,15 +551,19 @@ class Agent:
         self,
         pk: str,
         message: InboundMessage,
+        event_id: str,
+        sender: str,
         text: str,
         sent: dict[int, str] | None = None,
         *,
         reply_seq: int | None = None,
     ) -> str:
-        """Send the reply's parts not yet `sent`; record each part's id as the provider answers
-        (the last one with the end of the event's turn, in one write). A reply the provider
-        refused before any part went out is taken back out of memory (`reply_seq`): the memory
-        holds what the person saw, not what we meant to say."""
+        """Send the reply stored under `event_id`'s ledger entry (for a burst: its last
+        message's), the parts not yet `sent`, keyed by that event, so a repeat after any crash
+        is a no-op at the provider; record each part's id as the provider answers (the last
+        one with the end of the event's turn, in one write). A reply the provider refused
+        before any part went out is taken back out of memory (`reply_seq`): the memory holds
+        what the person saw, not what we meant to say."""
         parts = split_text(text)
         sent = dict(sent or {})
         try:
@@ -448,19 +572,19 @@ class Agent:
                     continue  # a redelivery: this part went out before
                 sent[part] = (
                     self.provider.send_text(
-                        sender=message.number,
+                        sender=sender,
                         to=message.address,
                         text=chunk,
-                        key=idempotency_key(message.event_id, part),
+                        key=idempotency_key(event_id, part),
                     )
                     or "sent"
                 )
                 if part < len(parts) - 1:
-                    self.store.record_part(pk, message.event_id, part, sent[part])
+                    self.store.record_part(pk, event_id, part, sent[part])
         except OptedOut:
             self._unsay(pk, reply_seq, sent)
             self.store.record_opt_out(pk, datetime.now(UTC))
-            self.store.finish_event(pk, message.event_id, ledger.OPTED_OUT)
+            self.store.finish_event(pk, event_id, ledger.OPTED_OUT)
             _count("RepliesBlockedByOptOut")
             logger.info("reply not sent: the chat opted out")
             return "opted_out"
@@ -469,12 +593,12 @@ class Agent:
             if error.code is not None:
                 details["error_code"] = error.code
             self._unsay(pk, reply_seq, sent)
-            self.store.finish_event(pk, message.event_id, ledger.PARKED, **details)
+            self.store.finish_event(pk, event_id, ledger.PARKED, **details)
             _count("ReplyParked")
             logger.error("reply parked: the provider refused it", extra=details)
             return "parked"
         self.store.finish_event(
-            pk, message.event_id, ledger.SENT, **{f"{ledger.PART}{p}": i for p, i in sent.items()}
+            pk, event_id, ledger.SENT, **{f"{ledger.PART}{p}": i for p, i in sent.items()}
         )
         _count("RepliesSent")
         logger.info("reply sent", extra={"parts": len(parts)})
