@@ -12,6 +12,20 @@ event's ledger entry, so a redelivery resumes where the last attempt stopped:
 
 So every inbound message ends with exactly one reply sent, whatever step crashed.
 
+Bursts: people write in bursts ("hey" / "so about tomorrow" / "can we do 10?"), and while one
+turn is answered their next messages wait in their FIFO group, then arrive together. A message
+that the person's next record in the same batch follows (`followed`, from the consumer's look
+ahead) is stored and joins the state's `awaiting` list, with no model call; the burst's last
+message answers everything awaiting in one context (one model call, one reply), stored under
+its own ledger entry and send key, and every covered entry moves to `answered`, naming that
+reply (`answered_by`, `reply_seq`), in the reply's transaction. Any record that ends the
+person's run in a batch answers what awaits, so a redelivered burst split across batches, or
+a repeat at its end, still ends with each message covered by exactly one sent reply. A
+repeated `answered` record re-sends its burst's stored reply under the same key. Keywords keep
+their meaning: STOP drops what awaits (nothing is sent after it) and an opt-out lifts only with
+a message written after it; "forget me", "yes" and "what do you remember about me" are
+answered as when sent alone. COALESCE_BURSTS=false answers every message on its own.
+
 Providers without an idempotency key (Meta) leave one window: Meta accepted a part, and we crashed
 (or timed out) before recording its message id. We record each part's id the moment the provider
 answers (`part_<n>` on the ledger entry), and the provider's `sent` status for the part, which

@@ -1,0 +1,346 @@
+"""One reply to a burst (issue 15), through the consumer handler with real-shaped SQS FIFO
+batches, moto's DynamoDB over HTTP, and the local OpenAI and whasp stand-ins.
+
+A burst is one person's consecutive messages in one batch: they are all stored, in order, and
+answered once, after the last, with all of them in the context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from memagent.person import person_key
+from memagent.provider import idempotency_key
+from tests.conftest import AGENT, MAYA, load_function, sqs_batch, sqs_record
+from tests.integration.test_consumer import SAM, at, attempt, failures, message, rows, turns
+
+
+def said(table_name: str, phone: str = MAYA) -> list[str]:
+    return [text for role, text in turns(table_name, phone) if role == "user"]
+
+
+def ledger(table_name: str, phone: str = MAYA) -> dict[str, dict[str, Any]]:
+    """The person's ledger entries, by event id."""
+    return {i["event_id"]: i for i in rows(table_name, phone, "EVT#") if "event_id" in i}
+
+
+def sends(whasp, phone: str = MAYA) -> list[dict[str, Any]]:
+    """Every send request for `phone` (repeats included), in order."""
+    return [
+        r
+        for r in whasp.requests
+        if r["path"] == "/v1/messages" and (r["json"] or {}).get("to") == phone
+    ]
+
+
+def model_inputs(openai) -> list[list[tuple[str, str]]]:
+    return [[(m["role"], m["content"]) for m in call["input"]] for call in openai.calls()]
+
+
+# ------------------------------------------------------------------ the burst
+
+
+def test_a_burst_is_stored_in_order_and_answered_once_another_person_separately(
+    consumer, resources, openai, whasp, lambda_context
+):
+    lines = ["hey", "so about tomorrow", "I can't make it at 9, can we do 10?"]
+    a = [message(text, minute / 10) for minute, text in enumerate(lines)]
+    b1 = message("Ran 5k today!", 0, chat=SAM)
+    # when one batch holds Maya's three lines and then Sam's message
+    response = consumer.handler(sqs_batch(*a, b1), lambda_context)
+    assert failures(response) == []
+    # then Maya's three messages are stored in order, followed by one reply
+    stored = turns(resources.table_name)
+    assert [t for r, t in stored if r == "user"] == lines
+    assert [r for r, _ in stored] == ["user", "user", "user", "assistant"]
+    # and one model call answered her, its input ending with all three lines
+    inputs = model_inputs(openai)
+    assert len(inputs) == 2
+    maya_input = next(i for i in inputs if i[-1][1] == lines[-1])
+    assert maya_input[-3:] == [("user", text) for text in lines]
+    # and one reply reached Maya, the stored one, keyed by the burst's last event
+    assert whasp.texts_to(MAYA) == [stored[-1][1]]
+    assert [r["headers"]["idempotency-key"] for r in sends(whasp)] == [
+        idempotency_key(a[-1]["id"], 0)
+    ]
+    # and Sam got his own reply
+    assert len(whasp.texts_to(SAM)) == 1
+    # and every one of Maya's ledger entries names the reply that answered it
+    entries = ledger(resources.table_name)
+    reply_seq = int(rows(resources.table_name, prefix="MSG#")[-1]["seq"])
+    for event in a:
+        entry = entries[event["id"]]
+        assert entry["answered_by"] == a[-1]["id"]
+        assert int(entry["reply_seq"]) == reply_seq
+    assert [entries[e["id"]]["status"] for e in a] == ["answered", "answered", "sent"]
+    # and nothing waits any more
+    state = rows(resources.table_name, prefix="STATE")[0]
+    assert "awaiting" not in state
+
+
+def test_coalesce_bursts_false_answers_each_message(
+    consumer_env, resources, openai, whasp, monkeypatch, lambda_context
+):
+    consumer = load_function("consumer", {**consumer_env, "COALESCE_BURSTS": "false"}, monkeypatch)
+    a = [message(f"line {n}", n) for n in range(3)]
+    assert failures(consumer.handler(sqs_batch(*a), lambda_context)) == []
+    assert [r for r, _ in turns(resources.table_name)] == ["user", "assistant"] * 3
+    assert len(openai.calls()) == 3
+    assert len(whasp.texts_to(MAYA)) == 3
+
+
+def test_messages_in_separate_batches_are_answered_separately(
+    consumer, resources, openai, whasp, lambda_context
+):
+    # the burst is what waited in the queue together, not a guess about timing
+    for n in range(2):
+        consumer.handler(sqs_batch(message(f"line {n}", n / 10)), lambda_context)
+    assert len(whasp.texts_to(MAYA)) == 2
+
+
+def test_a_voice_note_inside_a_burst_is_transcribed_and_joins_it(
+    consumer, resources, openai, whasp, lambda_context
+):
+    openai.transcriber = lambda audio: "running late, sorry"
+    url = whasp.add_media(b"O" * 321, "audio/ogg")
+    voice = message(
+        "",
+        1,
+        message={
+            "id": "msg_v",
+            "type": "audio",
+            "timestamp": at(1),
+            "media": {"url": url, "mime_type": "audio/ogg", "size": 321},
+        },
+    )
+    batch = sqs_batch(message("hi", 0), voice, message("see you at 10?", 2))
+    assert failures(consumer.handler(batch, lambda_context)) == []
+    lines = ["hi", "[voice note] running late, sorry", "see you at 10?"]
+    assert said(resources.table_name) == lines
+    [reply_input] = model_inputs(openai)
+    assert reply_input[-3:] == [("user", text) for text in lines]
+    assert len(openai.calls("/v1/audio/transcriptions")) == 1
+    assert len(whasp.texts_to(MAYA)) == 1
+
+
+def test_a_repeat_ending_the_batch_still_answers_the_new_message_before_it(
+    consumer, resources, openai, whasp, lambda_context
+):
+    # given a message answered long ago, that whasp posts again after a new one
+    old = message("old news", 0)
+    consumer.handler(sqs_batch(old), lambda_context)
+    new = message("new news", 5)
+    # when the batch holds the new message, then the repeat
+    batch = {"Records": [sqs_record(new), sqs_record(old, receive_count=1)]}
+    assert failures(consumer.handler(batch, lambda_context)) == []
+    # then the new one is answered once and the old one not again
+    assert said(resources.table_name) == ["old news", "new news"]
+    assert len(whasp.texts_to(MAYA)) == 2
+    assert len(openai.calls()) == 2
+
+
+# ------------------------------------------------------------------ keywords inside a burst
+
+
+@pytest.mark.parametrize(("third_minute", "lifted"), [(3, True), (1, False)])
+def test_stop_inside_a_burst_sends_nothing_after_it(
+    consumer, resources, openai, whasp, lambda_context, third_minute, lifted
+):
+    # given [A1, STOP, A3]; A3 written after the STOP, or before it (events arrive out of order)
+    a1, stop = message("can we move it?", 0), message("STOP", 2)
+    a3 = message("sorry, wrong chat, still here", third_minute)
+    assert failures(consumer.handler(sqs_batch(a1, stop, a3), lambda_context)) == []
+    # then all three are remembered, in order
+    assert said(resources.table_name) == ["can we move it?", "STOP", a3["data"]["message"]["text"]]
+    state = rows(resources.table_name, prefix="STATE")[0]
+    entries = ledger(resources.table_name)
+    # and A1 is never answered: the STOP came after it
+    assert entries[a1["id"]]["status"] == "opted_out"
+    if lifted:
+        # A3 came after the STOP: it lifts the opt-out and gets the only reply
+        assert state["opted_out"] is False
+        assert len(whasp.texts_to(MAYA)) == 1
+        [reply_input] = model_inputs(openai)
+        assert reply_input[-1] == ("user", a3["data"]["message"]["text"])
+        assert entries[a3["id"]]["status"] == "sent"
+    else:
+        # A3 was written before the STOP: kept, never answered, and the opt-out stands
+        assert state["opted_out"] is True
+        assert whasp.sent == [] and openai.calls() == []
+        assert entries[a3["id"]]["status"] == "opted_out"
+
+
+def test_recall_inside_a_burst_is_answered_as_when_sent_alone(
+    consumer, resources, openai, whasp, lambda_context
+):
+    batch = sqs_batch(
+        message("hello", 0), message("What do you remember about me?", 1), message("ok", 2)
+    )
+    assert failures(consumer.handler(batch, lambda_context)) == []
+    replies = whasp.texts_to(MAYA)
+    assert len(replies) == 3
+    assert replies[1] == "I don't keep any notes about you yet, only our recent messages."
+    assert len(openai.calls()) == 2  # the recall answer comes from memory, not the model
+    assert [r for r, _ in turns(resources.table_name)] == ["user", "assistant"] * 3
+
+
+def test_forget_me_then_yes_inside_one_batch_erases(
+    consumer, resources, openai, whasp, lambda_context
+):
+    batch = sqs_batch(message("hello", 0), message("forget me", 1), message("yes", 2))
+    assert failures(consumer.handler(batch, lambda_context)) == []
+    from memagent.turn import FORGET_QUESTION, FORGOTTEN_REPLY
+
+    replies = whasp.texts_to(MAYA)
+    assert replies[1:] == [FORGET_QUESTION, FORGOTTEN_REPLY]
+    assert len(replies) == 3
+    [mark] = rows(resources.table_name)
+    assert set(mark) == {"pk", "sk", "erased_at"}
+
+
+def test_anything_but_yes_first_keeps_the_memory_even_in_a_burst(
+    consumer, resources, openai, whasp, lambda_context
+):
+    consumer.handler(sqs_batch(message("forget me", 0)), lambda_context)
+    # when the next batch is ["no, wait", "yes"]: the first answer to the question is not yes
+    batch = sqs_batch(message("no, wait", 1), message("yes", 2))
+    assert failures(consumer.handler(batch, lambda_context)) == []
+    # then nothing is erased, and the two lines are one burst with one (model) reply
+    assert said(resources.table_name) == ["forget me", "no, wait", "yes"]
+    assert len(whasp.texts_to(MAYA)) == 2
+    assert len(openai.calls()) == 1
+
+
+# ------------------------------------------------------------------ crashes and redelivery
+
+
+class Crash(Exception):
+    """The record fails: Powertools reports it (and the rest of the person's group) failed."""
+
+
+class Died(BaseException):
+    """The invocation dies (a timeout, out of memory): no record is deleted, all come back."""
+
+
+def crash_after(obj: Any, name: str, monkeypatch, *, nth: int, fault: type[BaseException]):
+    """The `nth` call of `obj.name` from now on completes, then `fault` is raised (once)."""
+    original = getattr(obj, name)
+    calls = {"n": 0}
+
+    def crashing(*args, **kwargs):
+        result = original(*args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == nth:
+            monkeypatch.setattr(obj, name, original)
+            raise fault(f"after {name}")
+        return result
+
+    monkeypatch.setattr(obj, name, crashing)
+
+
+STEPS = [
+    ("store", "remember_inbound", 1),
+    ("store", "remember_inbound", 2),
+    ("store", "remember_inbound", 3),
+    ("model", "reply", 1),
+    ("store", "remember_reply", 1),
+    ("provider", "send_text", 1),
+    ("store", "finish_event", 1),
+]
+
+
+def run(consumer, records: list[dict], lambda_context) -> list[str]:
+    """One invocation; the message ids the queue keeps (all of them if the invocation died)."""
+    try:
+        return attempt(consumer, {"Records": records}, lambda_context)
+    except Died:
+        return [r["messageId"] for r in records]
+
+
+@pytest.mark.parametrize("fault", [Crash, Died], ids=["record_fails", "invocation_dies"])
+@pytest.mark.parametrize(("target", "method", "nth"), STEPS, ids=lambda v: str(v))
+def test_a_crash_anywhere_in_a_burst_ends_with_each_message_covered_by_one_sent_reply(
+    consumer, resources, openai, whasp, lambda_context, monkeypatch, target, method, nth, fault
+):
+    """The crash matrix for bursts: after the crash, the queue redelivers what it kept, as one
+    batch or split across two at any point (SQS may split a redelivered burst)."""
+    agent = consumer.consumer.agent
+    for split in range(3):
+        phone = f"+44770090{nth}{split}{len(method):02d}"
+        burst = [message(f"line {n} of {phone}", n / 10, chat=phone) for n in range(3)]
+        records = [sqs_record(e) for e in burst]
+        calls_before = len(openai.calls())
+        crash_after(getattr(agent, target), method, monkeypatch, nth=nth, fault=fault)
+        kept = run(consumer, records, lambda_context)
+        assert kept, "the crash must fail something"
+        # the queue redelivers what it kept, in order, possibly in two batches
+        again = [sqs_record(burst[i], receive_count=2) for i, r in enumerate(records)]
+        again = [again[i] for i, r in enumerate(records) if r["messageId"] in kept]
+        for batch in [again[: split + 1], again[split + 1 :]] if split < len(again) else [again]:
+            if batch:
+                assert run(consumer, batch, lambda_context) == []
+        # then every message is stored once, in order
+        texts = [e["data"]["message"]["text"] for e in burst]
+        assert said(resources.table_name, phone) == texts
+        # and each message's entry names exactly one reply, and that reply was sent
+        entries = ledger(resources.table_name, phone)
+        answerers = {entries[e["id"]]["answered_by"] for e in burst}
+        assert all(entries[a]["status"] == "sent" for a in answerers)
+        sent = whasp.texts_to(phone)
+        assert len(sent) == len(answerers)
+        keys = {r["headers"]["idempotency-key"] for r in sends(whasp, phone)}
+        assert keys == {idempotency_key(a, 0) for a in answerers}
+        # and the stored replies are the ones sent, each once
+        replies = [t for r, t in turns(resources.table_name, phone) if r == "assistant"]
+        assert replies == sent
+        # and a model call was repeated only if the crash came between the call and its storing
+        extra = 1 if method == "reply" else 0
+        assert len(openai.calls()) - calls_before == len(answerers) + extra
+        # and one more late redelivery of everything changes nothing
+        late = [sqs_record(e, receive_count=3) for e in burst]
+        assert run(consumer, late, lambda_context) == []
+        assert whasp.texts_to(phone) == sent
+
+
+@pytest.mark.parametrize("subset", [(1, 2), (1,), (2,)], ids=["A2+A3", "A2", "A3"])
+@pytest.mark.parametrize("method", ["remember_reply", "send_text"])
+def test_redelivery_of_the_tail_after_the_reply_was_stored_resends_it(
+    consumer, resources, openai, whasp, lambda_context, monkeypatch, method, subset
+):
+    # given a burst whose reply was stored (and maybe sent) before the process died
+    agent = consumer.consumer.agent
+    target = agent.store if method == "remember_reply" else agent.provider
+    crash_after(target, method, monkeypatch, nth=1, fault=Died)
+    a = [message(f"line {n}", n / 10) for n in range(3)]
+    run(consumer, [sqs_record(e) for e in a], lambda_context)
+    stored_before = rows(resources.table_name)
+    reply = [t for r, t in turns(resources.table_name) if r == "assistant"]
+    assert len(reply) == 1 and len(openai.calls()) == 1
+    # when only some of the burst come back: [A2, A3], or either alone
+    again = [sqs_record(a[i], receive_count=2) for i in subset]
+    assert run(consumer, again, lambda_context) == []
+    # then the same reply went out under the same Idempotency-Key, with no new model call
+    assert whasp.texts_to(MAYA) == reply
+    assert {r["headers"]["idempotency-key"] for r in sends(whasp)} == {
+        idempotency_key(a[-1]["id"], 0)
+    }
+    assert len(openai.calls()) == 1
+    # and no row was added (the ledger entry moved to sent; nothing else changed)
+    assert len(rows(resources.table_name)) == len(stored_before)
+    assert turns(resources.table_name) == [
+        *[("user", f"line {n}") for n in range(3)],
+        *[("assistant", reply[0])],
+    ]
+    # and every message names the one reply
+    assert {e["answered_by"] for e in ledger(resources.table_name).values()} == {a[-1]["id"]}
+
+
+def test_ledger_entries_of_a_person_with_no_burst_look_as_before(
+    consumer, resources, whasp, lambda_context
+):
+    event = message("hello")
+    consumer.handler(sqs_batch(event), lambda_context)
+    entry = ledger(resources.table_name)[event["id"]]
+    assert (entry["status"], entry["answered_by"]) == ("sent", event["id"])
+    assert person_key(AGENT, MAYA) == entry["pk"]
