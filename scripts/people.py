@@ -4,10 +4,11 @@
     python scripts/people.py forget +447700900123 --stack whasp-agent
     python scripts/people.py forget +447700900123 --table t-memory --agent coach   # local stack
 
-With --stack, the table name and agent id are read from the CloudFormation stack (its
-MemoryTableName output and AgentId parameter), with your usual AWS credentials. For the local
-stack, point boto3 at it with AWS_ENDPOINT_URL and pass --table and --agent. The same operations
-are served over HTTP by the admin API (AdminApiUrl output, AWS_IAM).
+With --stack, the table name, agent id and transcript archive bucket are read from the
+CloudFormation stack (its MemoryTableName and TranscriptArchiveBucketName outputs and AgentId
+parameter), with your usual AWS credentials; archived transcripts are exported and erased too.
+For the local stack, point boto3 at it with AWS_ENDPOINT_URL and pass --table and --agent (and
+--archive-bucket). The same operations are served over HTTP by the admin API (AdminApiUrl output, AWS_IAM).
 """
 
 from __future__ import annotations
@@ -18,16 +19,21 @@ import sys
 
 import boto3
 
+from memagent.archive import TranscriptArchive
 from memagent.lifecycle import export, forget
 from memagent.provider import PERSON_ID
 from memagent.store import MemoryStore
 
 
-def from_stack(stack: str) -> tuple[str, str]:
+def from_stack(stack: str) -> tuple[str, str, str | None]:
     description = boto3.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
     outputs = {o["OutputKey"]: o["OutputValue"] for o in description.get("Outputs", [])}
     parameters = {p["ParameterKey"]: p["ParameterValue"] for p in description["Parameters"]}
-    return outputs["MemoryTableName"], parameters.get("AgentId", "coach")
+    return (
+        outputs["MemoryTableName"],
+        parameters.get("AgentId", "coach"),
+        outputs.get("TranscriptArchiveBucketName"),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,17 +47,23 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--stack", help="CloudFormation stack name (deployed)")
     source.add_argument("--table", help="memory table name (e.g. the local stack's)")
     parser.add_argument("--agent", help="agent id (default: the stack's AgentId, or coach)")
+    parser.add_argument(
+        "--archive-bucket", help="transcript archive bucket (default: the stack's, if any)"
+    )
     args = parser.parse_args(argv)
 
     if not PERSON_ID.match(args.phone):
         parser.error("phone must be E.164 (+447700900123) or a Meta user id (US.13491208655302)")
-    table, agent = from_stack(args.stack) if args.stack else (args.table, "coach")
+    table, agent, bucket = from_stack(args.stack) if args.stack else (args.table, "coach", None)
     agent = args.agent or agent
+    bucket = args.archive_bucket or bucket
     store = MemoryStore(table)
+    archive = TranscriptArchive(bucket) if bucket else None
     if args.action == "export":
-        json.dump(export(store, agent, args.phone), sys.stdout, indent=2, default=str)
+        person = export(store, agent, args.phone, archive=archive)
+        json.dump(person, sys.stdout, indent=2, default=str)
     else:
-        json.dump(forget(store, agent, args.phone).as_dict(), sys.stdout, indent=2)
+        json.dump(forget(store, agent, args.phone, archive=archive).as_dict(), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
 

@@ -46,7 +46,7 @@ def get_person(phone: str):
     phone = _phone(phone)
     if phone is None:
         return _invalid()
-    return export(store, settings.agent_id, phone)
+    return export(store, settings.agent_id, phone, archive=archive)
 
 
 @app.delete("/people/<phone>")

@@ -141,6 +141,21 @@ class TranscriptArchive:
     def delete(self, key: str) -> None:
         self._s3.delete_object(Bucket=self.bucket, Key=key)
 
+    def export_person(self, pk: str) -> list[dict[str, Any]]:
+        """Every archived transcript of a person, oldest fold first (export, GDPR art. 15)."""
+        transcripts = []
+        paginator = self._s3.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=f"{pk}/"):
+            for obj in page.get("Contents", []):
+                body = self._s3.get_object(Bucket=self.bucket, Key=obj["Key"])["Body"].read()
+                transcripts.append(
+                    {
+                        "archived_at": obj["LastModified"].isoformat(),
+                        "messages": json.loads(body),
+                    }
+                )
+        return sorted(transcripts, key=lambda t: t["messages"][0]["seq"] if t["messages"] else 0)
+
     def delete_person(self, pk: str) -> int:
         """Erase every archived transcript of a person (forget())."""
         return _delete_prefix(self._s3, self.bucket, f"{pk}/")

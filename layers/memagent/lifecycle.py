@@ -117,9 +117,17 @@ def forget_key(
     return Receipt(person=pk, at=at, removed=removed, by_kind=by_kind)
 
 
-def export(store: MemoryStore, agent: str, phone: str) -> dict[str, Any]:
+def export(
+    store: MemoryStore,
+    agent: str,
+    phone: str,
+    *,
+    archive: Any | None = None,
+    kept_media: Any | None = None,
+) -> dict[str, Any]:
     """Everything held about a person, every layer with its times, as JSON-ready data; by any
-    of their identifiers (phone or BSUID)."""
+    of their identifiers (phone or BSUID). Outside the table: archived transcripts (`archive`)
+    and kept media files (`kept_media`: anything with `export_person(pk) -> list[dict]`)."""
     pk = resolve(store, agent, phone)
     items = store.everything(pk)
     state = next((item for item in items if item["sk"] == STATE), {})
@@ -173,4 +181,6 @@ def export(store: MemoryStore, agent: str, phone: str) -> dict[str, Any]:
         "state": {
             k: plain(v) for k, v in state.items() if k not in ("pk", "sk", "summary", "summary_at")
         },
+        "archived_transcripts": archive.export_person(pk) if archive is not None else [],
+        "kept_media": kept_media.export_person(pk) if kept_media is not None else [],
     }

@@ -176,3 +176,24 @@ def test_no_function_sets_both_role_and_policies(sam_template: Template) -> None
         if function["Type"] == "AWS::Serverless::Function":
             properties = function["Properties"]
             assert not ("Role" in properties and "Policies" in properties), function_id
+
+
+def test_every_bucket_refuses_plain_http(sam_template: Template) -> None:
+    cfn = sam_transform(sam_template, {**PARAMETERS, "ArchiveBucket": "transcripts-example"})
+    buckets = resources(cfn, "AWS::S3::Bucket")
+    assert buckets  # the archive, in this shape
+    denied = set()
+    for policy in resources(cfn, "AWS::S3::BucketPolicy").values():
+        for statement in policy_statements(policy["Properties"]["PolicyDocument"]):
+            insecure = statement.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport")
+            if (
+                statement["Effect"] == "Deny"
+                and statement["Principal"] == "*"
+                and statement["Action"] in ("s3:*", ["s3:*"])
+                and insecure == "false"
+            ):
+                covered = {_name(r) for r in as_list(statement["Resource"])}
+                bucket = target(policy["Properties"]["Bucket"])
+                if covered >= {f"{bucket}.Arn", f"${{{bucket}.Arn}}/*"}:
+                    denied.add(bucket)
+    assert denied == set(buckets)

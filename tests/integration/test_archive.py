@@ -1,11 +1,15 @@
-"""The optional transcript archive under races: a compaction that loses to an erasure leaves no
-archived copy, and two racing compactions leave exactly the winner's. moto's S3 and DynamoDB
-over HTTP, the model on the local stand-in, the compactor as its handler module builds it."""
+"""The optional transcript archive: exported and erased with the rest of a person's memory; under
+races, a compaction that loses to an erasure leaves no archived copy, and two racing compactions
+leave exactly the winner's. moto's S3 and DynamoDB over HTTP, the model on the local stand-in,
+the functions as their handler modules build them."""
 
 from __future__ import annotations
 
 import json
+import runpy
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -14,6 +18,7 @@ import pytest
 from memagent.lifecycle import forget
 from memagent.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, seed_turns
+from tests.integration.test_lifecycle import admin_event
 
 
 @pytest.fixture
@@ -105,3 +110,49 @@ def test_two_racing_compactions_leave_the_winners_archive_object(compactor, buck
     memory = compactor.store.load(pk)
     assert memory.summary is not None and memory.summary.text in ("summary A", "summary B")
     assert [turn.seq for turn in memory.turns] == list(range(26, 46))
+
+
+# ------------------------------------------------------------------ export and erasure
+
+
+@pytest.fixture
+def folded(compactor, bucket, openai) -> Any:
+    """Maya's 45 turns, 25 of them folded into the summary and archived."""
+    openai.responder = lambda request: fold()
+    seed_turns(compactor.store, MAYA, [f"turn {i}" for i in range(45)])
+    assert compactor.compact(person_key(AGENT, MAYA)) == "compacted"
+    assert len(archived(bucket)) == 1
+    return compactor
+
+
+def test_the_admin_export_includes_archived_transcripts(
+    folded, resources, bucket, monkeypatch, lambda_context
+):
+    env = {"TABLE_NAME": resources.table_name, "AGENT_ID": AGENT, "ARCHIVE_BUCKET": bucket}
+    admin = load_function("admin", env, monkeypatch)
+    response = admin.handler(admin_event("GET", MAYA), lambda_context)
+    assert response["statusCode"] == 200
+    person = json.loads(response["body"])
+    # the raw turns still in the table, and the folded ones from the archive: all 45
+    [transcript] = person["archived_transcripts"]
+    assert [m["text"] for m in transcript["messages"]] == [f"turn {i}" for i in range(25)]
+    assert transcript["archived_at"]
+    assert [m["seq"] for m in person["messages"]] == list(range(26, 46))
+    assert person["kept_media"] == []
+
+
+def test_the_command_line_tool_exports_and_erases_archived_transcripts(
+    folded, resources, bucket, capsys
+):
+    script = str(Path(__file__).resolve().parents[2] / "scripts" / "people.py")
+    common = [MAYA, "--table", resources.table_name, "--agent", AGENT, "--archive-bucket", bucket]
+    outputs = {}
+    for action in ("export", "forget"):
+        sys.argv = [script, action, *common]
+        with pytest.raises(SystemExit) as done:
+            runpy.run_path(script, run_name="__main__")
+        assert done.value.code == 0
+        outputs[action] = json.loads(capsys.readouterr().out)
+    assert len(outputs["export"]["archived_transcripts"]) == 1
+    assert outputs["forget"]["by_kind"]["archived"] == 1
+    assert archived(bucket) == []
