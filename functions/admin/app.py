@@ -46,7 +46,7 @@ def get_person(phone: str):
     phone = _phone(phone)
     if phone is None:
         return _invalid()
-    return export(store, settings.agent_id, phone, archive=archive)
+    return export(store, settings.agent_id, phone, archive=archive, kept_media=media)
 
 
 @app.delete("/people/<phone>")

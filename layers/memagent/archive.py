@@ -9,6 +9,7 @@ hashed key, so forget() finds them.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import uuid
@@ -78,6 +79,27 @@ class KeptMedia:
             self._s3.delete_object(Bucket=self.bucket, Key=self.key(pk, event_id))
         except (BotoCoreError, ClientError) as error:
             logger.warning("kept media not deleted", extra={"error": type(error).__name__})
+
+    def export_person(self, pk: str, *, inline_bytes: int = 4 * 1024 * 1024) -> list[dict]:
+        """Every kept file of a person (export, GDPR art. 15): what it is, when it was kept,
+        and its bytes in base64 while they fit in `inline_bytes` in all (a Lambda response
+        holds 6 MB); a file past that is listed without its bytes."""
+        files: list[dict[str, Any]] = []
+        left = inline_bytes
+        paginator = self._s3.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=f"{pk}/"):
+            for obj in page.get("Contents", []):
+                entry: dict[str, Any] = {
+                    "kept_at": obj["LastModified"].isoformat(),
+                    "bytes": obj["Size"],
+                }
+                if obj["Size"] <= left:
+                    response = self._s3.get_object(Bucket=self.bucket, Key=obj["Key"])
+                    entry["content_type"] = response.get("ContentType") or ""
+                    entry["content_base64"] = base64.b64encode(response["Body"].read()).decode()
+                    left -= obj["Size"]
+                files.append(entry)
+        return files
 
     def delete_person(self, pk: str) -> int:
         """Erase every kept file of a person (forget())."""

@@ -5,6 +5,7 @@ the functions as their handler modules build them."""
 
 from __future__ import annotations
 
+import base64
 import json
 import runpy
 import sys
@@ -156,3 +157,20 @@ def test_the_command_line_tool_exports_and_erases_archived_transcripts(
     assert len(outputs["export"]["archived_transcripts"]) == 1
     assert outputs["forget"]["by_kind"]["archived"] == 1
     assert archived(bucket) == []
+
+
+def test_the_admin_export_includes_kept_media(resources, monkeypatch, lambda_context):
+    # given a voice note kept between attempts (its text not stored yet)
+    from memagent.archive import KeptMedia
+
+    media_bucket = f"media-{resources.table_name}".lower()
+    boto3.client("s3").create_bucket(Bucket=media_bucket)
+    KeptMedia(media_bucket).put(person_key(AGENT, MAYA), "evt_voice", b"OggS....", "audio/ogg")
+    env = {"TABLE_NAME": resources.table_name, "AGENT_ID": AGENT, "MEDIA_BUCKET": media_bucket}
+    admin = load_function("admin", env, monkeypatch)
+    # when the operator exports Maya, then the file is in the export, bytes and all
+    response = admin.handler(admin_event("GET", MAYA), lambda_context)
+    [kept] = json.loads(response["body"])["kept_media"]
+    assert kept["content_type"] == "audio/ogg"
+    assert base64.b64decode(kept["content_base64"]) == b"OggS...."
+    assert kept["bytes"] == 8 and kept["kept_at"]
