@@ -179,6 +179,9 @@ class ModelClient:
                 }
             },
         )
+        if not (response.output_text or "").strip():
+            # structured outputs bring a refusal as no text at all: asking again is no use
+            raise ModelRejected("the model refused the fold")
         try:
             data = json.loads(response.output_text)
             new_summary = str(data["summary"]).strip()

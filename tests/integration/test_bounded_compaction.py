@@ -1,0 +1,94 @@
+"""The fold's input is bounded whatever people write, and a fold the model refuses ends."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import boto3
+import pytest
+from boto3.dynamodb.conditions import Key
+
+from devstack.resources import load_template, stream_filters
+from devstack.streams import StreamTap
+from memagent.person import person_key
+from tests.conftest import AGENT, MAYA, load_function, seed_turns
+from tests.integration.test_compactor import fold_reply, run, state
+
+MB = 1024 * 1024
+
+
+@pytest.fixture
+def compactor(compactor_env, monkeypatch) -> Any:
+    return load_function("compactor", compactor_env, monkeypatch)
+
+
+@pytest.fixture
+def store(compactor) -> Any:
+    return compactor.compactor.store
+
+
+@pytest.fixture
+def tap(resources) -> StreamTap:
+    tap = StreamTap(resources.stream_arn, stream_filters(load_template()))
+    tap.skip_to_end()
+    return tap
+
+
+def seqs(table_name: str) -> list[int]:
+    """Every stored turn's seq, through all the Query's pages (100 KB turns fill 1 MB fast)."""
+    table = boto3.resource("dynamodb").Table(table_name)
+    condition = Key("pk").eq(person_key(AGENT, MAYA)) & Key("sk").begins_with("MSG#")
+    found, start = [], {}
+    while True:
+        page = table.query(KeyConditionExpression=condition, ConsistentRead=True, **start)
+        found += [int(i["seq"]) for i in page["Items"]]
+        if "LastEvaluatedKey" not in page:
+            return found
+        start = {"ExclusiveStartKey": page["LastEvaluatedKey"]}
+
+
+def test_42_messages_of_100_kb_fold_in_requests_under_1_mb(
+    compactor, store, tap, resources, openai, lambda_context
+):
+    openai.responder = fold_reply()
+    # given 42 messages of 100 KB each (pasted essays, or an attack on the fold's cost)
+    seed_turns(store, MAYA, [f"{i:02d} " + "x" * 100_000 for i in range(42)])
+    # when the stream runs the compactor
+    assert run(compactor, tap.matching(), lambda_context) == []
+    # then every model request of the fold stayed under 1 MB (in fact far under)
+    requests = [r for r in openai.requests if r["path"] == "/v1/responses"]
+    assert len(requests) == 2  # 22 turns, cut to 4,000 characters each: two parts
+    assert all(len(json.dumps(r["json"]).encode()) < MB for r in requests)
+    assert all(len(json.dumps(r["json"]).encode()) < 100_000 for r in requests)
+    # and the marker moved, the oldest raw turns are gone, the newest 20 stay raw
+    current = state(resources.table_name)
+    assert int(current["marker"]) == 22
+    assert seqs(resources.table_name) == list(range(23, 43))
+    assert current["compaction_due"] is False
+
+
+def test_a_fold_refused_twice_ends_committed_and_does_not_come_back(
+    compactor, store, tap, resources, openai, lambda_context, capsys
+):
+    openai.responder = fold_reply()
+    seed_turns(store, MAYA, [f"message {i}" for i in range(45)])
+    records = tap.matching()
+    # given the model refuses the fold for good, also on the shortened transcript
+    openai.fail_next(2, status=400)
+    # when the stream runs the compactor
+    assert run(compactor, records, lambda_context) == []
+    # then it ended: committed, the flag down, the folded turns gone, the refusal alarmed
+    current = state(resources.table_name)
+    assert int(current["marker"]) == 25
+    assert current["compaction_due"] is False
+    assert seqs(resources.table_name) == list(range(26, 46))
+    out = capsys.readouterr().out
+    assert '"FoldsRefused"' in out
+    # and the second request was the shortened transcript
+    first, second = [r["json"] for r in openai.requests if r["path"] == "/v1/responses"]
+    assert len(second["input"]) <= len(first["input"])
+    # and a redelivery of the same records asks the model nothing more
+    calls = len(openai.requests)
+    assert run(compactor, records, lambda_context) == []
+    assert len(openai.requests) == calls
