@@ -1,0 +1,30 @@
+"""The audit trail of a person's rights being exercised: who exported or erased whom, when, and
+how it ended. One log line per request, in the function's log group (kept LogRetentionDays),
+findable with CloudWatch Logs Insights: `filter audit = "erase"`.
+
+The line holds the caller's IAM ARN and the person's hashed key: never the phone number (it
+is in the request path, so the HTTP API's access log leaves the path out too), never content.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from memagent.observability import logger
+
+EXPORT = "export"
+ERASE = "erase"
+
+
+def audit(action: str, *, caller: str | None, person: str | None, outcome: str) -> None:
+    """Write the one audit line of an admin request. `outcome`: done, refused or failed."""
+    logger.info(
+        "audit",
+        extra={
+            "audit": action,
+            "caller": caller or "unknown",
+            "person": person,
+            "at": datetime.now(UTC).isoformat(),
+            "outcome": outcome,
+        },
+    )
