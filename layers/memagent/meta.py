@@ -51,6 +51,7 @@ from memagent.errors import (
 from memagent.provider import (
     IdentityChanged,
     InboundMessage,
+    MarketingPreference,
     Media,
     ReplyStatus,
 )
@@ -65,7 +66,8 @@ OBJECT = "whatsapp_business_account"
 
 MESSAGE = "meta.message"  # one inbound message (or system message), queued
 STATUS = "meta.status"  # the status of one of our replies, queued
-QUEUED_TYPES = frozenset({MESSAGE, STATUS})
+PREFERENCE = "meta.user_preferences"  # a marketing stop/resume, queued to be recorded
+QUEUED_TYPES = frozenset({MESSAGE, STATUS, PREFERENCE})
 QUEUED_STATUSES = frozenset({"sent", "failed"})  # `sent` proves a send; `failed` says why not
 IDENTITY_CHANGES = frozenset({"user_changed_number", "user_changed_user_id"})
 IGNORED_TYPES = frozenset({"reaction", "ephemeral"})  # acknowledged, not queued
@@ -264,7 +266,18 @@ def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
                 Envelope(id=f"{wamid}:{state}", type=STATUS, chat=f"status:{who}", raw=one)
             )
         for preference in _dicts(value.get("user_preferences")):
-            preferences.append(str(preference.get("value") or "unknown"))
+            choice = _text(preference.get("value")) or "unknown"
+            preferences.append(choice)
+            phone = _phone(preference.get("wa_id"))
+            contact = next((c for c in contacts if _phone(c.get("wa_id")) == phone), {})
+            who = _bsuid(contact.get("user_id")) or phone
+            if not who:
+                continue
+            one = _one(entry, change, value, user_preferences=[preference], contacts=[contact])
+            stamp = preference.get("timestamp")
+            envelopes.append(
+                Envelope(id=f"pref:{who}:{stamp}:{choice}", type=PREFERENCE, chat=who, raw=one)
+            )
         if not any(value.get(k) for k in ("messages", "statuses", "user_preferences")):
             ignored += 1  # another field (account_update, templates...): acknowledged
     return Notification(envelopes, ignored, failed_codes, preferences)
@@ -378,6 +391,23 @@ def _status(status: dict) -> ReplyStatus:
     )
 
 
+def _preference(preference: dict, contacts: list[dict]) -> MarketingPreference:
+    phone = _phone(preference.get("wa_id"))
+    contact = next((c for c in contacts if _phone(c.get("wa_id")) == phone), {})
+    bsuid = _bsuid(contact.get("user_id"))
+    choice = _text(preference.get("value"))
+    if not (bsuid or phone) or not choice:
+        raise MalformedEvent("user_preferences without a person or a value")
+    at = _time(preference.get("timestamp"), "timestamp")
+    return MarketingPreference(
+        event_id=f"pref:{bsuid or phone}:{int(at.timestamp())}:{choice}",
+        created_at=at,
+        chat=bsuid or phone,  # type: ignore[arg-type]
+        aliases=(phone,) if bsuid and phone else (),
+        value=choice,
+    )
+
+
 def parse_event(raw: Mapping[str, Any]) -> Event:
     """Turn a queued one-item notification into a domain event; MalformedEvent if we cannot."""
     if not isinstance(raw, Mapping) or raw.get("object") != OBJECT:
@@ -393,6 +423,8 @@ def parse_event(raw: Mapping[str, Any]) -> Event:
             return _inbound(message, value, _contact_for(message, contacts))
         for status in _dicts(value.get("statuses")):
             return _status(status)
+        for preference in _dicts(value.get("user_preferences")):
+            return _preference(preference, contacts)
     raise MalformedEvent("no message or status in the notification")
 
 

@@ -97,7 +97,26 @@ class ReplyStatus:
     error_code: int | None = None
 
 
-Event = InboundMessage | ChatOptedOut | NumberReplaced | IdentityChanged | ReplyStatus
+@dataclass(frozen=True)
+class MarketingPreference:
+    """The person stopped or resumed marketing messages (Meta's user_preferences). Recorded on
+    their memory's state; it does not stop replies to what they write."""
+
+    event_id: str
+    created_at: datetime
+    chat: str
+    aliases: tuple[str, ...]
+    value: str  # stop | resume | ...
+
+
+Event = (
+    InboundMessage
+    | ChatOptedOut
+    | NumberReplaced
+    | IdentityChanged
+    | ReplyStatus
+    | MarketingPreference
+)
 
 
 class Provider(Protocol):

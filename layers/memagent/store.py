@@ -62,6 +62,8 @@ _STATE_CONTENT = (
     "forget_pending",
     "alias_of",
     "awaiting",
+    "marketing",
+    "marketing_at",
 )
 
 
@@ -472,6 +474,26 @@ class MemoryStore:
                     ":at": _iso(at),
                     ":now": _iso(datetime.now(UTC)),
                 },
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def record_marketing(self, pk: str, value: str, at: datetime) -> bool:
+        """Record a marketing preference on a known person's state, unless a newer one (or an
+        erasure) came first. Returns whether it was recorded."""
+        try:
+            self.table.update_item(
+                Key={"pk": pk, "sk": STATE},
+                UpdateExpression="SET marketing = :value, marketing_at = :at",
+                ConditionExpression=(
+                    "attribute_exists(last_seq)"
+                    " AND (attribute_not_exists(marketing_at) OR marketing_at < :at)"
+                    " AND (attribute_not_exists(erased_at) OR erased_at < :at)"
+                ),
+                ExpressionAttributeValues={":value": value, ":at": _iso(at)},
             )
         except ClientError as error:
             if error.response["Error"]["Code"] == "ConditionalCheckFailedException":

@@ -71,6 +71,7 @@ from memagent.provider import (
     Event,
     IdentityChanged,
     InboundMessage,
+    MarketingPreference,
     NumberReplaced,
     ReplyStatus,
     idempotency_key,
@@ -188,6 +189,8 @@ class Agent:
             return self.change_identity(event)
         if isinstance(event, ReplyStatus):
             return self.reply_status(event)
+        if isinstance(event, MarketingPreference):
+            return self.marketing_preference(event)
         raise MalformedEvent(f"no handler for {type(event).__name__}")
 
     # ------------------------------------------------------------------ bursts
@@ -211,9 +214,13 @@ class Agent:
 
     # ------------------------------------------------------------------ inbound messages
 
-    def _person(self, chat: str, aliases: tuple[str, ...] = ()) -> tuple[str, Memory]:
+    def _person(
+        self, chat: str, aliases: tuple[str, ...] = (), *, link: bool = True
+    ) -> tuple[str, Memory]:
         """The person's key and memory, by any of their identifiers. One Query when the
-        identifier is the person's own key; one more when it is linked to another."""
+        identifier is the person's own key; one more when it is linked to another. `link`:
+        record new identifiers' links (what the person sends); False for what only concerns
+        them (a status, a preference), which must not create records."""
         pk = person_key(self.settings.agent_id, chat)
         memory = self.store.load(pk)
         if memory.state.alias_of:
@@ -227,12 +234,14 @@ class Agent:
                 continue
             known = self.store.load(other)
             target = known.state.alias_of or (other if known.state.last_seq else None)
+            if target and not link:
+                return target, known if target == other else self.store.load(target)
             if target and self.store.link(pk, target):
                 _count("IdentitiesLinked")
                 logger.info("new identifier linked to a known person", extra={"person": target})
                 return target, known if target == other else self.store.load(target)
         for other in others:  # someone new: any of their identifiers finds this memory
-            if other != pk:
+            if other != pk and link:
                 self.store.link(other, pk)
         return pk, memory
 
@@ -669,7 +678,7 @@ class Agent:
             _count("StatusesIgnored")
             return "ignored"
         event_id, part = found
-        pk, _memory = self._person(event.chat, event.aliases)
+        pk, _memory = self._person(event.chat, event.aliases, link=False)
         if event.status == "failed":
             with single_metric(name="RepliesFailed", unit=MetricUnit.Count, value=1) as metric:
                 metric.add_dimension(name="code", value=str(event.error_code))
@@ -679,6 +688,18 @@ class Agent:
         recorded = self.store.record_part(pk, event_id, part, event.message_id)
         logger.info("reply status recorded", extra={"status": event.status, "known": recorded})
         return "status_recorded" if recorded else "status_unknown"
+
+    def marketing_preference(self, event: MarketingPreference) -> str:
+        """Record a marketing stop/resume on a person we know (nobody else gets a record).
+        It concerns marketing templates only: replies to what the person writes go on."""
+        logger.append_keys(event_id=event.event_id)
+        pk, memory = self._person(event.chat, event.aliases, link=False)
+        if not memory.state.last_seq:
+            return "unknown_person"
+        recorded = self.store.record_marketing(pk, event.value, event.created_at)
+        _count("MarketingPreferencesRecorded" if recorded else "StaleMarketingPreferences")
+        logger.info("marketing preference", extra={"value": event.value, "recorded": recorded})
+        return "marketing_recorded" if recorded else "stale"
 
     def replace_number(self, event: NumberReplaced) -> str:
         logger.append_keys(event_id=event.event_id)

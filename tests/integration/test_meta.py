@@ -737,3 +737,43 @@ def test_memory_reads_stay_one_query_and_one_more_only_for_a_linked_identifier(
     reads(text_from("first", phone=MAYA_PHONE, at=NOW))
     reads(text_from("second", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW + 9))
     assert reads(text_from("third", bsuid=MAYA_BSUID, at=NOW + 18)) == ["Query", "Query"]
+
+
+def test_a_marketing_preference_is_recorded_for_a_known_person_only(
+    webhook, queue, consumer, graph, resources, lambda_context
+):
+    post(webhook, text_from("Hello", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW), lambda_context)
+    queue.drain(consumer, lambda_context)
+
+    def preference(phone: str, bsuid: str | None, value: str, at: int) -> dict:
+        notification = meta_notification(  # pywa's user_marketing_preferences.json shape
+            contacts=[meta_contact(phone=phone, bsuid=bsuid)], field="user_preferences"
+        )
+        notification["entry"][0]["changes"][0]["value"]["user_preferences"] = [
+            {
+                "wa_id": phone.lstrip("+"),
+                "detail": "User requested to stop marketing messages",
+                "category": "marketing_messages",
+                "value": value,
+                "timestamp": at,
+            }
+        ]
+        return notification
+
+    assert (
+        post(webhook, preference(MAYA_PHONE, MAYA_BSUID, "stop", NOW + 60), lambda_context) == 200
+    )
+    assert post(webhook, preference(SAM_PHONE, SAM_BSUID, "stop", NOW + 60), lambda_context) == 200
+    assert queue.drain(consumer, lambda_context) == 0
+    state = next(r for r in memory_rows(resources, MAYA_BSUID) if r["sk"] == "STATE")
+    assert state["marketing"] == "stop"
+    assert state["opted_out"] is False  # marketing only: her chat goes on
+    # nothing is written for someone who never wrote to us
+    assert memory_rows(resources, SAM_BSUID) == [] and memory_rows(resources, SAM_PHONE) == []
+    post(
+        webhook,
+        text_from("Still here", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW + 90),
+        lambda_context,
+    )
+    queue.drain(consumer, lambda_context)
+    assert len(graph.sent) == 2
