@@ -6,10 +6,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install test test-fast lint format validate build events bench demo chat clean
+.PHONY: help install test test-slow test-all lint format validate build events bench demo chat clean
 
 help:
-	@echo "make test      run the whole test suite (creates .venv on first use)"
+	@echo "make test      the test suite, in parallel, without the slow tier (creates .venv)"
+	@echo "make test-slow the slow tier: sam build, the demo, the bench smoke, the 20 x 60 stack run"
+	@echo "make test-all  both (CI runs both)"
 	@echo "make lint      ruff lint and format check"
 	@echo "make validate  sam validate --lint (offline)"
 	@echo "make build     sam build for python3.13/arm64, then check the artifacts"
@@ -30,11 +32,20 @@ $(STAMP): pyproject.toml layers/requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP)
-	$(PY) -m pytest
+# One pytest-xdist worker per core; `loadgroup` keeps tests that share a module-scoped fixture
+# (a local stack, a sam build) on one worker. The slow tier (end-to-end runs in subprocesses:
+# sam build, the demo, the bench smoke, the full 20 x 60 stack run) is its own target; CI runs
+# both (.ci/run). Run one test the plain way: .venv/bin/python -m pytest tests/path.py::name
+PYTEST_PARALLEL := -n auto --dist loadgroup
 
-test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow"
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_PARALLEL) -m "not slow"
+
+test-slow: $(STAMP)
+	$(PY) -m pytest $(PYTEST_PARALLEL) -m slow
+
+test-all: $(STAMP)
+	$(PY) -m pytest $(PYTEST_PARALLEL)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

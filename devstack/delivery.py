@@ -386,7 +386,7 @@ class StreamDelivery:
         sqs: Any,
         failure_queue_url: str | None,
         function_arn: str,
-        poll_interval: float = 0.2,
+        poll_interval: float = 0.05,  # idle reads of the stream; wait_idle waits two cycles
         report: Report = _quiet,
         label: str = "compactor",
     ):

@@ -8,6 +8,8 @@ import importlib.util
 import json
 import os
 import sys
+import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,6 +39,57 @@ os.environ.update(
         "MEMAGENT_LOCAL_STACK": "1",
     }
 )
+
+
+# ------------------------------------------------------------------ no real waiting
+
+# AWS's clock is not the test's: a retry schedule, a Retry-After or a poll is scaled or replaced
+# by an event in tests, never slept through. Every time.sleep in this process (ours, boto3's,
+# urllib3's, openai's) goes through this guard, and a test during which one asked for more than
+# MAX_SLEEP_SECONDS fails, naming where. tests/test_no_long_sleeps.py checks the code that runs
+# in child processes (the local stack's functions) by reading it.
+MAX_SLEEP_SECONDS = 0.05
+_real_sleep = time.sleep
+_long_sleeps: list[tuple[float, str]] = []
+
+
+def _guarded_sleep(seconds: float) -> None:
+    if seconds > MAX_SLEEP_SECONDS:
+        where = "".join(traceback.format_stack(limit=4)[:-1])
+        _long_sleeps.append((seconds, where))
+    _real_sleep(seconds)
+
+
+time.sleep = _guarded_sleep
+
+
+@pytest.fixture(autouse=True)
+def no_long_sleeps() -> Iterator[None]:
+    seen = len(_long_sleeps)
+    yield
+    found = _long_sleeps[seen:]
+    if found:
+        seconds, where = max(found)
+        pytest.fail(
+            f"{len(found)} real sleep(s) over {MAX_SLEEP_SECONDS} s in this test, the longest "
+            f"{seconds:.3g} s at:\n{where}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture
+def aws_retry_pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """botocore's pauses between retries, recorded instead of waited: a test of an unreachable
+    service sees the client retry (and how long AWS would wait) without spending the seconds."""
+    import types
+
+    import botocore.endpoint
+
+    pauses: list[float] = []
+    clock = types.SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if n[0] != "_"})
+    clock.sleep = pauses.append
+    monkeypatch.setattr(botocore.endpoint, "time", clock)
+    return pauses
 
 
 @pytest.fixture(scope="session")
@@ -200,7 +253,11 @@ def seed_turns(
     agent: str = AGENT,
 ) -> None:
     """Store turns (user, agent, user, ...) through the memory store's own writes, raising the
-    compaction flag as the consumer does. Faster than whole turns when a test needs history."""
+    compaction flag as the consumer does. Faster than whole turns when a test needs history.
+
+    The state is read once: each write is conditional on the last_seq before it, so a write
+    that raced anything would fail here rather than go unnoticed."""
+    from dataclasses import replace
     from datetime import UTC, datetime, timedelta
 
     from memagent.memory import Turn
@@ -235,4 +292,4 @@ def seed_turns(
             store.remember_reply(
                 pk, previous=state, event_id=event_id, turn=turn, compact=due, event_time=turn.at
             )
-        state = store.load(pk).state
+        state = replace(state, last_seq=seq, compaction_due=due)

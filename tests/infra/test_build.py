@@ -20,6 +20,7 @@ CHECK_BUILD = ROOT / "scripts" / "check_build.py"
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.xdist_group("sam-build"),  # one build, shared by the module: one worker
     pytest.mark.skipif(
         not SAM.exists(),
         reason=f"the SAM CLI is not installed next to {sys.executable} (pip install aws-sam-cli)",

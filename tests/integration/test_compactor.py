@@ -140,13 +140,16 @@ def test_a_redelivered_batch_is_a_no_op(compactor, store, tap, resources, openai
 
 def test_two_compactions_at_once_commit_once(compactor, store, resources, openai):
     calls = []
+    # both are waiting on the model at the same time: each answer waits for the other request
+    both_asked = threading.Barrier(2, timeout=10)
 
     def respond(request):
         calls.append(1)
-        return json.dumps({"summary": f"summary #{len(calls)}", "facts": [f"Fact {len(calls)}"]})
+        number = len(calls)
+        both_asked.wait()
+        return json.dumps({"summary": f"summary #{number}", "facts": [f"Fact {number}"]})
 
     openai.responder = respond
-    openai.delay_seconds = 0.3  # both are waiting on the model at the same time
     talk(store, 45)
     pk = person_key(AGENT, MAYA)
     decisions: list[str] = []

@@ -318,8 +318,10 @@ def test_sqs_outage_gets_503_so_whasp_retries(webhook, lambda_context, monkeypat
     assert answer == {"error": "temporarily unavailable"}
 
 
-def test_unreadable_secret_fails_closed_with_503(resources, queued, monkeypatch, lambda_context):
-    # given the secret lives in SSM, which is unreachable
+def test_unreadable_secret_fails_closed_with_503(
+    resources, queued, monkeypatch, lambda_context, aws_retry_pauses
+):
+    # given the secret lives in SSM, which is unreachable (the client's retries do not wait)
     monkeypatch.delenv("WEBHOOK_SECRET", raising=False)
     webhook = load_function(
         "webhook",

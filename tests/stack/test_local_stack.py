@@ -53,19 +53,27 @@ def stand_in_responder(calls: list[dict[str, Any]]):
 # ------------------------------------------------------------------ the whole flow, concurrently
 
 
-@pytest.mark.slow
-def test_twenty_people_sixty_messages_each_with_duplicates(tmp_path):
+@pytest.mark.parametrize(
+    ("people", "messages"),
+    [
+        # make test: enough people and messages for every person to be compacted once
+        pytest.param(4, 24, id="4x24"),
+        # the full run, in the slow tier (make test-slow, run by CI): about 4 minutes on 2 cores
+        pytest.param(PEOPLE, MESSAGES, id="20x60", marks=pytest.mark.slow),
+    ],
+)
+def test_many_people_many_messages_each_with_duplicates(tmp_path, people, messages):
     # given the local stack with the offline model and the default compaction (40 / keep 20)
     with LocalStack(env={}, level="quiet", log_path=tmp_path / "stack.log") as stack:
         said = {
-            phone(i): [f"message {n} from person {i}" for n in range(MESSAGES)]
-            for i in range(PEOPLE)
+            phone(i): [f"message {n} from person {i}" for n in range(messages)]
+            for i in range(people)
         }
         events: dict[str, list[dict[str, Any]]] = {p: [] for p in said}
         statuses: list[int] = []
         chance = random.Random(6)
 
-        # when 20 people write 60 messages each, all at once, and whasp delivers 10% twice
+        # when they all write their messages, all at once, and whasp delivers 10% twice
         def person(number: str) -> None:
             for text in said[number]:
                 event = stack.message_event(number, text)
@@ -74,13 +82,13 @@ def test_twenty_people_sixty_messages_each_with_duplicates(tmp_path):
                 if chance.random() < 0.1:
                     statuses.append(stack.post(event).status)
 
-        with ThreadPoolExecutor(PEOPLE) as pool:
+        with ThreadPoolExecutor(people) as pool:
             list(pool.map(person, said))
         assert stack.wait_idle(timeout=900), "the pipeline did not settle within 15 minutes"
 
         # then every delivery was accepted
         assert statuses and set(statuses) == {200}
-        assert len(statuses) > PEOPLE * MESSAGES
+        assert len(statuses) > people * messages
         table = stack.table()
         for number, texts in said.items():
             # every message answered exactly once, in the order it was written
@@ -88,7 +96,7 @@ def test_twenty_people_sixty_messages_each_with_duplicates(tmp_path):
             assert echoed == texts, number
             # stored once each, in order: message n is turn 2n+1, its reply turn 2n+2
             view = stack.view(number)
-            assert view.last_seq == 2 * MESSAGES
+            assert view.last_seq == 2 * messages
             for n, event in enumerate(events[number]):
                 entry = table.get_item(
                     Key={"pk": view.pk, "sk": ledger_sk(event["id"])}, ConsistentRead=True
@@ -97,7 +105,7 @@ def test_twenty_people_sixty_messages_each_with_duplicates(tmp_path):
             # compaction ran: the marker moved and only turns after it are held raw
             assert view.marker > 0 and view.summary
             assert [seq for seq, _, _ in view.turns] == list(
-                range(view.marker + 1, 2 * MESSAGES + 1)
+                range(view.marker + 1, 2 * messages + 1)
             )
             users = [text for _, role, text in view.turns if role == "user"]
             assert users == texts[len(texts) - len(users) :]
@@ -119,11 +127,21 @@ def stand_in():
         yield server
 
 
+PARK_AFTER = 5  # receives before the stand-in stack's queue parks a message
+
+
 @pytest.fixture(scope="module")
 def stand_in_stack(stand_in, tmp_path_factory):
     env = {"OPENAI_BASE_URL": f"{stand_in.url}/v1", "OPENAI_MODEL": "llama3.2"}
+    # The redrive works the same after 5 receives as after the template's 100 (sized for a
+    # 12-hour outage); each receive is a consumer invocation, so 5 keeps this test at seconds.
+    template = load_template()
+    template["Resources"]["EventQueue"]["Properties"]["RedrivePolicy"]["maxReceiveCount"] = (
+        PARK_AFTER
+    )
     with LocalStack(
         env=env,
+        template=template,
         level="quiet",
         compact_threshold=6,
         compact_keep=2,
@@ -133,6 +151,7 @@ def stand_in_stack(stand_in, tmp_path_factory):
         yield stack
 
 
+@pytest.mark.xdist_group("stand-in-stack")  # one stack for the module: one worker
 def test_openai_base_url_points_the_stack_at_that_server(stand_in_stack, stand_in):
     # given OPENAI_BASE_URL names an OpenAI-compatible server (no key)
     stack = stand_in_stack
@@ -153,6 +172,7 @@ def test_openai_base_url_points_the_stack_at_that_server(stand_in_stack, stand_i
     assert stack.view("+447700900501").facts == ["Likes tea"]
 
 
+@pytest.mark.xdist_group("stand-in-stack")
 def test_a_message_failing_every_time_is_parked_after_max_receives(stand_in_stack):
     # given a person whose message the model can never answer, and someone else writing too
     stack = stand_in_stack
@@ -168,7 +188,7 @@ def test_a_message_failing_every_time_is_parked_after_max_receives(stand_in_stac
         QueueUrl=stack.resources.queue_urls[dlq], AttributeNames=["All"], MaxNumberOfMessages=10
     )["Messages"]
     parked = [m for m in messages if "poison" in m["Body"]]
-    assert parked and int(parked[0]["Attributes"]["ApproximateReceiveCount"]) > 5
+    assert parked and int(parked[0]["Attributes"]["ApproximateReceiveCount"]) > PARK_AFTER
     assert stack.whasp.texts_to("+447700900502") == []
     assert stack.whasp.texts_to("+447700900503") == ["stand-in reply"]
 
