@@ -24,6 +24,7 @@ import e2e_bench
 import hardening
 import harness
 import report
+import retry_bench
 import turn_bench
 import webhook_bench
 
@@ -117,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             people=sizes.duplicate_people,
             messages=sizes.duplicate_messages,
         )
+        step("8. failure timing")
+        measured["retries"] = retry_bench.run(stack, samples=2 if args.quick else 10)
     step("5. the local stack end to end")
     measured["e2e"] = e2e_bench.run(people=sizes.e2e_people, messages=sizes.e2e_messages)
 

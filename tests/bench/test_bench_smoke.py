@@ -42,6 +42,7 @@ def test_quick_bench_writes_every_figure(tmp_path):
         "## 5. The local stack end to end",
         "## 6. Cost",
         "## 7. Hardening",
+        "## 8. Failure timing",
     ):
         assert heading in report
     assert plot.read_bytes().startswith(b"\x89PNG")

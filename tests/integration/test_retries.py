@@ -10,7 +10,6 @@ seconds, without a sleep, and each record still comes back exactly when its visi
 
 from __future__ import annotations
 
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,30 +18,14 @@ import boto3
 import pytest
 
 from devstack.clock import SQS_CLOCK
-from devstack.delivery import QueueDelivery
+from devstack.delivery import QueueDelivery, in_process
 from devstack.resources import load_template, max_receive_count
-from devstack.runtime import Outcome
 from memagent.person import person_key
 from tests.conftest import AGENT, MAYA, TEST_SECRET, load_function, sqs_batch, whasp_message
 
 SAM = "+447700900456"
 ALEX = "+447700900789"
 HOUR = 3600.0
-
-
-def in_process(handler: Any, context: Any):
-    """Invoke a handler as Lambda would, reporting as devstack's execution environments do."""
-
-    def invoke(event: dict[str, Any]) -> Outcome:
-        started = time.perf_counter()
-        try:
-            result = handler(event, context)
-        except Exception as error:  # a function error: Lambda retries the whole batch
-            ms = (time.perf_counter() - started) * 1000
-            return Outcome(False, None, type(error).__name__, str(error), ms)
-        return Outcome(True, result, duration_ms=(time.perf_counter() - started) * 1000)
-
-    return invoke
 
 
 class Pipeline:
