@@ -132,20 +132,23 @@ def test_a_model_500_brings_the_record_back_within_30_seconds_and_it_is_answered
 def test_the_person_s_later_messages_wait_with_the_failed_one_and_others_go_on(
     pipeline, openai, whasp
 ):
-    # given Maya's first message meets a model failure, with her second and Sam's in the batch
-    openai.fail_next(2, status=500)
-    pipeline.post(written(9, "M1"))
+    # given Maya's voice note meets a transcription failure, with her next message and Sam's
+    # in the same batch
+    openai.transcriber = lambda audio: "a voice note"
+    openai.fail_next(2, status=500)  # the transcription and the client's one retry
+    pipeline.post(voice_note(whasp, seconds_ago=9))
     pipeline.post(written(8, "M2"))
     pipeline.post(written(7, "S1", chat=SAM))
     assert pipeline.delivery.drain(max_batches=1) == 1
-    # then Sam is answered at once, Maya not yet
+    # then Sam is answered at once; nothing of Maya's is stored or answered yet
     assert len(whasp.texts_to(SAM)) == 1 and whasp.texts_to(MAYA) == []
-    # when her messages come back, both after the same backoff, they are answered in order
+    assert user_turns(pipeline.resources, MAYA) == []
+    # when her messages come back, both after the same backoff, they are handled in order
     pipeline.delivery.drain()
     first, second = pipeline.delivery.stats.retry_delays
     assert abs(first - second) < 1 and first <= 30
-    assert user_turns(pipeline.resources, MAYA) == ["M1", "M2"]
-    assert len(whasp.texts_to(MAYA)) == 2
+    assert user_turns(pipeline.resources, MAYA) == ["[voice note] a voice note", "M2"]
+    assert whasp.texts_to(MAYA)
 
 
 # ------------------------------------------------------------------ a 12-hour outage
@@ -153,8 +156,16 @@ def test_the_person_s_later_messages_wait_with_the_failed_one_and_others_go_on(
 
 @pytest.mark.slow  # ~200 batches against moto over HTTP: tens of seconds on a busy machine
 def test_a_twelve_hour_model_outage_loses_nothing_and_answers_everyone_in_order(
-    pipeline, openai, whasp
+    pipeline, consumer_env, monkeypatch, openai, whasp
 ):
+    # one reply per message (not one per burst: COALESCE_BURSTS would answer a person's
+    # waiting messages together), so every message's reply is counted
+    pipeline.consumer = load_function(
+        "consumer",
+        {**consumer_env, "OPENAI_MAX_RETRIES": "1", "COALESCE_BURSTS": "false"},
+        monkeypatch,
+    )
+    pipeline.delivery._invoke = in_process(pipeline.consumer.handler, pipeline.context)
     # given the model is down for 12 hours of AWS time, from now
     started = SQS_CLOCK.now()
     openai.outage = lambda: 500 if SQS_CLOCK.now() < started + 12 * HOUR else None
