@@ -249,6 +249,8 @@ def results(
     out.extend(_cost_section(lines, total_cost, full_in, model_in, assumptions))
     out.extend(_hardening_section(h))
     out.extend(_retry_section(measured.get("retries")))
+    if "bursts" in measured:
+        out.extend(_burst_section(measured["bursts"]))
     out.extend(_method_notes())
     return "\n".join(out) + "\n"
 
@@ -548,6 +550,7 @@ def _hardening_section(h: dict[str, Any]) -> list[str]:
         f"design: {rc['replies_sent']} for {rc['inbound']}: its dedupe check skips the "
         "redelivery of a message it stored but never answered.",
         "",
+        *_burst_crash_rows(h.get("burst_crash")),
         f"**Duplicates**: {dp['unique_events']} events; whasp posted them "
         f"{dp['webhook_posts']} times ({dp['webhook_duplicates_injected']} duplicates; "
         f"{dp['queued']} reached the queue, {dp['queued_extra']} extra); SQS delivered them "
@@ -608,6 +611,69 @@ def _retry_section(r: dict[str, Any] | None) -> list[str]:
         f"dead-letter queue after {_n(outage['fixed_delay_hours'], 2)} hours.",
         "",
     ]
+
+
+def _burst_crash_rows(bc: dict[str, Any] | None) -> list[str]:
+    if not bc:
+        return []
+    rows = [
+        "**Crash injection, bursts** (each cell: one person's three lines in one batch, the fault "
+        "after the step on the first delivery, then the queue's redelivery of what it kept, in "
+        "one batch or split across two; then everything once more, much later):",
+        "",
+        "| step | fault | redelivery | records kept | replies sent | model calls | "
+        "messages not covered by exactly one sent reply |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for c in bc["cells"]:
+        rows.append(
+            f"| after {c['step']} | {c['fault']} | {c['redelivery']} | {c['kept']} | "
+            f"{c['replies_sent']} | {c['model_calls']} | {c['not_covered_by_one_sent_reply']} |"
+        )
+    rows += [
+        "",
+        f"{bc['inbound']} messages in {bc['bursts']} bursts: {bc['replies_sent']} replies, "
+        f"{bc['model_calls']} model calls; messages not stored exactly once: "
+        f"{_must(bc['stored_not_once'], 0)}; not covered by exactly one sent reply: "
+        f"{_must(bc['not_covered_by_one_sent_reply'], 0)}. A burst split by the redelivery is "
+        "answered in two parts (each message still once); a second model call happens only "
+        "when the crash fell between the model's answer and storing it.",
+        "",
+    ]
+    return rows
+
+
+def _burst_section(b: dict[str, Any]) -> list[str]:
+    on, off = b["coalesced"], b["one_by_one"]
+    sizes = ", ".join(f"{n} line{'s' if n > 1 else ''}: {k}" for n, k in b["burst_sizes"].items())
+    rows = [
+        "## 9. Bursts: one reply to a burst",
+        "",
+        f"A bursty conversation through the consumer handler: {b['people']} people, "
+        f"{b['bursts']} bursts ({sizes}; {b['lines_per_burst']:.2f} lines per burst), each "
+        "person's burst waiting in their FIFO group when it is next polled, batches of at most "
+        "10 records (a burst that straddles two batches is answered in two parts). Both runs get "
+        "the same deliveries; only `COALESCE_BURSTS` differs.",
+        "",
+        "| | inbound | model calls | model calls per inbound message | replies sent | "
+        "model input per inbound message (chars) | not covered by exactly one sent reply |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for label, r in (("coalesced (default)", on), ("`COALESCE_BURSTS=false`", off)):
+        rows.append(
+            f"| {label} | {r['inbound']} | {r['model_calls']} | "
+            f"{r['model_calls_per_inbound']:.2f} | {r['replies_sent']} | "
+            f"{_n(r['model_input_chars_per_inbound'])} | "
+            f"{_must(r['not_covered_by_one_sent_reply'], 0)} |"
+        )
+    rows += [
+        "",
+        f"Coalesced / one by one: model calls {_n(b['model_calls_ratio'], 2)}x, model input "
+        f"{_n(b['input_chars_ratio'], 2)}x (every call resends the recent history, so fewer "
+        "calls also means fewer input tokens).",
+        "",
+    ]
+    return rows
 
 
 def _method_notes() -> list[str]:

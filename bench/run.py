@@ -18,6 +18,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import burst_bench
 import context_bench
 import cost
 import e2e_bench
@@ -47,10 +48,13 @@ class Sizes:
     fuzz_examples: int
     duplicate_people: int
     duplicate_messages: int
+    burst_people: int = 6
+    burst_rounds: int = 8
+    burst_crash_redeliveries: int = 3  # of hardening.BURST_REDELIVERIES
 
 
 FULL = Sizes(200, 20, 8, 30, 40, 500, 8, 8, 2000, 5, 10)
-QUICK = Sizes(10, 2, 1, 4, 4, 24, 2, 2, 30, 2, 2)
+QUICK = Sizes(10, 2, 1, 4, 4, 24, 2, 2, 30, 2, 2, 2, 2, 1)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -117,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
             examples=sizes.fuzz_examples,
             people=sizes.duplicate_people,
             messages=sizes.duplicate_messages,
+            burst_redeliveries=sizes.burst_crash_redeliveries,
+        )
+        step("9. bursts: model calls per inbound message, with and without coalescing")
+        measured["bursts"] = burst_bench.run(
+            stack, people=sizes.burst_people, bursts=sizes.burst_rounds
         )
         step("8. failure timing")
         measured["retries"] = retry_bench.run(stack, samples=2 if args.quick else 10)

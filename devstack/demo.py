@@ -62,6 +62,11 @@ FIRST_CONVERSATION = [
 ]
 
 
+# Section 4: an opener, then three lines sent while the agent is still answering it.
+BURST_OPENER = "Oh, one more thing about Saturday."
+BURST = ["hey", "so about the park run tomorrow", "I can't make it at 9, can we do 10?"]
+
+
 class Checks:
     def __init__(self, console: Console):
         self.console = console
@@ -126,6 +131,7 @@ class Demo:
     def run(self) -> None:
         self.first_conversation()
         self.returning_after_weeks()
+        self.burst()
         if self.meta:
             self.new_identifiers()
         else:
@@ -197,8 +203,57 @@ class Demo:
         self.talk("What do you remember about me?")
         self.console.note("(the agent answers that from its notes, word for word, no model call)")
 
+    def burst(self) -> None:
+        self.console.heading("4. A burst: three lines while the agent is still typing")
+        self.console.note(
+            "While one of Maya's messages is being answered, her next ones wait in her FIFO "
+            "group and reach the consumer together: each line is remembered, and one reply "
+            "answers all three, written after the model saw all of them."
+        )
+        self.stack.wait_idle(timeout=120)
+        address, before = self.address, len(self.stack.replies_to(self.address))
+        calls_before = len(self.model_calls())
+        slow = self.stack.openai is not None and self.stack.queue_delivery is not None
+        if slow:  # the offline model answers at once: give it a real model's pace for this turn
+            self.stack.openai.delay_seconds = 2.0
+        self.console.say("Maya", BURST_OPENER, style="cyan")
+        self.stack.send_message(self.phone, BURST_OPENER, bsuid=self.bsuid)
+        if slow:  # until the consumer has stored the opener and waits on the model
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not any(
+                text == BURST_OPENER for _, _, text in self.stack.view(MAYA).turns
+            ):
+                time.sleep(0.05)
+        for line in BURST:
+            self.console.say("Maya", line, style="cyan")
+            self.stack.send_message(self.phone, line, bsuid=self.bsuid)
+        if slow:
+            self.stack.openai.delay_seconds = 0.0
+        if not self.stack.wait_for_replies(address, before + 2, timeout=120):
+            self.check(False, "the replies arrived within 120 s")
+            return
+        self.stack.wait_idle(timeout=120)
+        replies = self.stack.replies_to(address)[before:]
+        for reply in replies:
+            self.console.say(AGENT, reply["text"], style="green")
+        turns = self.stack.view(MAYA).turns
+        said = [text for _, role, text in turns if role == "user"][-len(BURST) :]
+        self.check(said == BURST, "each of the three lines is remembered, in order")
+        if not slow:
+            return  # a real model's timing decides how the lines are batched: shown, not checked
+        self.check(
+            len(replies) == 2,
+            f"{len(replies)} replies: one to the opener, one to the three lines behind it",
+        )
+        calls = self._replies(calls_before)
+        last_input = [m.get("content") for m in (calls[-1].get("input") or [])] if calls else []
+        self.check(
+            len(calls) == 2 and last_input[-3:] == BURST,
+            "one model call for the burst, its input ending with all three lines in order",
+        )
+
     def replaced_number(self) -> None:
-        self.console.heading("4. WhatsApp bans the business number; whasp hands over a new one")
+        self.console.heading("5. WhatsApp bans the business number; whasp hands over a new one")
         old = self.stack.business_number
         pk_before = self.stack.view(MAYA).pk
         self.stack.replace_number(NEW_NUMBER)
@@ -220,7 +275,7 @@ class Demo:
             self.check(told == [True, False], "the model is told about the new number once")
 
     def new_identifiers(self) -> None:
-        self.console.heading("4. Maya takes a username, then Meta regenerates her BSUID")
+        self.console.heading("5. Maya takes a username, then Meta regenerates her BSUID")
         pk_before = self.stack.view(MAYA).pk
         self.phone = None
         self.console.note("with a username, her messages carry only her BSUID (no phone)")
@@ -250,7 +305,7 @@ class Demo:
             )
 
     def opt_out(self) -> None:
-        self.console.heading("5. Maya writes STOP")
+        self.console.heading("6. Maya writes STOP")
         sent_before = len(self.stack.replies_to(self.address))
         self.talk("STOP", expect_reply=False)
         view = self.stack.view(MAYA)
@@ -270,7 +325,7 @@ class Demo:
         )
 
     def forget(self) -> None:
-        self.console.heading("6. Maya asks the operator to erase her (GDPR art. 17)")
+        self.console.heading("7. Maya asks the operator to erase her (GDPR art. 17)")
         try:
             from memagent.lifecycle import forget
         except ImportError:
