@@ -17,6 +17,7 @@ sent reply (read back from each message's ledger entry, `answered_by`).
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from datetime import UTC, datetime, timedelta
@@ -136,8 +137,11 @@ def _pk(phone: str) -> str:
 def run(stack: harness.Stack, *, people: int, bursts: int) -> dict[str, Any]:
     rounds = conversation(people=people, bursts=bursts)
     sizes = [len(burst) for row in rounds for burst in row]
-    on = deliver(stack, rounds, coalesce=True)
-    off = deliver(stack, rounds, coalesce=False)
+    try:
+        on = deliver(stack, rounds, coalesce=True)
+        off = deliver(stack, rounds, coalesce=False)
+    finally:
+        os.environ.pop("COALESCE_BURSTS", None)  # load_function leaves it set: not for the rest
     return {
         "people": people,
         "bursts": len(sizes),
@@ -154,7 +158,6 @@ def run(stack: harness.Stack, *, people: int, bursts: int) -> dict[str, Any]:
 
 if __name__ == "__main__":  # just this figure: python bench/burst_bench.py [people] [bursts]
     import json
-    import os
     import sys
 
     for key, value in harness.POWERTOOLS_ENV.items():
