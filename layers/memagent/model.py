@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -99,12 +100,18 @@ class ModelClient:
     def _respond(self, purpose: str, **request: Any) -> Any:
         import openai
 
+        started = time.monotonic()
         try:
             response = self.client.responses.create(
                 model=self._settings.openai_model, store=False, **request
             )
         except openai.APIError as error:
             raise _classified(error, "model call") from None
+        metrics.add_metric(  # the dashboard's model latency (client retries included)
+            name="ModelLatency",
+            unit=MetricUnit.Milliseconds,
+            value=round((time.monotonic() - started) * 1000),
+        )
         usage = getattr(response, "usage", None)
         if usage is not None:
             metrics.add_metric(name="ModelCalls", unit=MetricUnit.Count, value=1)

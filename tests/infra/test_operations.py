@@ -5,12 +5,14 @@ admin function fits API Gateway's 30 s."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 
 from tests.infra.test_template import (
     PARAMETERS,
+    ROOT,
     TEMPLATE,
     Template,
     evaluate,
@@ -97,3 +99,159 @@ def test_admin_access_logs_name_the_caller(cfn: Template) -> None:
 def test_the_admin_function_fits_api_gateways_30_seconds(cfn: Template) -> None:
     admin = function_behind(cfn, "/people/{phone}")["Properties"]
     assert admin["Timeout"] < 30
+
+
+# --------------------------------------------------------------------------- alarms
+
+
+def alarms(cfn: Template) -> dict[str, dict[str, Any]]:
+    return {k: v["Properties"] for k, v in resources(cfn, "AWS::CloudWatch::Alarm").items()}
+
+
+def watched(alarm: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(namespace, metric, dimensions) of every metric an alarm reads."""
+    if "MetricName" in alarm:
+        dims = {d["Name"]: d["Value"] for d in alarm.get("Dimensions", [])}
+        return [(alarm["Namespace"], alarm["MetricName"], dims)]
+    found = []
+    for query in alarm["Metrics"]:
+        if "MetricStat" in query:
+            metric = query["MetricStat"]["Metric"]
+            dims = {d["Name"]: d["Value"] for d in metric.get("Dimensions", [])}
+            found.append((metric["Namespace"], metric["MetricName"], dims))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("parameters", "destination"),
+    [
+        ({}, {"Ref": "AlarmTopic"}),
+        (
+            {"AlarmTopicArn": "arn:aws:sns:us-east-1:123456789012:ops"},
+            "arn:aws:sns:us-east-1:123456789012:ops",
+        ),
+    ],
+    ids=["own-topic", "your-topic"],
+)
+def test_every_alarm_reaches_a_topic(sam_template: Template, parameters, destination) -> None:
+    parameters = {**PARAMETERS, **parameters}
+    cfn = sam_transform(sam_template, parameters)
+    for alarm_id, alarm in alarms(cfn).items():
+        actions = [evaluate(cfn, a, parameters) for a in alarm.get("AlarmActions", [])]
+        assert actions == [destination], alarm_id
+    topics = resources(cfn, "AWS::SNS::Topic")
+    own = "AlarmTopic" in topics and evaluate(cfn, {"Condition": "CreatesAlarmTopic"}, parameters)
+    assert own == (destination == {"Ref": "AlarmTopic"})
+
+
+def test_an_alarm_email_subscribes_to_the_stacks_own_topic(sam_template: Template) -> None:
+    parameters = {**PARAMETERS, "AlarmEmail": "oncall@example.com"}
+    cfn = sam_transform(sam_template, parameters)
+    [subscription] = resources(cfn, "AWS::SNS::Subscription").values()
+    assert evaluate(cfn, {"Condition": subscription["Condition"]}, parameters)
+    assert subscription["Properties"]["TopicArn"] == {"Ref": "AlarmTopic"}
+    assert subscription["Properties"]["Protocol"] == "email"
+    # and without an address there is none
+    assert not evaluate(cfn, {"Condition": subscription["Condition"]}, PARAMETERS)
+
+
+def test_outages_are_alarmed(cfn: Template) -> None:
+    metrics = [m for alarm in alarms(cfn).values() for m in watched(alarm)]
+    functions = {k for k in resources(cfn, "AWS::Lambda::Function")}
+
+    def functions_watched(name: str) -> set[str]:
+        return {
+            target(dims["FunctionName"])
+            for namespace, metric, dims in metrics
+            if namespace == "AWS/Lambda" and metric == name
+        }
+
+    # a wrong secret: signature rejections
+    assert ("WhaspAgent", "WebhookRejected", {"reason": "signature", "service": "whasp-agent"}) in [
+        (n, m, d) for n, m, d in metrics
+    ]
+    # every function's errors and throttles
+    assert functions_watched("Errors") == functions
+    assert functions_watched("Throttles") == functions
+    # the consumer falling behind, and the compactor falling behind its stream
+    queue_age = [d for n, m, d in metrics if m == "ApproximateAgeOfOldestMessage"]
+    assert [target(d["QueueName"]) for d in queue_age] == ["EventQueue"]
+    assert functions_watched("IteratorAge") == {"CompactorFunction"}
+
+
+def test_the_signature_alarm_watches_the_metric_the_webhook_emits(
+    monkeypatch, capsys, cfn, lambda_context
+) -> None:
+    # given the webhook as deployed (its namespace and service from the template's Globals)
+    from tests.conftest import TEST_SECRET, load_function
+    from tests.integration.test_webhook import http_event
+
+    globals_env = yaml_parse(TEMPLATE.read_text())["Globals"]["Function"]["Environment"]
+    env = {k: v for k, v in globals_env["Variables"].items() if isinstance(v, str)}
+    webhook = load_function(
+        "webhook",
+        {
+            **env,
+            "QUEUE_URL": "https://sqs.example/q.fifo",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AGENT_ID": "coach",
+            "WEBHOOK_SECRET": TEST_SECRET,
+        },
+        monkeypatch,
+    )
+    capsys.readouterr()
+    # when a request with a bad signature arrives
+    headers = {"webhook-id": "evt_1", "webhook-timestamp": "1", "webhook-signature": "v1,x"}
+    webhook.handler(http_event(b"{}", headers), lambda_context)
+    # then the metric it writes is exactly the one the alarm reads
+    emitted = [
+        json.loads(line)
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("{") and "_aws" in line
+    ]
+    [blob] = [b for b in emitted if "WebhookRejected" in b]
+    [directive] = blob["_aws"]["CloudWatchMetrics"]
+    dims = {name: blob[name] for name in directive["Dimensions"][0]}
+    [alarm] = [a for a in alarms(cfn).values() if "WebhookRejected" in json.dumps(a)]
+    [(namespace, metric, wanted)] = [w for w in watched(alarm) if w[1] == "WebhookRejected"]
+    assert (directive["Namespace"], metric, dims) == (namespace, "WebhookRejected", wanted)
+
+
+# --------------------------------------------------------------------------- the dashboard
+
+
+def dashboard(cfn: Template) -> dict[str, Any]:
+    [board] = resources(cfn, "AWS::CloudWatch::Dashboard").values()
+    body = board["Properties"]["DashboardBody"]["Fn::Sub"]
+    return json.loads(re.sub(r"\$\{[^}]+\}", "x", body))
+
+
+def test_the_dashboard_shows_the_pipelines_health(cfn: Template) -> None:
+    text = json.dumps(dashboard(cfn))
+    for shown in (
+        "WebhookAccepted",
+        "RepliesSent",
+        "RetriesScheduled",
+        "ApproximateNumberOfMessagesVisible",  # dead letters
+        "ModelLatency",
+        "ModelInputTokens",
+        "TurnsFolded",
+        "PeopleForgotten",
+        "ApproximateAgeOfOldestMessage",
+        "IteratorAge",
+    ):
+        assert shown in text, shown
+
+
+def test_every_custom_metric_on_the_dashboard_is_one_the_code_emits(cfn: Template) -> None:
+    code = "\n".join(
+        path.read_text() for path in (ROOT / "layers" / "memagent").glob("*.py")
+    ) + "\n".join(path.read_text() for path in (ROOT / "functions").glob("*/app.py"))
+    emitted = set(re.findall(r"\"([A-Z][A-Za-z]+)\"", code))
+    shown = {
+        metric[1]
+        for widget in dashboard(cfn)["widgets"]
+        for metric in widget["properties"]["metrics"]
+        if metric and metric[0] == "WhaspAgent"
+    }
+    assert shown and shown <= emitted, shown - emitted
