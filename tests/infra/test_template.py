@@ -336,6 +336,43 @@ def test_a_twelve_hour_outage_reaches_no_dead_letter_queue(cfn: Template) -> Non
     )
 
 
+# What one model call may take at worst: the openai client honours a Retry-After of up to 60 s
+OPENAI_RETRY_AFTER_SECONDS = 60
+ORDINARY_TEXT_TURN_SECONDS = 12  # the model's reply in a few seconds, the send, 3 DynamoDB calls
+
+
+def test_a_batch_of_ordinary_text_turns_never_defers_a_record(cfn: Template) -> None:
+    # given the consumer, its batch size and its per-record time budget
+    mapping = consumer_mapping(cfn)
+    consumer = cfn["Resources"][target(mapping["FunctionName"])]["Properties"]
+    env = consumer["Environment"]["Variables"]
+    budget = float(env["RECORD_TIME_BUDGET_SECONDS"])
+    # then a record starts only with time for its worst case (a voice note: download, two
+    # model calls with their retries, the send), and a whole batch of ordinary turns starts
+    # before the budget is reached
+    call = (int(env["OPENAI_MAX_RETRIES"]) + 1) * float(env["OPENAI_TIMEOUT_SECONDS"])
+    assert budget >= 2 * (call + OPENAI_RETRY_AFTER_SECONDS)
+    batch = int(mapping.get("BatchSize", 10))
+    assert int(consumer["Timeout"]) - budget >= batch * ORDINARY_TEXT_TURN_SECONDS
+    # and a deferred record is back within seconds
+    assert 0 < int(env["DEFER_SECONDS"]) <= 10
+
+
+def test_the_compactor_fits_its_worst_fold_in_its_timeout(cfn: Template) -> None:
+    from memagent.compaction import FOLD_MAX_PARTS
+
+    # given the compactor, its stream batch size and its model settings
+    mapping = compactor_mapping(cfn)
+    compactor = cfn["Resources"][target(mapping["FunctionName"])]["Properties"]
+    env = compactor["Environment"]["Variables"]
+    call = (int(env["OPENAI_MAX_RETRIES"]) + 1) * float(env["OPENAI_TIMEOUT_SECONDS"])
+    call += OPENAI_RETRY_AFTER_SECONDS
+    # then a batch of people, each with the most fold calls a run makes (every part asked
+    # again once, shortened), fits the function's timeout
+    per_person = 2 * FOLD_MAX_PARTS * call
+    assert int(mapping["BatchSize"]) * per_person < int(compactor["Timeout"])
+
+
 def test_an_outage_alarms_on_the_age_of_the_oldest_message(cfn: Template) -> None:
     queue_id = event_queue_id(cfn)
     alarms = [

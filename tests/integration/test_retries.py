@@ -47,6 +47,11 @@ class Pipeline:
             idle_jump=True,
         )
 
+    def use(self, consumer) -> None:
+        """Deliver to another consumer (the same function, other settings) from now on."""
+        self.consumer = consumer
+        self.delivery._invoke = in_process(consumer.handler, self.context)
+
     def post(self, event: dict[str, Any]) -> None:
         response = self.webhook.handler(self.signed_event(event), self.context)
         assert response["statusCode"] == 200
@@ -160,12 +165,13 @@ def test_a_twelve_hour_model_outage_loses_nothing_and_answers_everyone_in_order(
 ):
     # one reply per message (not one per burst: COALESCE_BURSTS would answer a person's
     # waiting messages together), so every message's reply is counted
-    pipeline.consumer = load_function(
-        "consumer",
-        {**consumer_env, "OPENAI_MAX_RETRIES": "1", "COALESCE_BURSTS": "false"},
-        monkeypatch,
+    pipeline.use(
+        load_function(
+            "consumer",
+            {**consumer_env, "OPENAI_MAX_RETRIES": "1", "COALESCE_BURSTS": "false"},
+            monkeypatch,
+        )
     )
-    pipeline.delivery._invoke = in_process(pipeline.consumer.handler, pipeline.context)
     # given the model is down for 12 hours of AWS time, from now
     started = SQS_CLOCK.now()
     openai.outage = lambda: 500 if SQS_CLOCK.now() < started + 12 * HOUR else None
@@ -314,3 +320,28 @@ def test_forget_leaves_no_kept_copy(pipeline, consumer_env, resources, openai, w
     pipeline.delivery.drain()
     assert user_turns(pipeline.resources, MAYA) == []
     assert kept(consumer_env) == []
+
+
+# ------------------------------------------------------------------ deferred for time
+
+
+def test_a_record_deferred_for_time_is_back_within_seconds(
+    pipeline, consumer_env, monkeypatch, whasp
+):
+    # given an invocation with too little time left to start a record (30 s < 120 s)
+    consumer = load_function(
+        "consumer", {**consumer_env, "RECORD_TIME_BUDGET_SECONDS": "120"}, monkeypatch
+    )
+    left = iter([30_000])
+    monkeypatch.setattr(
+        pipeline.context, "get_remaining_time_in_millis", lambda: next(left, 400_000)
+    )
+    pipeline.use(consumer)
+    pipeline.post(written(5, "quick one"))
+    # when the queue runs
+    pipeline.delivery.drain()
+    # then the record was deferred, came back in the defer delay (2 s), not on the failure
+    # backoff or the visibility timeout, and was answered once
+    [delay] = pipeline.delivery.stats.retry_delays
+    assert 1 <= delay <= 3
+    assert len(whasp.texts_to(MAYA)) == 1

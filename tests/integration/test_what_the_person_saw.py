@@ -3,6 +3,7 @@ reached them is not remembered as said, and an erasing STOP erases only what cam
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -42,9 +43,8 @@ def test_a_reply_refused_for_an_opt_out_is_not_remembered_as_said(
     assert turns(resources.table_name) == [("user", "hello?")]
     # when she writes again (which lifts the opt-out), the model sees no phantom reply
     whasp.opted_out.discard(MAYA)
-    consumer.handler(
-        sqs_batch(whasp_message("back now", created_at="2026-11-29T10:00:00Z")), lambda_context
-    )
+    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")  # after the recorded opt-out
+    consumer.handler(sqs_batch(whasp_message("back now", created_at=now)), lambda_context)
     assert [m["role"] for m in openai.calls()[-1]["input"]] == ["user", "user"]
     assert len(whasp.texts_to(MAYA)) == 1
 
