@@ -1,0 +1,62 @@
+"""The retry schedule and the outage it covers, as plain arithmetic."""
+
+from __future__ import annotations
+
+import random
+
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from memagent.backoff import RetrySchedule, outage_survived_seconds
+from memagent.consumer import Retries
+from memagent.errors import Deferred, TransientError
+
+
+def test_the_delay_doubles_from_10_seconds_up_to_the_cap():
+    schedule = RetrySchedule(base_seconds=10, cap_seconds=900, jitter=0.2)
+    assert [schedule.nominal(n) for n in range(1, 10)] == [10, 20, 40, 80, 160, 320, 640, 900, 900]
+    assert schedule.nominal(10_000) == 900  # no overflow however often it was received
+
+
+def test_jitter_only_shortens_and_never_below_its_share():
+    schedule = RetrySchedule(base_seconds=10, cap_seconds=900, jitter=0.2)
+    rng = random.Random(7)
+    for count in (1, 3, 8, 50):
+        delays = {schedule.delay(count, rng) for _ in range(200)}
+        assert min(delays) >= schedule.shortest(count)
+        assert max(delays) <= schedule.nominal(count)
+        assert len(delays) > 1  # people who failed together do not all come back together
+
+
+def test_the_outage_budget_is_the_sum_of_the_shortest_waits():
+    schedule = RetrySchedule(base_seconds=10, cap_seconds=900, jitter=0.2)
+    # 8 + 16 + 32 + 64 + 128 + 256 + 512, then 720 s for each of the other 93 receives
+    assert outage_survived_seconds(schedule, 100) == 1016 + 93 * 720
+    assert outage_survived_seconds(schedule, 100) >= 12 * 3600
+    assert outage_survived_seconds(schedule, 5) < 3600  # what 5 receives would have given
+
+
+def record(group: str, receive_count: int) -> SQSRecord:
+    return SQSRecord(
+        {
+            "messageId": f"m-{group}-{receive_count}",
+            "receiptHandle": f"rh-{group}-{receive_count}",
+            "body": "{}",
+            "attributes": {
+                "ApproximateReceiveCount": str(receive_count),
+                "MessageGroupId": group,
+            },
+        }
+    )
+
+
+def test_a_group_waits_as_long_as_its_first_failure_and_a_deferral_comes_back_at_once():
+    retries = Retries(None, RetrySchedule(jitter=0), defer_seconds=2)
+    plan = retries.plan(
+        [
+            (record("maya", 3), TransientError("model 500")),
+            (record("maya", 1), None),  # failed unprocessed behind it (circuit breaker)
+            (record("sam", 1), Deferred("no time left")),
+            (record("sam", 1), None),
+        ]
+    )
+    assert plan == [("rh-maya-3", 40), ("rh-maya-1", 40), ("rh-sam-1", 2), ("rh-sam-1", 2)]
