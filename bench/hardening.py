@@ -273,9 +273,9 @@ def crash_matrix(stack: harness.Stack) -> dict[str, Any]:
                 while failed and attempts < attempts_allowed:
                     attempts += 1
                     batch = harness.sqs_batch(event, receive_count=attempts)
-                    failed = harness.failed_ids(consumer.handler, batch, context)
+                    failed = harness.retried(consumer.handler, batch, context)
                 # and one more late redelivery after success: must change nothing
-                harness.failed_ids(
+                harness.retried(
                     consumer.handler, harness.sqs_batch(event, receive_count=9), context
                 )
             pk = _pk(phone)
@@ -555,11 +555,11 @@ def duplicates(stack: harness.Stack, *, people: int, messages: int) -> dict[str,
     with harness.captured_logs(harness.LogSink()):
         for start in range(0, len(deliveries), 10):
             batch = harness.sqs_batch(*deliveries[start : start + 10])
-            if harness.failed_ids(consumer.handler, batch, context):
+            if harness.retried(consumer.handler, batch, context):
                 raise RuntimeError("a duplicate delivery failed")
         for event in late:
             batch = harness.sqs_batch(event, receive_count=3)
-            if harness.failed_ids(consumer.handler, batch, context):
+            if harness.retried(consumer.handler, batch, context):
                 raise RuntimeError("a late redelivery failed")
 
     unique = people * messages

@@ -1,19 +1,18 @@
 """What every benchmark shares: the handlers loaded as Lambda loads them, real-shaped events, the
 local stand-ins, a DynamoDB meter, a log sink and the tokenizer.
 
-Modelled on tests/conftest.py but independent of it (benchmarks never import from tests/).
+The Lambda side (context, loader, events, which records are retried) is devstack.lambda_harness,
+shared with the tests and the local stack; benchmarks never import from tests/.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import importlib.util
 import json
 import math
 import os
 import statistics
-import sys
 import time
 import uuid
 from collections import Counter
@@ -29,6 +28,12 @@ from devstack.events import (  # noqa: F401 (for the benches)
     sqs_batch,
     sqs_record,
     whasp_message,
+)
+from devstack.lambda_harness import (  # noqa: F401 (for the benches)
+    LambdaContext,
+    function_code,
+    import_function,
+    retried,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,27 +64,11 @@ def load_handler(path: Path, env: dict[str, str]) -> Any:
     The environment stays set afterwards: settings are read at import, but clients read some
     values (endpoints) when first used."""
     os.environ.update(env)
-    name = f"bench_{path.parent.name}_{uuid.uuid4().hex[:8]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_function(path)
 
 
 def load_function(name: str, env: dict[str, str]) -> Any:
-    return load_handler(ROOT / "functions" / name / "app.py", env)
-
-
-class LambdaContext:
-    function_name = "bench-function"
-    memory_limit_in_mb = 512
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:bench-function"
-    aws_request_id = "00000000-0000-0000-0000-000000000000"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 60_000
+    return load_handler(function_code(name), env)
 
 
 # ---------------------------------------------------------------------- events
@@ -98,21 +87,6 @@ def iso_now(minutes_ago: float = 0.0) -> str:
 def signed_request(event: dict[str, Any]) -> dict[str, Any]:
     body = json.dumps(event).encode()
     return http_event(body, signed_headers(body, event["id"]))
-
-
-def failed_ids(handler: Any, event: dict[str, Any], context: Any) -> list[str]:
-    """Invoke a batch handler; return the record ids Lambda would retry (all of them when
-    Powertools fails the whole invocation because every record failed)."""
-    from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
-
-    key = "messageId" if event["Records"] and "messageId" in event["Records"][0] else None
-    try:
-        response = handler(event, context)
-    except BatchProcessingError:
-        if key:
-            return [r[key] for r in event["Records"]]
-        return [r["dynamodb"]["SequenceNumber"] for r in event["Records"]]
-    return [f["itemIdentifier"] for f in response["batchItemFailures"]]
 
 
 # ---------------------------------------------------------------------- the stand-ins

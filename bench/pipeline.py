@@ -18,7 +18,8 @@ from typing import Any
 
 import harness
 
-from devstack.resources import load_template, stream_filters
+from devstack.lambda_harness import stream_filters
+from devstack.resources import load_template
 from devstack.streams import StreamTap
 
 
@@ -178,7 +179,7 @@ class Pipeline:
         before = {name: (clock.seconds, clock.calls) for name, clock in clocks.items()}
         with harness.captured_logs(logs):
             started = time.perf_counter()
-            failed = harness.failed_ids(handler, event, self.context)
+            failed = harness.retried(handler, event, self.context)
             elapsed = time.perf_counter() - started
         if failed:
             processor = getattr(

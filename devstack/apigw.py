@@ -28,7 +28,7 @@ from urllib.parse import parse_qsl
 from devstack import LoopbackServer, Reply, Request
 from devstack.aws import REGION
 from devstack.cfn import ACCOUNT_ID
-from devstack.runtime import Outcome
+from devstack.lambda_harness import Outcome
 
 MAX_PAYLOAD_BYTES = 10 * 1024 * 1024  # HTTP API's request payload quota
 _TEXT_TYPES = re.compile(

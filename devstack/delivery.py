@@ -30,10 +30,8 @@ source mappings do, with the settings the template gives them:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,9 +39,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from devstack.aws import REGION
 from devstack.clock import SQS_CLOCK, next_visible_at
-from devstack.runtime import Outcome
+from devstack.lambda_harness import Outcome, failed_ids, invoke, retry_from, sqs_message_record
 
 Report = Callable[..., None]  # report(kind, message, **details)
 
@@ -58,78 +55,10 @@ def _quiet(kind: str, message: str, **details: Any) -> None:
     pass
 
 
-def sqs_record(message: dict[str, Any], queue_arn: str) -> dict[str, Any]:
-    """A received SQS message in the shape Lambda's event source mapping delivers it."""
-    attributes = {
-        name: message.get("Attributes", {})[name]
-        for name in (
-            "ApproximateReceiveCount",
-            "SentTimestamp",
-            "SequenceNumber",
-            "MessageGroupId",
-            "SenderId",
-            "MessageDeduplicationId",
-            "ApproximateFirstReceiveTimestamp",
-        )
-        if name in message.get("Attributes", {})
-    }
-    record = {
-        "messageId": message["MessageId"],
-        "receiptHandle": message["ReceiptHandle"],
-        "body": message["Body"],
-        "attributes": attributes,
-        "messageAttributes": {
-            name: {
-                "stringValue": value.get("StringValue"),
-                "binaryValue": value.get("BinaryValue"),
-                "stringListValues": value.get("StringListValues", []),
-                "binaryListValues": value.get("BinaryListValues", []),
-                "dataType": value["DataType"],
-            }
-            for name, value in (message.get("MessageAttributes") or {}).items()
-        },
-        "md5OfBody": message.get("MD5OfBody") or hashlib.md5(message["Body"].encode()).hexdigest(),  # noqa: S324 (SQS's checksum)
-        "eventSource": "aws:sqs",
-        "eventSourceARN": queue_arn,
-        "awsRegion": REGION,
-    }
-    if message.get("MD5OfMessageAttributes"):
-        record["md5OfMessageAttributes"] = message["MD5OfMessageAttributes"]
-    return record
-
-
 def in_process(handler: Callable[[dict[str, Any], Any], Any], context: Any) -> Callable:
     """An invoke for QueueDelivery that runs a handler loaded in this process (tests and
     benchmarks), reporting as devstack's execution environments do."""
-
-    def invoke(event: dict[str, Any]) -> Outcome:
-        started = time.perf_counter()
-        try:
-            result = handler(event, context)
-        except Exception as error:  # a function error: Lambda retries the whole batch
-            ms = (time.perf_counter() - started) * 1000
-            return Outcome(False, None, type(error).__name__, str(error), ms)
-        return Outcome(True, result, duration_ms=(time.perf_counter() - started) * 1000)
-
-    return invoke
-
-
-def failed_ids(outcome: Outcome, ids: list[str]) -> set[str]:
-    """The records to retry: those reported in batchItemFailures, or all after a function error
-    or a response Lambda cannot read."""
-    if not outcome.ok:
-        return set(ids)
-    result = outcome.result
-    if result is None:
-        return set()
-    if not isinstance(result, dict):
-        return set(ids)
-    failures = result.get("batchItemFailures") or []
-    reported = [f.get("itemIdentifier") for f in failures if isinstance(f, dict)]
-    known = {r for r in reported if isinstance(r, str) and r in ids}
-    if len(known) != len(set(reported)):
-        return set(ids)  # an unknown or empty identifier fails the whole batch, as in Lambda
-    return known
+    return lambda event: invoke(handler, event, context)
 
 
 @dataclass
@@ -310,7 +239,7 @@ class QueueDelivery:
     def _deliver(self, messages: list[dict[str, Any]]) -> None:
         groups = {m["Attributes"].get("MessageGroupId") for m in messages}
         try:
-            records = [sqs_record(m, self.queue_arn) for m in messages]
+            records = [sqs_message_record(m, self.queue_arn) for m in messages]
             ids = [r["messageId"] for r in records]
             outcome = self._invoke({"Records": records})
             failed = failed_ids(outcome, ids)
@@ -490,7 +419,7 @@ class StreamDelivery:
                     self.stats.succeeded += len(pending)
                 return
             # Lambda resumes from the lowest failed sequence number: that record and all after.
-            first = min(sequence.index(s) for s in failed)
+            first = retry_from(sequence, failed)
             with self._lock:
                 self.stats.succeeded += first
             pending = pending[first:]

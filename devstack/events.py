@@ -86,6 +86,7 @@ def whasp_message(
     event_id: str | None = None,
     number: str = BUSINESS,
     message: dict[str, Any] | None = None,
+    label: str = "Coach",
 ) -> dict[str, Any]:
     """A whasp `message.received` event; a text message unless `message` says otherwise."""
     event_id = event_id or f"evt_{uuid.uuid4().hex[:12]}"
@@ -96,7 +97,7 @@ def whasp_message(
         "data": {
             "number": number,
             "chat": chat,
-            "label": "Coach",
+            "label": label,
             "message": message
             or {"id": f"msg_{event_id[4:]}", "type": "text", "text": text, "timestamp": created_at},
         },

@@ -150,16 +150,6 @@ def _attribute(value: Any) -> str:
     return str(value)
 
 
-def stream_filters(template: dict[str, Any], function: str = "CompactorFunction") -> list[str]:
-    """The FilterCriteria patterns of a function's DynamoDB stream event, as written."""
-    events = template["Resources"][function]["Properties"]["Events"]
-    for event in events.values():
-        if event["Type"] == "DynamoDB":
-            criteria = event["Properties"].get("FilterCriteria", {})
-            return [f["Pattern"] for f in criteria.get("Filters", [])]
-    return []
-
-
 def consumer_batch_size(template: dict[str, Any], function: str = "ConsumerFunction") -> int:
     for event in template["Resources"][function]["Properties"]["Events"].values():
         if event["Type"] == "SQS":

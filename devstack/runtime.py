@@ -22,8 +22,6 @@ the function's Timeout kills its environment, as Lambda does, and the next one s
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import itertools
 import json
 import os
 import queue
@@ -33,12 +31,11 @@ import threading
 import time
 import traceback
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from devstack.aws import REGION
-from devstack.cfn import ACCOUNT_ID, FunctionSpec
+from devstack.cfn import FunctionSpec
+from devstack.lambda_harness import LambdaContext, Outcome, import_function
 
 READY_TIMEOUT_SECONDS = 60.0
 # What a child may inherit from the developer's shell; everything else comes from the template.
@@ -47,18 +44,6 @@ _INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SYS
 
 class FunctionInitError(RuntimeError):
     """A function failed its cold start (e.g. a missing setting)."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One invocation, as the event source sees it."""
-
-    ok: bool
-    result: Any = None
-    error_type: str | None = None  # the exception's class name, "Timeout" or "Crashed"
-    error_message: str | None = None
-    duration_ms: float = 0.0
-    cold: bool = False
 
 
 def base_environment() -> dict[str, str]:
@@ -280,36 +265,11 @@ class FunctionPool:
 # --------------------------------------------------------------------------- the child
 
 
-class LambdaContext:
-    """The context object Lambda passes to a handler (the attributes Powertools reads)."""
-
-    _counter = itertools.count()
-
-    def __init__(self, config: dict[str, Any], request_id: str):
-        self.function_name = config["function_name"]
-        self.function_version = "$LATEST"
-        self.invoked_function_arn = (
-            f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:function:{self.function_name}"
-        )
-        self.memory_limit_in_mb = int(config["memory"])
-        self.aws_request_id = request_id
-        self.log_group_name = f"/aws/lambda/{self.function_name}"
-        self.log_stream_name = f"local/[$LATEST]{os.getpid()}"
-        self._deadline = time.monotonic() + float(config["timeout"])
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
-
-
 def _load(config: dict[str, Any]) -> Any:
-    """Import the handler's module as Lambda does: as `app`, with its directory on sys.path."""
+    """Import the handler's module as Lambda does: under its own name, its directory on sys.path."""
     code = Path(config["code"])
     sys.path.insert(0, str(code.parent))
-    spec = importlib.util.spec_from_file_location(code.stem, code)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[code.stem] = module
-    spec.loader.exec_module(module)
+    module = import_function(code, module_name=code.stem)
     return getattr(module, config["handler"])
 
 
@@ -343,7 +303,12 @@ def serve(config: dict[str, Any]) -> int:
     _send(channel, {"ready": True, "init_ms": (time.perf_counter() - started) * 1000})
     for line in sys.stdin:
         request = json.loads(line)
-        context = LambdaContext(config, request["request_id"])
+        context = LambdaContext(
+            config["function_name"],
+            memory=config["memory"],
+            timeout=config["timeout"],
+            request_id=request["request_id"],
+        )
         try:
             reply = {"result": handler(request["event"], context)}
         except Exception as error:  # a function error: logged, reported, environment kept

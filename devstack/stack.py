@@ -52,8 +52,9 @@ from devstack.clock import SQS_CLOCK
 from devstack.console import Console
 from devstack.delivery import QueueDelivery, StreamDelivery
 from devstack.events import META_TEST_APP_SECRET, META_TEST_VERIFY_TOKEN
-from devstack.resources import ROOT, LocalResources, create_all, load_template, stream_filters
-from devstack.runtime import FunctionPool, Outcome, base_environment
+from devstack.lambda_harness import Outcome, stream_filters
+from devstack.resources import ROOT, LocalResources, create_all, load_template
+from devstack.runtime import FunctionPool, base_environment
 
 # The documented TEST-ONLY webhook secret (scripts/sign_events.py, tests/conftest.py). Public on
 # purpose: the local endpoint accepts what the sample events and the docs sign with it.
@@ -794,24 +795,16 @@ class LocalStack:
         event_id: str | None = None,
     ) -> dict[str, Any]:
         """A `message.received` event, as whasp sends it."""
-        event_id = event_id or f"evt_{uuid.uuid4().hex[:16]}"
-        created = self._stamp(at)
-        return {
-            "id": event_id,
-            "type": "message.received",
-            "created_at": created,
-            "data": {
-                "number": number or self.business_number,
-                "chat": phone,
-                "label": self.agent_id.title(),
-                "message": {
-                    "id": f"msg_{uuid.uuid4().hex[:12]}",
-                    "type": "text",
-                    "text": text,
-                    "timestamp": created,
-                },
-            },
-        }
+        from devstack.events import whasp_message
+
+        return whasp_message(
+            text,
+            chat=phone,
+            created_at=self._stamp(at),
+            event_id=event_id or f"evt_{uuid.uuid4().hex[:16]}",
+            number=number or self.business_number,
+            label=self.agent_id.title(),
+        )
 
     def send_message(
         self,

@@ -2,37 +2,17 @@
 
 moto records stream changes but does not run event source mappings, so it applies no
 FilterCriteria. `StreamTap` reads new records from the stream, reshapes them exactly as Lambda
-hands them to a function, and keeps only those matching the template's filter patterns,
-evaluated by moto's real EventBridge-style pattern matcher (the same grammar Lambda uses).
+hands them to a function, and keeps only those matching the template's filter patterns
+(devstack.lambda_harness: stream_record, passes_filters).
 """
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
 from typing import Any
 
 import boto3
 
-
-def matches(record: dict[str, Any], patterns: list[str]) -> bool:
-    """Lambda keeps a record if any filter pattern matches it (no patterns: keep all)."""
-    from moto.events.models import EventPattern
-
-    if not patterns:
-        return True
-    return any(EventPattern.load(pattern).matches_event(record) for pattern in patterns)
-
-
-def lambda_record(raw: dict[str, Any], stream_arn: str) -> dict[str, Any]:
-    """A GetRecords record in the shape of a Lambda DynamoDB Streams event record."""
-    record = json.loads(json.dumps(raw, default=str))
-    created = raw.get("dynamodb", {}).get("ApproximateCreationDateTime")
-    if isinstance(created, datetime):
-        record["dynamodb"]["ApproximateCreationDateTime"] = int(created.timestamp())
-    record["eventVersion"] = "1.1"
-    record["eventSourceARN"] = stream_arn
-    return record
+from devstack.lambda_harness import passes_filters, stream_record
 
 
 class StreamTap:
@@ -64,7 +44,7 @@ class StreamTap:
             while iterator:
                 response = self._streams.get_records(ShardIterator=iterator, Limit=1000)
                 batch = response.get("Records", [])
-                records.extend(lambda_record(r, self.stream_arn) for r in batch)
+                records.extend(stream_record(r, self.stream_arn) for r in batch)
                 iterator = response.get("NextShardIterator")
                 if not batch:
                     break
@@ -73,4 +53,4 @@ class StreamTap:
 
     def matching(self) -> list[dict[str, Any]]:
         """New records that pass the filter: what Lambda would deliver to the function."""
-        return [record for record in self.poll() if matches(record, self.patterns)]
+        return [record for record in self.poll() if passes_filters(record, self.patterns)]

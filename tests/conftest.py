@@ -4,10 +4,8 @@ Lambda handlers loaded from functions/<name>/app.py exactly as the runtime loads
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import os
-import sys
 import time
 import traceback
 import uuid
@@ -17,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from devstack import events
+from devstack import events, lambda_harness
 from devstack.aws import MotoServer, aws_env
 from devstack.events import http_event, sqs_batch, sqs_record  # noqa: F401 (for the tests)
 from devstack.resources import LocalResources, create_all
@@ -119,28 +117,12 @@ def load_function(name: str, env: dict[str, str], monkeypatch: pytest.MonkeyPatc
     """Import functions/<name>/app.py as a fresh module (a cold start) with `env` set."""
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    module_name = f"lambda_{name}_{uuid.uuid4().hex[:8]}"
-    spec = importlib.util.spec_from_file_location(module_name, ROOT / "functions" / name / "app.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-class FakeLambdaContext:
-    function_name = "test-function"
-    memory_limit_in_mb = 512
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:test-function"
-    aws_request_id = "00000000-0000-0000-0000-000000000000"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 60_000
+    return lambda_harness.import_function(lambda_harness.function_code(name))
 
 
 @pytest.fixture
-def lambda_context() -> FakeLambdaContext:
-    return FakeLambdaContext()
+def lambda_context() -> lambda_harness.LambdaContext:
+    return lambda_harness.LambdaContext()
 
 
 def signed_headers(

@@ -9,7 +9,8 @@ import boto3
 import pytest
 from boto3.dynamodb.conditions import Key
 
-from devstack.resources import load_template, stream_filters
+from devstack.lambda_harness import stream_filters
+from devstack.resources import load_template
 from devstack.streams import StreamTap
 from memagent.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, seed_turns

@@ -14,6 +14,8 @@ import boto3
 import pytest
 from boto3.dynamodb.conditions import Key
 
+from devstack.lambda_harness import reported_failures as failures
+from devstack.lambda_harness import retried
 from memagent.person import person_key
 from memagent.whasp import idempotency_key
 from tests.conftest import (
@@ -55,19 +57,9 @@ def message(text: str, minute: float = 0, **kwargs: Any) -> dict[str, Any]:
     return whasp_message(text, created_at=at(minute), **kwargs)
 
 
-def failures(response: dict) -> list[str]:
-    return [f["itemIdentifier"] for f in response["batchItemFailures"]]
-
-
 def attempt(consumer, batch: dict, lambda_context) -> list[str]:
-    """Run a batch; return the ids Lambda would retry. When every record fails, Powertools fails
-    the whole invocation (and SQS retries the whole batch), which is the same thing."""
-    from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
-
-    try:
-        return failures(consumer.handler(batch, lambda_context))
-    except BatchProcessingError:
-        return [record["messageId"] for record in batch["Records"]]
+    """Run a batch; return the ids Lambda would retry."""
+    return retried(consumer.handler, batch, lambda_context)
 
 
 # ------------------------------------------------------------------ a conversation

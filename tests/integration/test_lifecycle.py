@@ -12,6 +12,7 @@ from urllib.parse import quote
 import boto3
 import pytest
 
+from devstack.lambda_harness import reported_failures as failures
 from memagent.lifecycle import forget
 from memagent.person import person_key
 from memagent.store import MemoryStore, ledger_sk
@@ -92,10 +93,6 @@ def fill(table_name: str, phone: str, *, messages: int, facts: int, ledger: int)
 
 def mine(items: list[dict], phone: str) -> list[dict]:
     return [i for i in items if i["pk"] == person_key(AGENT, phone)]
-
-
-def failures(response: dict) -> list[str]:
-    return [f["itemIdentifier"] for f in response["batchItemFailures"]]
 
 
 # ------------------------------------------------------------------ forget

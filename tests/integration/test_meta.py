@@ -15,7 +15,6 @@ from typing import Any
 import boto3
 import pytest
 
-from devstack.delivery import sqs_record as lambda_sqs_record
 from devstack.events import (
     META_NUMBER_ID,
     http_event,
@@ -27,6 +26,7 @@ from devstack.events import (
     meta_notification,
     meta_status,
 )
+from devstack.lambda_harness import retried, sqs_message_record
 from memagent.person import person_key
 from tests.conftest import AGENT, load_function
 
@@ -134,17 +134,11 @@ class Queue:
         """Hand every visible message to the consumer in one batch, as Lambda would; delete the
         ones that succeeded; hold the failed ones (in flight) until `release`. Returns the
         number of failed records."""
-        from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
-
         messages = self._receive()
         if not messages:
             return 0
-        batch = {"Records": [lambda_sqs_record(m, self.arn) for m in messages]}
-        try:
-            response = consumer.handler(batch, lambda_context)
-            failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}
-        except BatchProcessingError:
-            failed = {m["MessageId"] for m in messages}
+        batch = {"Records": [sqs_message_record(m, self.arn) for m in messages]}
+        failed = set(retried(consumer.handler, batch, lambda_context))
         for message in messages:
             if message["MessageId"] in failed:
                 self.held.append(message)

@@ -19,6 +19,7 @@ import pytest
 
 from devstack.clock import SQS_CLOCK
 from devstack.delivery import QueueDelivery, in_process
+from devstack.lambda_harness import reported_failures as failures
 from devstack.resources import load_template, max_receive_count
 from memagent.person import person_key
 from tests.conftest import AGENT, MAYA, TEST_SECRET, load_function, sqs_batch, whasp_message
@@ -100,10 +101,6 @@ def user_turns(resources, phone: str) -> list[str]:
         ConsistentRead=True,
     )["Items"]
     return [i["text"] for i in sorted(items, key=lambda i: int(i["seq"])) if i["role"] == "user"]
-
-
-def failures(response: dict) -> list[str]:
-    return [f["itemIdentifier"] for f in response["batchItemFailures"]]
 
 
 # ------------------------------------------------------------------ one failure

@@ -4,11 +4,11 @@ reached them is not remembered as said, and an erasing STOP erases only what cam
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 import boto3
 from boto3.dynamodb.conditions import Key
 
+from devstack.lambda_harness import reported_failures as failures
 from memagent.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, sqs_batch, whasp_message
 
@@ -21,10 +21,6 @@ def turns(table_name: str, phone: str = MAYA) -> list[tuple[str, str]]:
         ConsistentRead=True,
     )["Items"]
     return [(i["role"], i["text"]) for i in sorted(items, key=lambda i: int(i["seq"]))]
-
-
-def failures(response: dict[str, Any]) -> list[str]:
-    return [f["itemIdentifier"] for f in response["batchItemFailures"]]
 
 
 # ------------------------------------------------------------------ undelivered replies
