@@ -78,7 +78,7 @@ def deliver(
             for start in range(0, len(queued), 10):
                 batches += 1
                 batch = harness.sqs_batch(*queued[start : start + 10])
-                failed += len(harness.failed_ids(consumer.handler, batch, context))
+                failed += len(harness.retried(consumer.handler, batch, context))
     seconds = time.perf_counter() - started
     calls = [
         r

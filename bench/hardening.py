@@ -340,7 +340,7 @@ def burst_crash_matrix(
 
     def invoke(records: list[dict[str, Any]]) -> list[str]:
         try:
-            return harness.failed_ids(consumer.handler, {"Records": records}, context)
+            return harness.retried(consumer.handler, {"Records": records}, context)
         except Died:
             return [r["messageId"] for r in records]
 
