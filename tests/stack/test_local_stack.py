@@ -64,7 +64,12 @@ def stand_in_responder(calls: list[dict[str, Any]]):
 )
 def test_many_people_many_messages_each_with_duplicates(tmp_path, people, messages):
     # given the local stack with the offline model and the default compaction (40 / keep 20)
-    with LocalStack(env={}, level="quiet", log_path=tmp_path / "stack.log") as stack:
+    # One reply per message (COALESCE_BURSTS=false): this run checks that each message is
+    # answered once and in order; a burst answered once is checked in tests/integration.
+    one_each = {"COALESCE_BURSTS": "false"}
+    with LocalStack(
+        env={}, extra_env=one_each, level="quiet", log_path=tmp_path / "stack.log"
+    ) as stack:
         said = {
             phone(i): [f"message {n} from person {i}" for n in range(messages)]
             for i in range(people)
@@ -145,7 +150,8 @@ def stand_in_stack(stand_in, tmp_path_factory):
         level="quiet",
         compact_threshold=6,
         compact_keep=2,
-        extra_env={"OPENAI_MAX_RETRIES": "0"},
+        # the tests below count one reply per message
+        extra_env={"OPENAI_MAX_RETRIES": "0", "COALESCE_BURSTS": "false"},
         log_path=tmp_path_factory.mktemp("stand-in") / "stack.log",
     ) as stack:
         yield stack
