@@ -164,7 +164,9 @@ class LocalStack:
                         record comes back after the backoff the consumer set, or the queue's
                         visibility timeout, divided by this
     idle_jump           when nothing is visible and nothing runs, jump the queue's clock to the next
-                        retry (the schedule is kept, the waiting is skipped)
+                        retry (the schedule is kept, the waiting is skipped). Off by default: with
+                        a real model that is down, `make chat` would otherwise run through every
+                        retry in seconds; at 60x, the 15-minute cap is 15 s
     parameters          more template parameter overrides (SystemPrompt, OptOutPolicy ...)
     extra_env           more environment variables for every function
     template            a parsed template (default: template.yaml)
@@ -184,7 +186,7 @@ class LocalStack:
         consumer_concurrency: int = 3,
         webhook_concurrency: int = 2,
         time_scale: float = 60.0,
-        idle_jump: bool = True,
+        idle_jump: bool = False,
         parameters: Mapping[str, str] | None = None,
         extra_env: Mapping[str, str] | None = None,
         template: dict[str, Any] | None = None,
