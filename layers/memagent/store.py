@@ -293,17 +293,14 @@ class MemoryStore:
         if opted_out:
             dropped = previous.awaiting[-(TRANSACTION_LIMIT - len(actions)) :]
             actions += [self._settle(pk, e, ledger_ttl, status=OPTED_OUT) for e in dropped]
-        try:
-            self._client.transact_write_items(TransactItems=actions)
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "TransactionCanceledException":
-                raise
-            codes = _cancel_codes(error)
-            if codes and codes[0] == "ConditionalCheckFailed":
-                return False
-            # a failed condition on the state (someone wrote first) or a TransactionConflict
-            # with a concurrent compaction: the caller retries from a fresh read
-            raise ConcurrentUpdate("memory changed while remembering; retry") from None
+        reasons = self._transact(actions)
+        if reasons is None:
+            return True
+        if reasons[:1] == ["ConditionalCheckFailed"]:  # the ledger entry exists: a duplicate
+            return False
+        # a failed condition on the state (someone wrote first) or a TransactionConflict
+        # with a concurrent compaction: the caller retries from a fresh read
+        raise ConcurrentUpdate("memory changed while remembering; retry")
         return True
 
     def remember_reply(
@@ -363,12 +360,8 @@ class MemoryStore:
             )
             for e in others
         ]
-        try:
-            self._client.transact_write_items(TransactItems=actions)
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "TransactionCanceledException":
-                raise
-            raise ConcurrentUpdate("memory changed while storing the reply; retry") from None
+        if self._transact(actions) is not None:
+            raise ConcurrentUpdate("memory changed while storing the reply; retry")
 
     def finish_event(self, pk: str, event_id: str, status: str, **details: Any) -> None:
         """Record the end of an event's turn (sent, parked, opted out, skipped). The reply text
@@ -379,42 +372,32 @@ class MemoryStore:
         for index, (name, value) in enumerate(details.items()):
             sets.append(f"{name} = :d{index}")
             values[f":d{index}"] = value
-        try:
-            self.table.update_item(
-                Key={"pk": pk, "sk": ledger_sk(event_id)},
-                UpdateExpression="SET " + ", ".join(sets) + " REMOVE reply",
-                ConditionExpression="attribute_exists(pk)",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
+        self._update_if(
+            Key={"pk": pk, "sk": ledger_sk(event_id)},
+            UpdateExpression="SET " + ", ".join(sets) + " REMOVE reply",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
 
     def record_part(self, pk: str, event_id: str, part: int, message_id: str) -> bool:
         """Record that part `part` of an event's reply reached the provider (its message id), so
         a redelivery does not send it again. False if the event has no ledger entry."""
-        try:
-            self.table.update_item(
-                Key={"pk": pk, "sk": ledger_sk(event_id)},
-                UpdateExpression="SET #p = :id",
-                ConditionExpression="attribute_exists(pk)",
-                ExpressionAttributeNames={"#p": f"{PART}{part}"},
-                ExpressionAttributeValues={":id": message_id or "sent"},
-            )
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
-            return False
-        return True
+        return self._update_if(
+            Key={"pk": pk, "sk": ledger_sk(event_id)},
+            UpdateExpression="SET #p = :id",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeNames={"#p": f"{PART}{part}"},
+            ExpressionAttributeValues={":id": message_id or "sent"},
+        )
 
     def link(self, alias_pk: str, person_pk: str) -> bool:
         """Point another identifier's key at a person's key: its STATE gets `alias_of`, the
         person's partition an ALIAS# item (so erasure finds every key). Only an identifier with
         no memory of its own is linked; returns whether the link holds."""
-        try:
-            self._client.transact_write_items(
-                TransactItems=[
+        return (
+            self._transact(
+                [
                     {
                         "Update": {
                             "TableName": self.table_name,
@@ -438,11 +421,8 @@ class MemoryStore:
                     },
                 ]
             )
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "TransactionCanceledException":
-                raise
-            return False
-        return True
+            is None
+        )
 
     def skip_event(self, pk: str, event_id: str, *, ledger_ttl: timedelta, reason: str) -> None:
         """Remember that an event was deliberately not stored (e.g. older than an erasure)."""
@@ -461,45 +441,33 @@ class MemoryStore:
     def record_opt_out(self, pk: str, at: datetime) -> bool:
         """Mark the person opted out, unless they have written since (events arrive out of
         order). Returns whether the opt-out was recorded."""
-        try:
-            self.table.update_item(
-                Key={"pk": pk, "sk": STATE},
-                UpdateExpression="SET opted_out = :true, opted_out_at = :at, updated_at = :now",
-                ConditionExpression=(
-                    "(attribute_not_exists(last_inbound_at) OR last_inbound_at < :at)"
-                    " AND (attribute_not_exists(erased_at) OR erased_at < :at)"
-                ),
-                ExpressionAttributeValues={
-                    ":true": True,
-                    ":at": _iso(at),
-                    ":now": _iso(datetime.now(UTC)),
-                },
-            )
-        except ClientError as error:
-            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        return self._update_if(
+            Key={"pk": pk, "sk": STATE},
+            UpdateExpression="SET opted_out = :true, opted_out_at = :at, updated_at = :now",
+            ConditionExpression=(
+                "(attribute_not_exists(last_inbound_at) OR last_inbound_at < :at)"
+                " AND (attribute_not_exists(erased_at) OR erased_at < :at)"
+            ),
+            ExpressionAttributeValues={
+                ":true": True,
+                ":at": _iso(at),
+                ":now": _iso(datetime.now(UTC)),
+            },
+        )
 
     def record_marketing(self, pk: str, value: str, at: datetime) -> bool:
         """Record a marketing preference on a known person's state, unless a newer one (or an
         erasure) came first. Returns whether it was recorded."""
-        try:
-            self.table.update_item(
-                Key={"pk": pk, "sk": STATE},
-                UpdateExpression="SET marketing = :value, marketing_at = :at",
-                ConditionExpression=(
-                    "attribute_exists(last_seq)"
-                    " AND (attribute_not_exists(marketing_at) OR marketing_at < :at)"
-                    " AND (attribute_not_exists(erased_at) OR erased_at < :at)"
-                ),
-                ExpressionAttributeValues={":value": value, ":at": _iso(at)},
-            )
-        except ClientError as error:
-            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        return self._update_if(
+            Key={"pk": pk, "sk": STATE},
+            UpdateExpression="SET marketing = :value, marketing_at = :at",
+            ConditionExpression=(
+                "attribute_exists(last_seq)"
+                " AND (attribute_not_exists(marketing_at) OR marketing_at < :at)"
+                " AND (attribute_not_exists(erased_at) OR erased_at < :at)"
+            ),
+            ExpressionAttributeValues={":value": value, ":at": _iso(at)},
+        )
 
     def record_number(self, agent_pk: str, *, old: str, new: str, label: str | None, at: datetime):
         """Keep the agent's current whasp number (agent-wide, not per person: nothing migrates)."""
@@ -528,16 +496,12 @@ class MemoryStore:
     def mark_erased(self, pk: str, at: datetime) -> datetime:
         """Record the erasure mark first: from now on no event older than it is stored. The mark
         only moves forward; returns the mark in force (`at`, or a later one already there)."""
-        try:
-            self.table.update_item(
-                Key={"pk": pk, "sk": STATE},
-                UpdateExpression="SET erased_at = :at",
-                ConditionExpression="attribute_not_exists(erased_at) OR erased_at < :at",
-                ExpressionAttributeValues={":at": _iso(at)},
-            )
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
+        if not self._update_if(
+            Key={"pk": pk, "sk": STATE},
+            UpdateExpression="SET erased_at = :at",
+            ConditionExpression="attribute_not_exists(erased_at) OR erased_at < :at",
+            ExpressionAttributeValues={":at": _iso(at)},
+        ):
             state = self.table.get_item(Key={"pk": pk, "sk": STATE}, ConsistentRead=True)
             return _time(state["Item"]["erased_at"]) or at
         return at
@@ -561,16 +525,12 @@ class MemoryStore:
     def reduce_state_to_mark(self, pk: str, at: datetime) -> None:
         """Strip the state item down to the content-free erasure mark (pk, sk, erased_at),
         unless a newer erasure or a genuinely new message has taken over meanwhile."""
-        try:
-            self.table.update_item(
-                Key={"pk": pk, "sk": STATE},
-                UpdateExpression="REMOVE " + ", ".join(_STATE_CONTENT),
-                ConditionExpression="erased_at = :at",
-                ExpressionAttributeValues={":at": _iso(at)},
-            )
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
+        self._update_if(
+            Key={"pk": pk, "sk": STATE},
+            UpdateExpression="REMOVE " + ", ".join(_STATE_CONTENT),
+            ConditionExpression="erased_at = :at",
+            ExpressionAttributeValues={":at": _iso(at)},
+        )
 
     # ------------------------------------------------------------------ compaction
 
@@ -640,12 +600,8 @@ class MemoryStore:
             )
         if len(actions) > TRANSACTION_LIMIT:
             raise ValueError(f"compaction commit needs {len(actions)} actions")
-        try:
-            self._client.transact_write_items(TransactItems=actions)
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "TransactionCanceledException":
-                raise
-            raise ConcurrentUpdate("the summary marker moved; another compaction won") from None
+        if self._transact(actions) is not None:
+            raise ConcurrentUpdate("the summary marker moved; another compaction won")
 
     def delete_turns(self, pk: str, seqs: Iterable[int]) -> int:
         """Delete folded turns. Idempotent (deleting a missing item is a no-op); batches of 25,
@@ -659,16 +615,37 @@ class MemoryStore:
 
     def clear_compaction_flag(self, pk: str, *, seen_last_seq: int) -> None:
         """Lower the flag when there is nothing to fold, unless a new turn arrived meanwhile."""
+        self._update_if(
+            Key={"pk": pk, "sk": STATE},
+            UpdateExpression="SET compaction_due = :false",
+            ConditionExpression="last_seq = :seen AND compaction_due = :true",
+            ExpressionAttributeValues={":false": False, ":true": True, ":seen": seen_last_seq},
+        )
+
+    # ------------------------------------------------------------------ conditional writes
+
+    def _update_if(self, **update: Any) -> bool:
+        """update_item guarded by its ConditionExpression: False, and nothing written, when the
+        condition does not hold (the usual outcome of a lost race or a repeat, not an error)."""
         try:
-            self.table.update_item(
-                Key={"pk": pk, "sk": STATE},
-                UpdateExpression="SET compaction_due = :false",
-                ConditionExpression="last_seq = :seen AND compaction_due = :true",
-                ExpressionAttributeValues={":false": False, ":true": True, ":seen": seen_last_seq},
-            )
+            self.table.update_item(**update)
         except ClientError as error:
             if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
+            return False
+        return True
+
+    def _transact(self, actions: list[dict[str, Any]]) -> list[str] | None:
+        """Write `actions` in one transaction. None when it committed; when DynamoDB cancelled
+        it (a condition failed, or another transaction touched the same items), the reason of
+        each action, in order ("None" for the actions that were fine)."""
+        try:
+            self._client.transact_write_items(TransactItems=actions)
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "TransactionCanceledException":
+                raise
+            return _cancel_codes(error)
+        return None
 
     # ------------------------------------------------------------------ items
 
