@@ -1,4 +1,4 @@
-"""Figure 5: the local stack end to end (devstack.stack.LocalStack), with an instant model.
+"""Figure 5: the local stack end to end (devstack.stack.DevStack), with an instant model.
 
 Every function runs in its own execution-environment process, as template.yaml declares it; the
 webhook is reached over HTTP, signed as whasp signs; SQS FIFO and the stream are delivered by the
@@ -101,12 +101,12 @@ def _drive(stack: Any, label: str, phones: list[str], per_person: int, timeout: 
 
 def run(*, people: int, messages: int, timeout: float = 180.0) -> dict[str, Any]:
     try:
-        from devstack.stack import LocalStack
+        from devstack.stack import DevStack
     except ImportError:
-        return {"pending": "devstack.stack.LocalStack is not in this tree yet"}
+        return {"pending": "devstack.stack.DevStack is not in this tree yet"}
     with (
         tempfile.TemporaryDirectory() as folder,
-        LocalStack(env={}, level="quiet", log_path=Path(folder) / "stack.log") as stack,
+        DevStack(env={}, level="quiet", log_path=Path(folder) / "stack.log") as stack,
     ):
         if stack.openai is None:
             return {"pending": "the local stack did not start its model stand-in"}

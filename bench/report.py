@@ -439,7 +439,7 @@ def _e2e_section(e: dict[str, Any]) -> list[str]:
     rows = [
         "## 5. The local stack end to end",
         "",
-        "devstack.stack.LocalStack: each function in its own execution-environment process with "
+        "devstack.stack.DevStack: each function in its own execution-environment process with "
         "template.yaml's settings, the webhook over HTTP, SQS FIFO and the stream delivered by "
         f"the stack's event source mappings ({e['consumer_environments']} consumer "
         "environments), an instant model. Each person's messages are posted in order, as fast "

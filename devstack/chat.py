@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import TextIO
 
 from devstack.console import Console
-from devstack.stack import LOG_PATH, LocalStack
+from devstack.stack import LOG_PATH, DevStack
 
 E164 = re.compile(r"^\+[1-9]\d{6,14}$")
 DEFAULT_PHONE = "+447700900123"
@@ -35,7 +35,7 @@ COMMANDS = __doc__.split("Commands:\n\n", 1)[1].split("\n\n", 1)[0]
 
 
 class Chat:
-    def __init__(self, stack: LocalStack, console: Console, phone: str):
+    def __init__(self, stack: DevStack, console: Console, phone: str):
         self.stack = stack
         self.console = console
         self.phone = phone
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None) -> int:
 
     stdin = stdin or sys.stdin
     console = Console(level=args.level)
-    with LocalStack(console=console, log_path=args.log) as stack:
+    with DevStack(console=console, log_path=args.log) as stack:
         console.print()
         if stack.model.offline:
             console.banner(

@@ -29,7 +29,7 @@ from datetime import timedelta
 from typing import Any
 
 from devstack.console import Console
-from devstack.stack import LOG_PATH, LocalStack
+from devstack.stack import LOG_PATH, DevStack
 
 MAYA = "+447700900123"
 MAYA_BSUID = "GB.13491208655302741918"
@@ -83,7 +83,7 @@ class Checks:
 
 
 class Demo:
-    def __init__(self, stack: LocalStack, console: Console, check: Checks):
+    def __init__(self, stack: DevStack, console: Console, check: Checks):
         self.stack = stack
         self.console = console
         self.check = check
@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     checks = Checks(console)
     began = time.monotonic()
     console.heading(f"The local stack: the whole pipeline on this machine ({args.provider})")
-    with LocalStack(console=console, log_path=args.log, provider=args.provider) as stack:
+    with DevStack(console=console, log_path=args.log, provider=args.provider) as stack:
         if stack.model.offline:
             console.banner(
                 [

@@ -18,7 +18,7 @@ HTTP routes, the SQS batch size and concurrency, the stream's filter, batch size
 failure queue. Secrets are SecureStrings in moto's Parameter Store under the template's
 SecretsPrefix, read by the functions exactly as in AWS.
 
-    with LocalStack() as stack:
+    with DevStack() as stack:
         stack.send_message("+447700900123", "Hi! I start the new job on Monday")
         stack.wait_idle()
         stack.whasp.texts_to("+447700900123")
@@ -150,7 +150,7 @@ class PersonView:
 # --------------------------------------------------------------------------- the stack
 
 
-class LocalStack:
+class DevStack:
     """See the module docstring. Options:
 
     agent_id            the AgentId parameter (memory is keyed by agent and phone)
@@ -650,7 +650,7 @@ class LocalStack:
             return
         line = {
             "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds"),
-            "source": f"localstack.{source}",
+            "source": f"devstack.{source}",
             "message": message,
             **details,
         }

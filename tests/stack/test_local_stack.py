@@ -20,7 +20,7 @@ import pytest
 
 from devstack.fake_openai import FakeOpenAI
 from devstack.resources import load_template
-from devstack.stack import LocalStack
+from devstack.stack import DevStack
 from memagent.store import ledger_sk
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +67,7 @@ def test_many_people_many_messages_each_with_duplicates(tmp_path, people, messag
     # One reply per message (COALESCE_BURSTS=false): this run checks that each message is
     # answered once and in order; a burst answered once is checked in tests/integration.
     one_each = {"COALESCE_BURSTS": "false"}
-    with LocalStack(
+    with DevStack(
         env={}, extra_env=one_each, level="quiet", log_path=tmp_path / "stack.log"
     ) as stack:
         said = {
@@ -144,7 +144,7 @@ def stand_in_stack(stand_in, tmp_path_factory):
     template["Resources"]["EventQueue"]["Properties"]["RedrivePolicy"]["maxReceiveCount"] = (
         PARK_AFTER
     )
-    with LocalStack(
+    with DevStack(
         env=env,
         template=template,
         level="quiet",
@@ -214,7 +214,7 @@ def test_changing_the_template_changes_what_the_stack_creates(tmp_path):
     template["Resources"]["EventQueue"]["Properties"]["VisibilityTimeout"] = 42
     template["Resources"]["ConsumerFunction"]["Properties"]["Timeout"] = 7
     # when the local stack starts from it
-    with LocalStack(env={}, template=template, level="quiet", log_path=tmp_path / "s.log") as stack:
+    with DevStack(env={}, template=template, level="quiet", log_path=tmp_path / "s.log") as stack:
         described = boto3.client("dynamodb").describe_table(TableName=stack.resources.table_name)[
             "Table"
         ]
