@@ -8,6 +8,8 @@ whasp's acceptance of the reply: messages per second, p50 and p95. Checked: ever
 answered, answers in each person's order (ordering violations), and no message answered twice
 (duplicates sent).
 
+Run with COALESCE_BURSTS=false: one reply per message, so each latency is a message's own.
+
 The baseline is the same number of messages from a single person: one FIFO group, so strictly
 one at a time. The ratio shows what processing different people in parallel buys.
 """
@@ -106,7 +108,15 @@ def run(*, people: int, messages: int, timeout: float = 180.0) -> dict[str, Any]
         return {"pending": "devstack.stack.DevStack is not in this tree yet"}
     with (
         tempfile.TemporaryDirectory() as folder,
-        DevStack(env={}, level="quiet", log_path=Path(folder) / "stack.log") as stack,
+        DevStack(
+            env={},
+            level="quiet",
+            log_path=Path(folder) / "stack.log",
+            # people here post without waiting for replies, so their lines would queue up into
+            # bursts with one reply each; this figure checks one reply per message (figure 9
+            # measures bursts)
+            extra_env={"COALESCE_BURSTS": "false"},
+        ) as stack,
     ):
         if stack.openai is None:
             return {"pending": "the local stack did not start its model stand-in"}

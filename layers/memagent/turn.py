@@ -131,6 +131,21 @@ def _predates(memory: Memory, mark: datetime) -> bool:
     )
 
 
+def _stopped_at(memory: Memory) -> datetime | None:
+    """The time of the person's STOP message behind the opt-out in force, if we hold it. An
+    opt-out learnt otherwise (whasp's 409) has no STOP time we trust: the next message lifts
+    it, as before, and whasp refuses the reply if the block still holds."""
+    state = memory.state
+    if not state.opted_out or state.opted_out_at is None:
+        return None
+    stops = [
+        t for t in memory.turns if t.role == "user" and t.text.strip().casefold() in STOP_WORDS
+    ]
+    if stops and stops[-1].at <= state.opted_out_at:
+        return stops[-1].at
+    return None
+
+
 def _reply_seq(entry: dict) -> int | None:
     return int(entry["reply_seq"]) if entry.get("reply_seq") is not None else None
 
@@ -293,13 +308,10 @@ class Agent:
             max_media_bytes=self.settings.media_max_bytes,
         )
         stop = message.kind == "text" and text.strip().casefold() in STOP_WORDS
-        # an opt-out lifts only with a message written after it (events arrive out of order)
-        held = (
-            not stop
-            and state.opted_out
-            and state.opted_out_at is not None
-            and message.sent_at < state.opted_out_at
-        )
+        # a STOP's opt-out lifts only with a message written after it (events arrive out of
+        # order, and a burst may hold lines from both sides of a STOP)
+        stopped_at = _stopped_at(memory)
+        held = not stop and stopped_at is not None and message.sent_at < stopped_at
         extra = {}
         if state.forget_pending and _normalised(text) not in CONFIRM_WORDS:
             extra["forget_pending"] = False  # anything but "yes" keeps the memory

@@ -12,7 +12,7 @@ import pytest
 
 from memagent.person import person_key
 from memagent.provider import idempotency_key
-from tests.conftest import AGENT, MAYA, load_function, sqs_batch, sqs_record
+from tests.conftest import AGENT, BUSINESS, MAYA, load_function, sqs_batch, sqs_record
 from tests.integration.test_consumer import SAM, at, attempt, failures, message, rows, turns
 
 
@@ -147,10 +147,18 @@ def test_a_repeat_ending_the_batch_still_answers_the_new_message_before_it(
 def test_stop_inside_a_burst_sends_nothing_after_it(
     consumer, resources, openai, whasp, lambda_context, third_minute, lifted
 ):
-    # given [A1, STOP, A3]; A3 written after the STOP, or before it (events arrive out of order)
+    # given [A1, STOP, A3] and whasp's opt-out event after the STOP; A3 written after the
+    # STOP, or before it (events arrive out of order)
     a1, stop = message("can we move it?", 0), message("STOP", 2)
     a3 = message("sorry, wrong chat, still here", third_minute)
-    assert failures(consumer.handler(sqs_batch(a1, stop, a3), lambda_context)) == []
+    opted_out = {
+        "id": "evt_opted_out_1",
+        "type": "chat.opted_out",
+        "created_at": at(2.5),
+        "data": {"number": BUSINESS, "chat": MAYA},
+    }
+    batch = sqs_batch(a1, stop, opted_out, a3)
+    assert failures(consumer.handler(batch, lambda_context)) == []
     # then all three are remembered, in order
     assert said(resources.table_name) == ["can we move it?", "STOP", a3["data"]["message"]["text"]]
     state = rows(resources.table_name, prefix="STATE")[0]
