@@ -62,10 +62,12 @@ def build_context(
     max_facts: int = 30,
     previous_inbound_at: datetime | None = None,
     new_number: str | None = None,
+    about: str | None = None,
 ) -> Context:
-    """The instructions and conversation input for answering `answering`."""
+    """The instructions and conversation input for answering `answering`. `about`: the text
+    facts are picked for when it is more than the answered message (a burst: all its lines)."""
     turns = _recent_turns(memory, answering, max_messages=max_messages, max_chars=max_chars)
-    facts = _pick_facts(memory.facts, answering.text, max_facts)
+    facts = _pick_facts(memory.facts, about or answering.text, max_facts)
 
     notes: list[str] = []
     if previous_inbound_at is not None:

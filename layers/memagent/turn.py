@@ -467,6 +467,7 @@ class Agent:
             memory,
             answering,
             previous_inbound_at=max((t.at for t in before), default=None),
+            about="\n".join(t.text for t in covered) if len(covered) > 1 else None,
             new_number=(
                 answering.number
                 if previous_number and answering.number and previous_number != answering.number
@@ -483,6 +484,7 @@ class Agent:
         *,
         previous_inbound_at: datetime | None,
         new_number: str | None,
+        about: str | None = None,
     ) -> str:
         said = _normalised(answering.text)
         extra: dict[str, bool] = {}
@@ -507,6 +509,7 @@ class Agent:
             max_facts=self.settings.context_max_facts,
             previous_inbound_at=previous_inbound_at,
             new_number=new_number,
+            about=about,
         )
         logger.info(
             "context built",
