@@ -352,3 +352,18 @@ def test_ledger_entries_of_a_person_with_no_burst_look_as_before(
     entry = ledger(resources.table_name)[event["id"]]
     assert (entry["status"], entry["answered_by"]) == ("sent", event["id"])
     assert person_key(AGENT, MAYA) == entry["pk"]
+
+
+def test_a_burst_after_days_away_tells_the_model_how_long_it_was(
+    consumer, resources, openai, whasp, lambda_context
+):
+    # given Maya wrote two days ago
+    consumer.handler(sqs_batch(message("see you", 0)), lambda_context)
+    # when she comes back with a burst of two lines
+    two_days = 2 * 24 * 60
+    batch = sqs_batch(message("I'm back!", two_days), message("missed me?", two_days + 0.1))
+    assert failures(consumer.handler(batch, lambda_context)) == []
+    # then the one model call for the burst counts the days from before the burst's first line
+    assert len(openai.calls()) == 2
+    assert "2 days ago" in openai.calls()[-1]["instructions"]
+    assert len(whasp.texts_to(MAYA)) == 2
