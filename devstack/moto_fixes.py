@@ -26,6 +26,10 @@ clock through datetime) once per received message.
 ChangeMessageVisibility's 12-hour limit counts from the message's latest receive, as in SQS
 (moto counts from its sending, refusing any change once a message is 12 hours old).
 
+Each correction above has a test in tests/test_moto_fixes.py that shows moto as released still
+behaves that way (when it fails, moto has fixed it upstream: delete the patch) and that the patch
+gives AWS's behaviour. The clock and the speed-ups below correct nothing, so they have none.
+
 Speed (`make_dynamodb_faster`). A Query on the table's key reads only the queried partition
 (moto sorts the whole table first), and item results and stream records are written as plain
 JSON, which is what moto's shape-driven serializer produces for them, at a fraction of the cost.
