@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import shlex
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -70,6 +71,21 @@ def _must(value: float, target: float) -> str:
     return f"{_n(value)} (must be {_n(target)}) {'✅' if value == target else '❌'}"
 
 
+def table(header: list[str], rows: Iterable[Sequence[Any]], *, left: int = 1) -> list[str]:
+    """A Markdown table: the first `left` columns aligned left (labels), the rest right
+    (numbers); each cell is shown with str()."""
+    align = ["---"] * left + ["---:"] * (len(header) - left)
+    return ["| " + " | ".join(str(cell) for cell in line) + " |" for line in (header, align, *rows)]
+
+
+def compared(
+    figure: int, label: str, ours: float, baseline: float, digits: int = 0, note: str = ""
+) -> list[Any]:
+    """A summary row: ours, the baseline (with a note on what it is) and their ratio."""
+    shown = f"{_n(baseline, digits)} {note}".strip()
+    return [figure, label, _n(ours, digits), shown, _x(ours, baseline)]
+
+
 def results(
     measured: dict[str, Any],
     env: dict[str, Any],
@@ -126,118 +142,156 @@ def results(
 
     add("## Summary")
     add("")
-    add("| # | figure | ours | baseline | ratio |")
-    add("| --- | --- | ---: | ---: | ---: |")
     wo, wb = w["handler"]["ours"], w["handler"]["baseline"]
-    add(
-        f"| 1 | webhook, warm, ms per request (p50), SQS on moto | {_n(wo['total']['p50'], 1)} "
-        f"| {_n(wb['total']['p50'], 1)} (minimal handler) | "
-        f"{_x(wo['total']['p50'], wb['total']['p50'])} |"
-    )
-    add(
-        f"| 1 | webhook, own code outside the SQS call, ms (p50) | {_n(wo['own']['p50'], 2)} | "
-        f"{_n(wb['own']['p50'], 2)} | {_x(wo['own']['p50'], wb['own']['p50'])} |"
-    )
     wi = w["import"]
-    add(
-        f"| 1 | webhook cold import + init, ms (median) | {_n(wi['webhook']['median'])} | "
-        f"{_n(wi['boto3']['median'])} (`import boto3`) | "
-        f"{_x(wi['webhook']['median'], wi['boto3']['median'])} |"
-    )
     to, tr = t["ours"], t["reference"]
-    add(
-        f"| 2 | DynamoDB requests per turn | {_n(to['total_requests'], 2)} | "
-        f"{_n(tr['total_requests'], 2)} (reference) | "
-        f"{_x(to['total_requests'], tr['total_requests'])} |"
-    )
-    add(
-        f"| 2 | read capacity units per turn | {_n(to['rru'], 2)} | {_n(tr['rru'], 2)} | "
-        f"{_x(to['rru'], tr['rru'])} |"
-    )
-    add(
-        f"| 2 | write capacity units per turn | {_n(to['wru'], 2)} | {_n(tr['wru'], 2)} | "
-        f"{_x(to['wru'], tr['wru'])} |"
-    )
     price = cost.PRICES
     ours_dollars = to["wru"] * price["dynamodb_wru"] + to["rru"] * price["dynamodb_rru"]
     ref_dollars = tr["wru"] * price["dynamodb_wru"] + tr["rru"] * price["dynamodb_rru"]
-    add(
-        f"| 2 | DynamoDB $ per 1M turns (on-demand) | {_n(ours_dollars * 1e6, 2)} | "
-        f"{_n(ref_dollars * 1e6, 2)} | {_x(ours_dollars, ref_dollars)} |"
-    )
     last = ctx["last"]
-    add(
-        f"| 3 | model input at message {2 * c['turns'] - 1:,}, {unit} | "
-        f"{_n(last[f'ours_{unit}'])} | {_n(last[f'full_{unit}'])} (full history) | "
-        f"{_x(last[f'ours_{unit}'], last[f'full_{unit}'])} |"
-    )
-    add(
-        f"| 3 | model input summed over the conversation, {unit} | "
-        f"{_n(ctx[f'ours_total_{unit}'])} | {_n(ctx[f'full_total_{unit}'])} | "
-        f"{_x(ctx[f'ours_total_{unit}'], ctx[f'full_total_{unit}'])} |"
-    )
+    rows = [
+        compared(
+            1,
+            "webhook, warm, ms per request (p50), SQS on moto",
+            wo["total"]["p50"],
+            wb["total"]["p50"],
+            1,
+            "(minimal handler)",
+        ),
+        compared(
+            1,
+            "webhook, own code outside the SQS call, ms (p50)",
+            wo["own"]["p50"],
+            wb["own"]["p50"],
+            2,
+        ),
+        compared(
+            1,
+            "webhook cold import + init, ms (median)",
+            wi["webhook"]["median"],
+            wi["boto3"]["median"],
+            0,
+            "(`import boto3`)",
+        ),
+        compared(
+            2,
+            "DynamoDB requests per turn",
+            to["total_requests"],
+            tr["total_requests"],
+            2,
+            "(reference)",
+        ),
+        compared(2, "read capacity units per turn", to["rru"], tr["rru"], 2),
+        compared(2, "write capacity units per turn", to["wru"], tr["wru"], 2),
+        compared(
+            2, "DynamoDB $ per 1M turns (on-demand)", ours_dollars * 1e6, ref_dollars * 1e6, 2
+        ),
+        compared(
+            3,
+            f"model input at message {2 * c['turns'] - 1:,}, {unit}",
+            last[f"ours_{unit}"],
+            last[f"full_{unit}"],
+            0,
+            "(full history)",
+        ),
+        compared(
+            3,
+            f"model input summed over the conversation, {unit}",
+            ctx[f"ours_total_{unit}"],
+            ctx[f"full_total_{unit}"],
+        ),
+    ]
     if comp.get("folds"):
-        add(
-            f"| 4 | model calls per 20 folded messages | {_n(comp['ours_calls_per20'], 2)} | "
-            f"{_n(comp['reference_calls_per20'], 2)} (reference) | "
-            f"{_x(comp['ours_calls_per20'], comp['reference_calls_per20'])} |"
-        )
-        add(
-            f"| 4 | model input per 20 folded messages, {unit} | "
-            f"{_n(comp[f'ours_{unit}_per20'])} | {_n(comp[f'reference_{unit}_per20'])} | "
-            f"{_x(comp[f'ours_{unit}_per20'], comp[f'reference_{unit}_per20'])} |"
-        )
+        rows += [
+            compared(
+                4,
+                "model calls per 20 folded messages",
+                comp["ours_calls_per20"],
+                comp["reference_calls_per20"],
+                2,
+                "(reference)",
+            ),
+            compared(
+                4,
+                f"model input per 20 folded messages, {unit}",
+                comp[f"ours_{unit}_per20"],
+                comp[f"reference_{unit}_per20"],
+            ),
+        ]
     if "pending" not in e:
         ep, eb = e["parallel"], e["baseline"]
-        add(
-            f"| 5 | local stack, messages per second ({ep['people']} people x "
-            f"{ep['messages_per_person']}) | {_n(ep['messages_per_second'], 1)} | "
-            f"{_n(eb['messages_per_second'], 1)} (1 person x {eb['messages']}) | "
-            f"{_x(ep['messages_per_second'], eb['messages_per_second'])} |"
-        )
         lp, lb = ep["latency_ms"], eb["latency_ms"]
-        add(
-            f"| 5 | webhook to send in a burst, p50 / p95 ms | {_n(lp['p50'])} / {_n(lp['p95'])} | "
-            f"{_n(lb['p50'])} / {_n(lb['p95'])} | {_x(lp['p50'], lb['p50'])} (p50) |"
-        )
-        add(
-            f"| 5 | ordering violations / duplicates sent / unanswered | "
-            f"{ep['ordering_violations']} / {ep['duplicates_sent']} / {ep['missing']} "
-            f"(must be 0 / 0 / 0) | {eb['ordering_violations']} / {eb['duplicates_sent']} / "
-            f"{eb['missing']} | |"
-        )
+        rows += [
+            compared(
+                5,
+                f"local stack, messages per second ({ep['people']} people x "
+                f"{ep['messages_per_person']})",
+                ep["messages_per_second"],
+                eb["messages_per_second"],
+                1,
+                f"(1 person x {eb['messages']})",
+            ),
+            [
+                5,
+                "webhook to send in a burst, p50 / p95 ms",
+                f"{_n(lp['p50'])} / {_n(lp['p95'])}",
+                f"{_n(lb['p50'])} / {_n(lb['p95'])}",
+                f"{_x(lp['p50'], lb['p50'])} (p50)",
+            ],
+            [
+                5,
+                "ordering violations / duplicates sent / unanswered",
+                f"{ep['ordering_violations']} / {ep['duplicates_sent']} / {ep['missing']} "
+                "(must be 0 / 0 / 0)",
+                f"{eb['ordering_violations']} / {eb['duplicates_sent']} / {eb['missing']}",
+                "",
+            ],
+        ]
     else:
-        add(f"| 5 | local stack end to end | pending: {e['pending']} | | |")
-    add(
-        f"| 6 | $ per 1,000 messages (AWS + model + observability) | {_n(total_cost, 4)} | "
-        f"{_n(baseline_cost, 4)} (same, full history to the model) | "
-        f"{_x(total_cost, baseline_cost)} |"
-    )
-    fz = h["fuzz"]
-    add(
-        f"| 7 | webhook fuzzing: 5xx answers of {fz['examples']:,} generated requests | "
-        f"{_must(fz['ours']['server_errors'], 0)} | {fz['baseline']['server_errors']} "
-        "(minimal handler) | |"
-    )
-    add(
-        f"| 7 | webhook fuzzing: enqueued without a valid, fresh signature | "
-        f"{_must(fz['ours']['unsigned_enqueues'], 0)} | {fz['baseline']['unsigned_enqueues']} | |"
-    )
-    cr, rc = h["crash"], h["reference_crash"]
-    add(
-        f"| 7 | crash injection: replies sent per inbound message ({cr['inbound']} cells) | "
-        f"{cr['replies_sent'] / cr['inbound']:.2f} (must be 1.00; cells not exactly one: "
-        f"{cr['cells_not_exactly_one']}) | {rc['replies_sent'] / rc['inbound']:.2f} "
-        f"(reference, {rc['inbound']} cells) | |"
-    )
-    dp = h["duplicates"]
-    add(
-        f"| 7 | duplicates injected / extra stored / extra sent | "
-        f"{dp['webhook_duplicates_injected'] + dp['consumer_duplicates_injected']} / "
-        f"{dp['stored_extra']} / {dp['sent_extra']} (must be 0 / 0) | "
-        f"{dp['consumer_duplicates_injected']} / {dp['reference_stored_extra']} / "
-        f"{dp['reference_sent_extra']} (reference) | |"
-    )
+        rows.append([5, "local stack end to end", f"pending: {e['pending']}", "", ""])
+    fz, cr, rc, dp = h["fuzz"], h["crash"], h["reference_crash"], h["duplicates"]
+    rows += [
+        compared(
+            6,
+            "$ per 1,000 messages (AWS + model + observability)",
+            total_cost,
+            baseline_cost,
+            4,
+            "(same, full history to the model)",
+        ),
+        [
+            7,
+            f"webhook fuzzing: 5xx answers of {fz['examples']:,} generated requests",
+            _must(fz["ours"]["server_errors"], 0),
+            f"{fz['baseline']['server_errors']} (minimal handler)",
+            "",
+        ],
+        [
+            7,
+            "webhook fuzzing: enqueued without a valid, fresh signature",
+            _must(fz["ours"]["unsigned_enqueues"], 0),
+            fz["baseline"]["unsigned_enqueues"],
+            "",
+        ],
+        [
+            7,
+            f"crash injection: replies sent per inbound message ({cr['inbound']} cells)",
+            f"{cr['replies_sent'] / cr['inbound']:.2f} (must be 1.00; cells not exactly one: "
+            f"{cr['cells_not_exactly_one']})",
+            f"{rc['replies_sent'] / rc['inbound']:.2f} (reference, {rc['inbound']} cells)",
+            "",
+        ],
+        [
+            7,
+            "duplicates injected / extra stored / extra sent",
+            f"{dp['webhook_duplicates_injected'] + dp['consumer_duplicates_injected']} / "
+            f"{dp['stored_extra']} / {dp['sent_extra']} (must be 0 / 0)",
+            f"{dp['consumer_duplicates_injected']} / {dp['reference_stored_extra']} / "
+            f"{dp['reference_sent_extra']} (reference)",
+            "",
+        ],
+    ]
+    out.extend(table(["#", "figure", "ours", "baseline", "ratio"], rows, left=2))
     out.extend(_retry_rows(measured.get("retries")))
     add("")
 

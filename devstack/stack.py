@@ -750,22 +750,28 @@ class DevStack:
         from memagent.whasp import sign
 
         body = json.dumps(event).encode()
-        status, answer = 0, None
-        for attempt in range(attempts):
+
+        def headers() -> dict[str, str]:  # signed afresh for each attempt, as whasp does
             stamp = int(time.time()) if timestamp is None else timestamp
+            return {
+                "Content-Type": "application/json",
+                "User-Agent": "whasp-webhooks/1.0 (local)",
+                "webhook-id": event["id"],
+                "webhook-timestamp": str(stamp),
+                "webhook-signature": sign(secret or self.webhook_secret, event["id"], stamp, body),
+            }
+
+        return self._post_webhook(event["id"], body, headers, attempts)
+
+    def _post_webhook(
+        self, delivery_id: str, body: bytes, headers: Callable[[], dict[str, str]], attempts: int
+    ) -> Delivery:
+        """POST `body` to the local webhook as a provider does: at least once, retrying a 5xx or
+        a refused connection, with `headers()` made for each attempt."""
+        status, answer = 0, b""
+        for attempt in range(attempts):
             request = urllib.request.Request(  # noqa: S310 (our own loopback URL)
-                self.webhook_url,
-                data=body,
-                method="POST",
-                headers={
-                    "Content-Type": "application/json",
-                    "User-Agent": "whasp-webhooks/1.0 (local)",
-                    "webhook-id": event["id"],
-                    "webhook-timestamp": str(stamp),
-                    "webhook-signature": sign(
-                        secret or self.webhook_secret, event["id"], stamp, body
-                    ),
-                },
+                self.webhook_url, data=body, method="POST", headers=headers()
             )
             try:
                 with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
@@ -781,7 +787,7 @@ class DevStack:
             parsed = json.loads(answer or b"null")
         except ValueError:
             parsed = (answer or b"").decode("utf-8", "replace")
-        return Delivery(event["id"], status, parsed)
+        return Delivery(delivery_id, status, parsed)
 
     def _stamp(self, at: datetime | None) -> str:
         at = (at or self.now()).astimezone(UTC)
@@ -879,26 +885,7 @@ class DevStack:
         }
         values = notification["entry"][0]["changes"][0]["value"]
         first = (values.get("messages") or values.get("statuses") or [{}])[0].get("id", "meta")
-        status, answer = 0, b""
-        for attempt in range(attempts):
-            request = urllib.request.Request(  # noqa: S310 (our own loopback URL)
-                self.webhook_url, data=body, method="POST", headers=headers
-            )
-            try:
-                with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
-                    status, answer = response.status, response.read()
-            except urllib.error.HTTPError as error:
-                status, answer = error.code, error.read()
-            except OSError:
-                status, answer = 0, b""
-            if status == 200 or (status and status < 500) or attempt + 1 == attempts:
-                break
-            time.sleep(RETRY_PAUSE_SECONDS)
-        try:
-            parsed = json.loads(answer or b"null")
-        except ValueError:
-            parsed = (answer or b"").decode("utf-8", "replace")
-        return Delivery(first, status, parsed)
+        return self._post_webhook(first, body, lambda: headers, attempts)
 
     def send_meta_message(
         self,

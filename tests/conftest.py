@@ -225,6 +225,30 @@ def compactor_env(resources, openai) -> dict[str, str]:
     }
 
 
+@pytest.fixture
+def compactor(compactor_env, monkeypatch) -> Any:
+    return load_function("compactor", compactor_env, monkeypatch)
+
+
+@pytest.fixture
+def store(compactor) -> Any:
+    """The compactor's memory store (the tests' way to seed and read memory)."""
+    return compactor.compactor.store
+
+
+@pytest.fixture
+def tap(resources) -> Any:
+    """The memory table's stream from now on, as the compactor's event source mapping reads it:
+    in Lambda's record shape, through the template's filter (`tap.matching()`)."""
+    from devstack.lambda_harness import stream_filters
+    from devstack.resources import load_template
+    from devstack.streams import StreamTap
+
+    tap = StreamTap(resources.stream_arn, stream_filters(load_template()))
+    tap.skip_to_end()
+    return tap
+
+
 def seed_turns(
     store: Any,
     phone: str,

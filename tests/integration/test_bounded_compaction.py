@@ -3,37 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import boto3
-import pytest
 from boto3.dynamodb.conditions import Key
 
-from devstack.lambda_harness import stream_filters
-from devstack.resources import load_template
-from devstack.streams import StreamTap
 from memagent.person import person_key
-from tests.conftest import AGENT, MAYA, load_function, seed_turns
+from tests.conftest import AGENT, MAYA, seed_turns
 from tests.integration.test_compactor import fold_reply, run, state
 
 MB = 1024 * 1024
-
-
-@pytest.fixture
-def compactor(compactor_env, monkeypatch) -> Any:
-    return load_function("compactor", compactor_env, monkeypatch)
-
-
-@pytest.fixture
-def store(compactor) -> Any:
-    return compactor.compactor.store
-
-
-@pytest.fixture
-def tap(resources) -> StreamTap:
-    tap = StreamTap(resources.stream_arn, stream_filters(load_template()))
-    tap.skip_to_end()
-    return tap
 
 
 def seqs(table_name: str) -> list[int]:

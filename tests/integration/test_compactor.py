@@ -9,14 +9,12 @@ import threading
 from typing import Any
 
 import boto3
-import pytest
 from boto3.dynamodb.conditions import Key
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devstack.lambda_harness import passes_filters, retried, stream_filters
 from devstack.resources import load_template
-from devstack.streams import StreamTap
 from memagent.errors import TransientError
 from memagent.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, seed_turns
@@ -46,23 +44,6 @@ def fold_reply(summary: str = "Maya works nights and has a dog.", facts=None):
         return json.dumps({"summary": summary, "facts": facts})
 
     return respond
-
-
-@pytest.fixture
-def compactor(compactor_env, monkeypatch) -> Any:
-    return load_function("compactor", compactor_env, monkeypatch)
-
-
-@pytest.fixture
-def store(compactor) -> Any:
-    return compactor.compactor.store
-
-
-@pytest.fixture
-def tap(resources) -> StreamTap:
-    tap = StreamTap(resources.stream_arn, FILTERS)
-    tap.skip_to_end()
-    return tap
 
 
 def run(compactor, records, lambda_context) -> list[str]:
