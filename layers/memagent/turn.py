@@ -278,9 +278,12 @@ class Agent:
             # written (not even a ledger entry); an erasure a crash left half-done is finished.
             if _predates(memory, state.erased_at):
                 self._forget(pk, at=state.erased_at)
+            if self.media is not None and message.media is not None:
+                self.media.discard(pk, message.event_id)  # a copy an attempt kept meanwhile
             _count("EventsSkippedAfterErasure")
             logger.info("event predates an erasure; skipped")
-            return "skipped"
+            # it may end a burst written after the erasure: that burst is still answered
+            return self._end_of_burst(pk, message, state, "skipped", followed=followed)
 
         too_old = datetime.now(UTC) - self.ledger_ttl + timedelta(days=1)
         if message.created_at < too_old:
@@ -555,7 +558,9 @@ class Agent:
             event_id=answering.event_id,
             turn=reply,
             compact=self._needs_compaction(state, reply.seq),
-            event_time=message.created_at,
+            # the answered message's time: the record at hand may be a late event from
+            # before an erasure that ends a burst written after it
+            event_time=max(message.created_at, answering.at),
             extra_set=extra or None,
             covered=state.awaiting,
             ledger_ttl=self.ledger_ttl,

@@ -367,3 +367,57 @@ def test_a_burst_after_days_away_tells_the_model_how_long_it_was(
     assert len(openai.calls()) == 2
     assert "2 days ago" in openai.calls()[-1]["instructions"]
     assert len(whasp.texts_to(MAYA)) == 2
+
+
+# ------------------------------------------------------------------ a burst and an erasure
+
+
+def test_a_late_event_from_before_an_erasure_ending_a_burst_still_answers_it(
+    consumer, resources, openai, whasp, lambda_context
+):
+    from datetime import datetime
+
+    from memagent.lifecycle import forget
+
+    # given Maya wrote, was answered, then was forgotten at minute 10
+    old = message("I live at 1 Private Road", 0)
+    consumer.handler(sqs_batch(old), lambda_context)
+    forget(consumer.consumer.agent.store, AGENT, MAYA, at=datetime.fromisoformat(at(10)))
+    # when a batch holds her new message, then a late repeat of the old one
+    new = message("hello again", 20)
+    batch = {"Records": [sqs_record(new), sqs_record(old, receive_count=2)]}
+    assert failures(consumer.handler(batch, lambda_context)) == []
+    # then the new message is answered once, and the old one is not brought back
+    assert said(resources.table_name) == ["hello again"]
+    assert len(whasp.texts_to(MAYA)) == 2
+    assert ledger(resources.table_name)[new["id"]]["status"] == "sent"
+    assert old["id"] not in ledger(resources.table_name)
+
+
+def test_kept_media_of_an_event_from_before_an_erasure_is_discarded(
+    consumer, resources, whasp, lambda_context
+):
+    from datetime import datetime
+
+    from memagent.lifecycle import forget
+
+    # given a voice note whose first attempt kept its file, and an erasure after it was sent
+    voice = message(
+        "",
+        0,
+        message={
+            "id": "msg_v",
+            "type": "audio",
+            "timestamp": at(0),
+            "media": {"url": whasp.add_media(b"O" * 99, "audio/ogg"), "mime_type": "audio/ogg"},
+        },
+    )
+    store, media = consumer.consumer.agent.store, consumer.consumer.agent.media
+    forget(store, AGENT, MAYA, at=datetime.fromisoformat(at(10)))
+    pk = person_key(AGENT, MAYA)
+    media.put(pk, voice["id"], b"O" * 99, "audio/ogg")  # the in-flight attempt kept it late
+    # when the voice note is redelivered after the erasure
+    assert failures(consumer.handler(sqs_batch(voice, receive_count=2), lambda_context)) == []
+    # then nothing is stored and its kept file is gone
+    assert said(resources.table_name) == []
+    assert media.get(pk, voice["id"]) is None
