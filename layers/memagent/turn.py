@@ -230,17 +230,25 @@ class Agent:
     # ------------------------------------------------------------------ inbound messages
 
     def _person(
-        self, chat: str, aliases: tuple[str, ...] = (), *, link: bool = True
+        self,
+        chat: str,
+        aliases: tuple[str, ...] = (),
+        *,
+        link: bool = True,
+        at: datetime | None = None,
     ) -> tuple[str, Memory]:
         """The person's key and memory, by any of their identifiers. One Query when the
         identifier is the person's own key; one more when it is linked to another. `link`:
         record new identifiers' links (what the person sends); False for what only concerns
-        them (a status, a preference), which must not create records."""
+        them (a status, a preference), which must not create records. `at`: when the event
+        was created; after an erasure, only an event written after it links identifiers
+        again (so erasure and export by any of them find the new memory)."""
         pk = person_key(self.settings.agent_id, chat)
         memory = self.store.load(pk)
         if memory.state.alias_of:
             return memory.state.alias_of, self.store.load(memory.state.alias_of)
-        if memory.state.last_seq or memory.state.erased_at or not aliases:
+        erased = memory.state.erased_at
+        if memory.state.last_seq or (erased and (at is None or at <= erased)) or not aliases:
             return pk, memory
         # an identifier with no memory yet: is this someone we know by another one?
         others = [person_key(self.settings.agent_id, alias) for alias in aliases]
@@ -269,7 +277,7 @@ class Agent:
             logger.warning("typing indicator not shown", extra={"error": type(error).__name__})
 
     def answer(self, message: InboundMessage, *, followed: bool = False) -> str:
-        pk, memory = self._person(message.chat, message.aliases)
+        pk, memory = self._person(message.chat, message.aliases, at=message.created_at)
         logger.append_keys(event_id=message.event_id, person=pk)
         state = memory.state
 

@@ -452,6 +452,31 @@ def test_forget_and_export_accept_either_identifier(
     assert export(store, AGENT, MAYA_BSUID)["messages"] == []
 
 
+def test_after_an_erasure_a_new_memory_is_found_by_either_identifier_again(
+    webhook, queue, consumer, resources, lambda_context
+):
+    from datetime import UTC, datetime
+
+    from memagent.lifecycle import export, forget
+
+    post(webhook, text_from("I live in Leeds", phone=MAYA_PHONE, bsuid=MAYA_BSUID), lambda_context)
+    queue.drain(consumer, lambda_context)
+    store = consumer.consumer.agent.store
+    forget(store, AGENT, MAYA_BSUID, at=datetime.fromtimestamp(NOW + 30, UTC))
+    # when she writes again after the erasure, with both identifiers
+    again = text_from("Starting over", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW + 60)
+    post(webhook, again, lambda_context)
+    assert queue.drain(consumer, lambda_context) == 0
+    # then her new memory is exported and erased by her phone as by her BSUID
+    for identifier in (MAYA_PHONE, MAYA_BSUID):
+        said = [m["text"] for m in export(store, AGENT, identifier)["messages"]]
+        assert said[0] == "Starting over"
+    forget(store, AGENT, MAYA_PHONE)
+    for identifier in (MAYA_PHONE, MAYA_BSUID):
+        rows = memory_rows(resources, identifier)
+        assert [set(r) - {"pk", "sk"} for r in rows] in ([], [{"erased_at"}])
+
+
 def test_the_admin_api_exports_and_forgets_by_bsuid(
     webhook, queue, consumer, resources, monkeypatch, lambda_context
 ):
