@@ -186,6 +186,13 @@ def identities(
     return bsuid, phone
 
 
+def preference_id(who: str, stamp: Any, choice: str) -> str:
+    """A marketing preference's event id (its dedupe key, logged): the person as a digest, so
+    no phone or BSUID reaches the logs."""
+    digest = hashlib.sha256(who.encode()).hexdigest()[:32]
+    return f"pref:{digest}:{stamp}:{choice}"
+
+
 def _one(entry: Mapping[str, Any], change: Mapping[str, Any], value: dict[str, Any], **items):
     """A one-item notification in Meta's own shape: what we queue."""
     sliced = {k: v for k, v in value.items() if k not in ("messages", "statuses", "contacts")}
@@ -276,7 +283,7 @@ def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
             one = _one(entry, change, value, user_preferences=[preference], contacts=[contact])
             stamp = preference.get("timestamp")
             envelopes.append(
-                Envelope(id=f"pref:{who}:{stamp}:{choice}", type=PREFERENCE, chat=who, raw=one)
+                Envelope(id=preference_id(who, stamp, choice), type=PREFERENCE, chat=who, raw=one)
             )
         if not any(value.get(k) for k in ("messages", "statuses", "user_preferences")):
             ignored += 1  # another field (account_update, templates...): acknowledged
@@ -400,7 +407,7 @@ def _preference(preference: dict, contacts: list[dict]) -> MarketingPreference:
         raise MalformedEvent("user_preferences without a person or a value")
     at = _time(preference.get("timestamp"), "timestamp")
     return MarketingPreference(
-        event_id=f"pref:{bsuid or phone}:{int(at.timestamp())}:{choice}",
+        event_id=preference_id(bsuid or phone, int(at.timestamp()), choice),  # type: ignore[arg-type]
         created_at=at,
         chat=bsuid or phone,  # type: ignore[arg-type]
         aliases=(phone,) if bsuid and phone else (),

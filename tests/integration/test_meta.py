@@ -796,3 +796,33 @@ def test_a_marketing_preference_is_recorded_for_a_known_person_only(
     )
     queue.drain(consumer, lambda_context)
     assert len(graph.sent) == 2
+
+
+def test_a_marketing_preference_leaves_no_phone_or_bsuid_in_the_logs(
+    webhook, queue, consumer, monkeypatch, lambda_context
+):
+    post(webhook, text_from("Hello", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW), lambda_context)
+    queue.drain(consumer, lambda_context)
+    notification = meta_notification(
+        contacts=[meta_contact(phone=MAYA_PHONE, bsuid=MAYA_BSUID)], field="user_preferences"
+    )
+    notification["entry"][0]["changes"][0]["value"]["user_preferences"] = [
+        {
+            "wa_id": MAYA_PHONE.lstrip("+"),
+            "detail": "User requested to stop marketing messages",
+            "category": "marketing_messages",
+            "value": "stop",
+            "timestamp": NOW + 60,
+        }
+    ]
+    from memagent.observability import logger
+
+    out = io.StringIO()
+    # the Powertools handler's own stream: its JSON lines, with every appended key
+    monkeypatch.setattr(logger.registered_handler, "stream", out)
+    assert post(webhook, notification, lambda_context) == 200
+    assert queue.drain(consumer, lambda_context) == 0
+    logs = out.getvalue()
+    assert '"webhook accepted"' in logs and '"marketing preference"' in logs
+    assert MAYA_PHONE.lstrip("+") not in logs
+    assert MAYA_BSUID not in logs
