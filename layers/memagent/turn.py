@@ -690,7 +690,13 @@ class Agent:
     def change_identity(self, event: IdentityChanged) -> str:
         """The person now goes by new identifiers: link each to the key of their memory."""
         logger.append_keys(event_id=event.event_id)
-        pk, _memory = self._person(event.previous[0], event.previous[1:])
+        pk, memory = self._person(event.previous[0], event.previous[1:], at=event.created_at)
+        erased = memory.state.erased_at
+        if erased and event.created_at <= erased:
+            # a late change from before an erasure: linking would recreate the erased person
+            _count("EventsSkippedAfterErasure")
+            logger.info("identity change predates an erasure; skipped")
+            return "skipped"
         for identifier in event.current:
             self.store.link(person_key(self.settings.agent_id, identifier), pk)
         _count("IdentitiesChanged")

@@ -826,3 +826,38 @@ def test_a_marketing_preference_leaves_no_phone_or_bsuid_in_the_logs(
     assert '"webhook accepted"' in logs and '"marketing preference"' in logs
     assert MAYA_PHONE.lstrip("+") not in logs
     assert MAYA_BSUID not in logs
+
+
+def test_a_late_identity_change_from_before_an_erasure_links_nothing(
+    webhook, queue, consumer, resources, lambda_context
+):
+    from datetime import UTC, datetime
+
+    from memagent.lifecycle import forget
+
+    post(webhook, text_from("I'm Maya", phone=MAYA_PHONE, at=NOW), lambda_context)
+    queue.drain(consumer, lambda_context)
+    forget(
+        consumer.consumer.agent.store, AGENT, MAYA_PHONE, at=datetime.fromtimestamp(NOW + 60, UTC)
+    )
+    # when Meta's number change, made before the erasure, arrives after it
+    change = meta_notification(
+        messages=[
+            {
+                "from": MAYA_PHONE.lstrip("+"),
+                "id": "wamid.SYSTEM0003",
+                "timestamp": str(NOW + 30),
+                "type": "system",
+                "system": {
+                    "body": "User A changed from 447700900123 to 447700900999",
+                    "wa_id": "447700900999",
+                    "type": "user_changed_number",
+                },
+            }
+        ]
+    )
+    assert post(webhook, change, lambda_context) == 200
+    assert queue.drain(consumer, lambda_context) == 0
+    # then nothing is written: the erased person keeps only the mark, the new phone nothing
+    assert [set(r) - {"pk", "sk"} for r in memory_rows(resources, MAYA_PHONE)] == [{"erased_at"}]
+    assert memory_rows(resources, "+447700900999") == []
