@@ -104,8 +104,8 @@ def forget_key(
         store.reduce_state_to_mark(pk, at)
     for alias in sorted(aliases):
         # the person's other identifiers: each keeps only its own erasure mark, so a late
-        # redelivery under any of them is refused too
-        forget_key(store, alias, at=at)
+        # redelivery under any of them is refused too; and files kept under them go as well
+        forget_key(store, alias, at=at, archive=archive, media=media)
         by_kind["identifiers"] = by_kind.get("identifiers", 0) + 1
     if archive is not None:
         by_kind["archived"] = archive.delete_person(pk)

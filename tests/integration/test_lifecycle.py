@@ -221,6 +221,32 @@ def test_admin_delete_forgets_and_returns_a_receipt(admin, resources, lambda_con
     assert len(mine(scan(resources.table_name), MAYA)) == 1
 
 
+def test_admin_delete_erases_media_kept_under_another_identifier(
+    resources, monkeypatch, lambda_context
+):
+    from memagent.archive import KeptMedia
+
+    bucket = f"{resources.table_name}-media"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    admin = load_function(
+        "admin",
+        {"TABLE_NAME": resources.table_name, "AGENT_ID": AGENT, "MEDIA_BUCKET": bucket},
+        monkeypatch,
+    )
+    # given Maya's second identifier is linked to her memory, and a voice note was kept under it
+    fill(resources.table_name, MAYA, messages=2, facts=0, ledger=1)
+    store = MemoryStore(resources.table_name)
+    other = person_key(AGENT, NEW_NUMBER)
+    assert store.link(other, person_key(AGENT, MAYA))
+    media = KeptMedia(bucket)
+    media.put(other, "evt_voice", b"OggS....", "audio/ogg")
+    # when she is forgotten
+    assert admin.handler(admin_event("DELETE", MAYA), lambda_context)["statusCode"] == 200
+    # then the kept file is gone too
+    assert media.get(other, "evt_voice") is None
+    assert boto3.client("s3").list_objects_v2(Bucket=bucket).get("KeyCount") == 0
+
+
 @pytest.mark.parametrize("phone", ["447700900123", "+0447700900123", "hello", "+44 7700 900123"])
 def test_admin_refuses_a_phone_that_is_not_e164(admin, lambda_context, phone):
     for method in ("GET", "DELETE"):
