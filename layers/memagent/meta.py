@@ -251,7 +251,9 @@ def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
             one = _one(
                 entry, change, value, messages=[message], contacts=[contact] if contact else []
             )
-            envelopes.append(Envelope(id=wamid, type=MESSAGE, chat=who, raw=one))
+            # the FIFO group: the phone when the payload has one, so a person seen first by
+            # phone, then by phone and BSUID, stays one group (one turn at a time, in order)
+            envelopes.append(Envelope(id=wamid, type=MESSAGE, chat=phone or who, raw=one))
         for status in _dicts(value.get("statuses")):
             state = status.get("status")
             if state == "failed":

@@ -215,7 +215,8 @@ class MemoryStore:
             condition = "last_seq = :prev"
             values[":prev"] = previous.last_seq
         else:
-            condition = "attribute_not_exists(last_seq)"
+            # a new memory never starts in a key linked to another person's meanwhile
+            condition = "attribute_not_exists(last_seq) AND attribute_not_exists(alias_of)"
         if event_time is not None:
             condition += " AND (attribute_not_exists(erased_at) OR erased_at < :event_time)"
             values[":event_time"] = _iso(event_time)

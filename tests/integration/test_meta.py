@@ -264,10 +264,10 @@ def test_three_messages_from_two_people_are_three_events_in_two_groups_answered_
     # when Meta posts one notification carrying three messages
     assert post(webhook, notification, lambda_context) == 200
     queued = queue.peek()
-    # then three events are queued, in two FIFO groups (one per person, hashed)
+    # then three events are queued, in two FIFO groups (one per person, by phone, hashed)
     assert len(queued) == 3
     groups = {m["Attributes"]["MessageGroupId"] for m in queued}
-    assert groups == {person_key(AGENT, MAYA_BSUID), person_key(AGENT, SAM_BSUID)}
+    assert groups == {person_key(AGENT, MAYA_PHONE), person_key(AGENT, SAM_PHONE)}
     for message in queued:  # each queued body is a one-message notification in Meta's shape
         value = json.loads(message["Body"])["entry"][0]["changes"][0]["value"]
         assert len(value["messages"]) == 1
@@ -861,3 +861,43 @@ def test_a_late_identity_change_from_before_an_erasure_links_nothing(
     # then nothing is written: the erased person keeps only the mark, the new phone nothing
     assert [set(r) - {"pk", "sk"} for r in memory_rows(resources, MAYA_PHONE)] == [{"erased_at"}]
     assert memory_rows(resources, "+447700900999") == []
+
+
+def test_messages_with_and_without_the_bsuid_share_the_persons_fifo_group(
+    webhook, queue, lambda_context
+):
+    # a person's messages, with the phone alone, then with the phone and the BSUID
+    post(webhook, text_from("first", phone=MAYA_PHONE, at=NOW), lambda_context)
+    post(
+        webhook, text_from("second", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW + 1), lambda_context
+    )
+    # then they wait in one FIFO group, so they are processed one at a time, in order
+    groups = {m["Attributes"]["MessageGroupId"] for m in queue.peek()}
+    assert groups == {person_key(AGENT, MAYA_PHONE)}
+
+
+def test_no_memory_is_started_in_a_key_linked_to_another_person(resources):
+    from datetime import UTC, datetime, timedelta
+
+    import pytest
+
+    from memagent.errors import ConcurrentUpdate
+    from memagent.memory import PersonState, Turn
+    from memagent.store import MemoryStore
+
+    store = MemoryStore(resources.table_name)
+    phone, bsuid = person_key(AGENT, MAYA_PHONE), person_key(AGENT, MAYA_BSUID)
+    # given the phone's key became a link to the BSUID's memory after a turn read it as empty
+    assert store.link(phone, bsuid)
+    turn = Turn(seq=1, role="user", text="hi", at=datetime.now(UTC), event_id="wamid.race")
+    # then the turn's first write is refused (the retry reads again and follows the link)
+    with pytest.raises(ConcurrentUpdate):
+        store.remember_inbound(
+            phone,
+            previous=PersonState(),
+            turn=turn,
+            event_time=turn.at,
+            compact=False,
+            ledger_ttl=timedelta(days=1),
+        )
+    assert [r["sk"] for r in memory_rows(resources, MAYA_PHONE)] == ["STATE"]
