@@ -577,17 +577,23 @@ class Agent:
 
     def _forget_on_request(self, pk: str, message: InboundMessage, answering: Turn) -> str:
         """The person confirmed: send one last short reply, then erase. A crash in between is
-        safe: the redelivery finds the event still `stored`, sends again under the same
-        Idempotency-Key (a no-op at whasp) and erases. The erasure matters more than the
+        safe: the redelivery finds the event still `stored`, skips the goodbye if the ledger
+        records it sent (else sends it again under the same Idempotency-Key, a no-op at whasp)
+        and erases. The erasure matters more than the
         goodbye: if whasp cannot take it, we erase all the same."""
         assert answering.event_id is not None
+        entry = self.store.ledger(pk, answering.event_id) or {}
         try:
-            self.provider.send_text(
-                sender=answering.number or message.number,
-                to=message.address,
-                text=FORGOTTEN_REPLY,
-                key=idempotency_key(answering.event_id, 0),
-            )
+            # a provider without an idempotency key (Meta) would send it twice: a retry after
+            # a crash skips it when the goodbye is recorded (our write, or its `sent` status)
+            if 0 not in ledger.sent_parts(entry):
+                sent = self.provider.send_text(
+                    sender=answering.number or message.number,
+                    to=message.address,
+                    text=FORGOTTEN_REPLY,
+                    key=idempotency_key(answering.event_id, 0),
+                )
+                self.store.record_part(pk, answering.event_id, 0, sent or "sent")
         except (OptedOut, SendRejected, TransientError) as error:
             _count("GoodbyeNotSent")
             logger.warning(

@@ -901,3 +901,28 @@ def test_no_memory_is_started_in_a_key_linked_to_another_person(resources):
             ledger_ttl=timedelta(days=1),
         )
     assert [r["sk"] for r in memory_rows(resources, MAYA_PHONE)] == ["STATE"]
+
+
+def test_a_crash_after_the_goodbye_erases_on_retry_without_a_second_goodbye(
+    webhook, queue, consumer, graph, resources, monkeypatch, lambda_context
+):
+    from memagent.turn import FORGOTTEN_REPLY
+
+    post(webhook, text_from("forget me", phone=MAYA_PHONE, at=NOW), lambda_context)
+    queue.drain(consumer, lambda_context)
+    agent = consumer.consumer.agent
+    erase = agent._forget
+
+    def crash_before_erasing(*args, **kwargs):
+        monkeypatch.setattr(agent, "_forget", erase)
+        raise RuntimeError("the Lambda died after Meta took the goodbye")
+
+    monkeypatch.setattr(agent, "_forget", crash_before_erasing)
+    post(webhook, text_from("yes", phone=MAYA_PHONE, at=NOW + 10), lambda_context)
+    assert queue.deliver(consumer, lambda_context) == 1
+    # when the confirmation is redelivered
+    queue.release()
+    assert queue.deliver(consumer, lambda_context) == 0
+    # then Maya is forgotten, and got the goodbye once (Meta has no idempotency key)
+    assert [s["text"] for s in graph.sent].count(FORGOTTEN_REPLY) == 1
+    assert [set(r) - {"pk", "sk"} for r in memory_rows(resources, MAYA_PHONE)] == [{"erased_at"}]
