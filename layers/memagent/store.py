@@ -263,6 +263,8 @@ class MemoryStore:
             "created_at": _iso(now),
             "expires_at": int((now + ledger_ttl).timestamp()),
         }
+        if opted_out:  # the STOP's own entry (opted_out also ends refused and dropped replies)
+            ledger["stop"] = True
         extra: dict[str, Any] = {"last_number": turn.number}
         if not held:  # an older message moves neither the opt-out nor the last-written time
             extra["last_inbound_at"] = _iso(turn.at)

@@ -451,7 +451,11 @@ class Agent:
                     reply_seq=_reply_seq(by),
                 )
             return "duplicate"
-        if status == ledger.OPTED_OUT and self.settings.opt_out_policy == "erase":
+        if (
+            status == ledger.OPTED_OUT
+            and entry.get("stop")  # not a reply refused (409) or dropped by a STOP
+            and self.settings.opt_out_policy == "erase"
+        ):
             # a crash stopped it half-way; the mark is the STOP's own time, as the first time
             self._forget(pk, at=message.created_at)
             return "forgotten"

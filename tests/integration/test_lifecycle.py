@@ -388,6 +388,50 @@ def test_erase_policy_forgets_on_a_stop_message(
     assert len(mine(scan(resources.table_name), MAYA)) == 1
 
 
+def test_erase_policy_does_not_erase_on_a_redelivered_message_whose_reply_was_refused(
+    consumer_env, resources, whasp, monkeypatch, lambda_context
+):
+    consumer = load_function("consumer", {**consumer_env, "OPT_OUT_POLICY": "erase"}, monkeypatch)
+    consumer.handler(
+        sqs_batch(whasp_message("hi", created_at="2026-11-29T10:00:00Z")), lambda_context
+    )
+    # given whasp refused the reply to her next message (409: opted out at whasp)
+    whasp.opted_out.add(MAYA)
+    event = whasp_message("are you there?", created_at="2026-11-29T10:05:00Z")
+    consumer.handler(sqs_batch(event), lambda_context)
+    # when whasp delivers that message again
+    consumer.handler({"Records": [sqs_record(event, receive_count=2)]}, lambda_context)
+    # then she is not erased: she never wrote STOP
+    said = [i["text"] for i in mine(scan(resources.table_name), MAYA) if i.get("role") == "user"]
+    assert said == ["hi", "are you there?"]
+
+
+def test_erase_policy_finishes_a_stop_erasure_a_crash_interrupted(
+    consumer_env, resources, whasp, monkeypatch, lambda_context
+):
+    consumer = load_function("consumer", {**consumer_env, "OPT_OUT_POLICY": "erase"}, monkeypatch)
+    consumer.handler(
+        sqs_batch(whasp_message("hi", created_at="2026-11-29T10:00:00Z")), lambda_context
+    )
+    agent = consumer.consumer.agent
+    erase = agent._forget
+
+    def crash(*args, **kwargs):
+        monkeypatch.setattr(agent, "_forget", erase)
+        raise RuntimeError("the Lambda died after storing the STOP")
+
+    monkeypatch.setattr(agent, "_forget", crash)
+    stop = whasp_message("stop", created_at="2026-11-29T10:01:00Z")
+    from devstack.lambda_harness import retried
+
+    assert retried(consumer.handler, sqs_batch(stop), lambda_context) != []
+    assert (
+        failures(consumer.handler({"Records": [sqs_record(stop, receive_count=2)]}, lambda_context))
+        == []
+    )
+    assert len(mine(scan(resources.table_name), MAYA)) == 1  # only the mark
+
+
 # ------------------------------------------------------------------ a replaced number
 
 
