@@ -27,6 +27,10 @@ PRICES = {
     "cloudwatch_logs_ingest_gb": 0.50,
     "xray_trace_recorded": 5.00 / 1e6,
     "cloudwatch_metric_month": 0.30,  # custom metric, first 10,000, prorated by the hour
+    # SnapStart (Python, .NET): the cached snapshot per published version, while it is active
+    # (at least 3 hours), and each environment restored from it, both by the function's memory
+    "snapstart_cache_gb_second": 0.0000015046,
+    "snapstart_restore_gb": 0.0001397998,
 }
 
 

@@ -237,7 +237,7 @@ def _dependency_fails(stack: harness.Stack, agent: Any, step: str) -> None:
     if step == "remember_inbound":
         _dynamodb_fails(client, "TransactWriteItems", 1)
     elif step == "remember_reply":
-        _dynamodb_fails(client, "TransactWriteItems", 2)
+        _dynamodb_fails(client, "PutItem", 1)  # the reply goes alone into its reserved slot
     elif step == "finish_event":
         _dynamodb_fails(client, "UpdateItem", 1)
     elif step == "model reply":

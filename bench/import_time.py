@@ -1,11 +1,14 @@
-"""Cold-start cost of the webhook: how long loading functions/webhook/app.py takes, next to
-`import boto3` alone (the floor every Python Lambda that talks to AWS pays).
+"""Cold-start cost of each function: how long loading functions/<name>/app.py takes, next to
+`import boto3` alone (the floor every Python Lambda that talks to AWS pays) and, for the
+consumer and the compactor, `import openai` (the floor of any function that calls the model).
 
 Each sample is a fresh interpreter, so nothing is warm but the OS file cache and the bytecode
 cache. What is timed is what Lambda's init phase does: import the handler module by its file path
 (as the runtime does from /var/task)
-and run its module-level code (settings, the SQS client, the Powertools Logger/Metrics). The
-environment mirrors Lambda's:
+and run its module-level code (settings, the AWS clients, the Powertools Logger/Metrics; the
+consumer and compactor also import the OpenAI client there, so that with SnapStart it is in the
+snapshot). The rows are sampled in turns (one of each, then again), so that a change in the
+machine's load hits every row alike. The environment mirrors Lambda's:
 
 - LAMBDA_TASK_ROOT and AWS_LAMBDA_FUNCTION_NAME are set, as in AWS (a Powertools Tracer, if one
   came back, would then load the X-Ray SDK and patch botocore at import, as it would in AWS:
@@ -40,7 +43,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WEBHOOK_APP = ROOT / "functions" / "webhook" / "app.py"
+FUNCTIONS = ("webhook", "consumer", "compactor")
 TEST_SECRET = "whsec_" + base64.b64encode(b"memagent-test-only-secret-do-not-use").decode()
 # Importable in this virtualenv (the SAM CLI and moto bring them) but neither in the python3.13
 # runtime nor in layers/requirements.txt. Left visible, they would skew both rows: botocore uses
@@ -84,7 +87,9 @@ print(json.dumps({{
 """
 
 IMPORT_BOTO3 = "import boto3"
-LOAD_WEBHOOK = """
+IMPORT_BOTO3_CLIENT = "import boto3; boto3.client('sqs')"
+IMPORT_OPENAI = "import openai"
+LOAD_FUNCTION = """
 sys.path.insert(0, {task_root!r})
 spec = importlib.util.spec_from_file_location("app", {path!r})
 module = importlib.util.module_from_spec(spec)
@@ -112,7 +117,7 @@ class Result:
         return statistics.quantiles(self.samples, n=10, method="inclusive")[-1]
 
 
-def lambda_like_env(home: str) -> dict[str, str]:
+def lambda_like_env(home: str, function: str = "webhook") -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -120,8 +125,8 @@ def lambda_like_env(home: str) -> dict[str, str]:
     }
     env.update(
         HOME=home,
-        LAMBDA_TASK_ROOT=str(WEBHOOK_APP.parent),
-        AWS_LAMBDA_FUNCTION_NAME="whasp-agent-WebhookFunction-bench",
+        LAMBDA_TASK_ROOT=str(ROOT / "functions" / function),
+        AWS_LAMBDA_FUNCTION_NAME=f"whasp-agent-{function.title()}Function-bench",
         AWS_LAMBDA_FUNCTION_MEMORY_SIZE="256",
         AWS_LAMBDA_FUNCTION_VERSION="$LATEST",
         AWS_EXECUTION_ENV="AWS_Lambda_python3.13",
@@ -142,6 +147,14 @@ def lambda_like_env(home: str) -> dict[str, str]:
         AGENT_ID="coach",
         WEBHOOK_SECRET=TEST_SECRET,
         MEMAGENT_LOCAL_STACK="1",  # the published test secret is accepted in local runs only
+        # the consumer's and compactor's settings (keys as plain local values: no secret is
+        # read at init either way)
+        TABLE_NAME="whasp-agent-MemoryTable-bench",
+        WHASP_API_URL="https://api.whasp.example",
+        WHASP_API_KEY="whasp-bench-key",
+        OPENAI_API_KEY="sk-bench",
+        OPENAI_MODEL="gpt-6-luna",
+        PARKING_QUEUE_URL="https://sqs.us-east-1.amazonaws.com/123456789012/dlq.fifo",
     )
     return env
 
@@ -162,18 +175,25 @@ def sample(body: str, env: dict[str, str]) -> dict:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def measure(label: str, body: str, runs: int, env: dict[str, str]) -> Result:
-    sample(body, env)  # once untimed: fills the OS file cache and the bytecode cache
-    samples, last = [], {}
+def measure(rows: dict[str, tuple[str, dict[str, str]]], runs: int) -> dict[str, Result]:
+    """Sample each row `runs` times (key -> (code, environment)), in turns."""
+    for body, env in rows.values():
+        sample(body, env)  # once untimed: fills the OS file cache and the bytecode cache
+    samples: dict[str, list[float]] = {key: [] for key in rows}
+    last: dict[str, dict] = {}
     for _ in range(runs):
-        last = sample(body, env)
-        samples.append(last["ms"])
-    return Result(label, samples, last["openai"], last["packages"])
+        for key, (body, env) in rows.items():
+            last[key] = sample(body, env)
+            samples[key].append(last[key]["ms"])
+    return {
+        key: Result(key, samples[key], last[key]["openai"], last[key]["packages"]) for key in rows
+    }
 
 
-def report(results: list[Result], runs: int) -> str:
-    baseline = results[0].median
-    webhook = results[-1]
+def report(by_name: dict[str, Result], runs: int) -> str:
+    results = list(by_name.values())
+    baseline = by_name["boto3"].median
+    webhook = by_name["webhook"]
     lines = [
         f"### Cold import, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         "",
@@ -197,20 +217,30 @@ def report(results: list[Result], runs: int) -> str:
     return "\n".join(lines)
 
 
-def compare(runs: int) -> list[Result]:
-    """`import boto3` (the baseline) and the webhook's module load, `runs` fresh interpreters
-    each."""
+def compare(runs: int) -> dict[str, Result]:
+    """The baselines (`import boto3`, `import boto3` and one client, `import openai`) and each
+    function's module load, `runs` fresh interpreters each. Keys: boto3, boto3_client, openai,
+    webhook, consumer, compactor."""
     with tempfile.TemporaryDirectory() as home:
         env = lambda_like_env(home)
-        webhook = LOAD_WEBHOOK.format(task_root=str(WEBHOOK_APP.parent), path=str(WEBHOOK_APP))
-        return [
-            measure("`import boto3`", IMPORT_BOTO3, runs, env),
-            measure("`functions/webhook/app.py` (import + init)", webhook, runs, env),
-        ]
+        rows = {
+            "boto3": ("`import boto3`", IMPORT_BOTO3, env),
+            "boto3_client": ("`import boto3` + one client", IMPORT_BOTO3_CLIENT, env),
+            "openai": ("`import openai`", IMPORT_OPENAI, env),
+        }
+        for function in FUNCTIONS:
+            app = ROOT / "functions" / function / "app.py"
+            body = LOAD_FUNCTION.format(task_root=str(app.parent), path=str(app))
+            label = f"`functions/{function}/app.py` (import + init)"
+            rows[function] = (label, body, lambda_like_env(home, function))
+        results = measure({key: (body, env) for key, (_, body, env) in rows.items()}, runs)
+        for key, (label, _, _) in rows.items():
+            results[key].label = label
+        return results
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Cold import time: webhook vs boto3.")
+    parser = argparse.ArgumentParser(description="Cold import time: functions vs boto3, openai.")
     parser.add_argument("--runs", type=int, default=15, help="fresh interpreters per row")
     parser.add_argument("--out", type=Path, help="append the markdown report to this file")
     args = parser.parse_args(argv)

@@ -173,6 +173,19 @@ def results(
             0,
             "(`import boto3`)",
         ),
+        *(
+            compared(
+                1,
+                f"{function} cold import + init, ms (median)",
+                wi[function]["median"],
+                wi[base]["median"],
+                0,
+                f"(`import {base}`)",
+            )
+            for function in ("consumer", "compactor")
+            if function in wi
+            for base in ("boto3", "openai")
+        ),
         compared(
             2,
             "DynamoDB requests per turn",
@@ -339,12 +352,36 @@ def _webhook_section(w: dict[str, Any]) -> list[str]:
         f"Cold import and init ({imports['runs']} fresh interpreters each, Lambda-like "
         "environment, bytecode cached; bench/import_time.py):",
         "",
-        "| module load | median ms | p90 ms |",
-        "| --- | ---: | ---: |",
-        f"| `import boto3` | {_n(imports['boto3']['median'])} | {_n(imports['boto3']['p90'])} |",
-        f"| functions/webhook/app.py | {_n(imports['webhook']['median'])} | "
-        f"{_n(imports['webhook']['p90'])} |",
+        "| module load | median ms | p90 ms | x `import boto3` | x `import openai` |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    labels = {
+        "boto3": "`import boto3`",
+        "boto3_client": "`import boto3` + one client (`boto3.client('sqs')`)",
+        "openai": "`import openai`",
+        "webhook": "functions/webhook/app.py",
+        "consumer": "functions/consumer/app.py",
+        "compactor": "functions/compactor/app.py",
+    }
+    for key, label in labels.items():
+        if key not in imports:
+            continue
+        row = imports[key]
+        versus_openai = (
+            _x(row["median"], imports["openai"]["median"]) if "openai" in imports else ""
+        )
+        rows.append(
+            f"| {label} | {_n(row['median'])} | {_n(row['p90'])} | "
+            f"{_x(row['median'], imports['boto3']['median'])} | {versus_openai} |"
+        )
+    rows += [
         "",
+        "- every function creates its AWS clients at init (the `+ one client` row is that cost "
+        "alone: botocore reads its service and endpoint data files), so that Lambda's init, "
+        "which runs before the first request with the full CPU (and, with SnapStart, once per "
+        "version), pays it instead of the first request; the consumer and compactor import the "
+        "OpenAI client at init for the same reason. No X-Ray SDK, no pydantic in the webhook "
+        "(docs/observability.md).",
         f"- `openai` imported by the webhook: "
         f"{'YES (regression)' if imports['openai_imported'] else 'no'}",
         "- third-party packages it loads: " + ", ".join(imports["packages"]),
@@ -389,11 +426,12 @@ def _turn_section(t: dict[str, Any]) -> list[str]:
         f"whole partition was {memory['partition_bytes_after']:,} bytes after the window.",
         "- ours reads strongly consistent (the turn must see its own last write); the "
         "reference's eventually consistent reads cost half per 4 KB.",
-        "- ours writes more: each turn is two transactions (message + ledger + state; reply + "
-        "ledger + state), and a transaction costs two write units per KB per item. That is the "
-        "price of exactly-once replies (figure 7): the reference's cheaper writes are what loses "
-        "a reply after a crash. The state item also carries the summary, so every state update "
-        "is billed for the summary's size too.",
+        "- ours writes: one transaction (message + ledger entry + state, which also reserves the "
+        "reply's seq; 2 units per item under 1 KB), the reply alone in its reserved slot, "
+        "conditional on the slot being empty (1), and the ledger's `sent` (1). The transaction "
+        "is the price of exactly-once replies (figure 7): the reference's cheaper writes are "
+        "what loses a reply after a crash. The summary has its own item, written only by "
+        "compaction, so the state item each turn writes stays under 1 KB.",
         f"- moto reports ConsumedCapacity as fixed placeholders ({_n(ours['moto_reported'], 2)} "
         f"units per turn for ours, {_n(ref['moto_reported'], 2)} for the reference), so the "
         "units above are computed from item sizes by DynamoDB's rules (see Method).",
@@ -760,6 +798,58 @@ def _method_notes() -> list[str]:
     ]
 
 
+def _snapstart_cost(measured: dict[str, Any], memory: dict[str, int]) -> list[str]:
+    """What the optional SnapStart parameter adds, and what it saves (template.yaml)."""
+    prices = cost.PRICES
+    imports = measured.get("webhook", {}).get("import", {})
+    month = 30 * 24 * 3600
+    rows = [
+        "## SnapStart (optional, off by default)",
+        "",
+        "The `SnapStart` parameter turns on Lambda SnapStart for the consumer and the compactor: "
+        "their init (imports, settings, clients, the OpenAI client) runs once per published "
+        "version, and new environments resume from its snapshot instead of running it again. "
+        "It changes who waits, and the bill:",
+        "",
+        "| function | memory | snapshot cache, $ per month per version | restore, $ per cold "
+        "start | init it replaces, measured here (ms) | that init billed, $ per cold start |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for function, key in (("ConsumerFunction", "consumer"), ("CompactorFunction", "compactor")):
+        gb = memory[function] / 1024
+        init_ms = imports.get(key, {}).get("median")
+        init_cost = (
+            f"{init_ms / 1000 * gb * prices['lambda_gb_second_arm64']:.7f}" if init_ms else "-"
+        )
+        rows.append(
+            f"| {function} | {memory[function]} MB | "
+            f"{gb * month * prices['snapstart_cache_gb_second']:.2f} | "
+            f"{gb * prices['snapstart_restore_gb']:.7f} | "
+            f"{_n(init_ms) if init_ms else '-'} | {init_cost} |"
+        )
+    rows += [
+        "",
+        f"- Prices: ${prices['snapstart_cache_gb_second']:.10f} per GB-second of cached "
+        f"snapshot (each published version with SnapStart, while active, at least 3 hours) and "
+        f"${prices['snapstart_restore_gb']:.10f} per GB restored (each new environment), by "
+        "the function's memory; the same list-price caveat as above.",
+        "- In dollars SnapStart costs more than it saves: a restore costs several times the init "
+        "it replaces, and the cache is a fixed monthly charge per version. What it buys is "
+        "latency: a consumer cold start (a person waiting for the first reply after a quiet "
+        "spell, or a burst that scales the consumer out) resumes from the snapshot instead of "
+        "importing boto3, Powertools and openai again. Turn it on when those waits matter more "
+        "than a few dollars a month.",
+        "- Each deploy publishes a version behind the alias `live` (the queue's and the "
+        "stream's mappings invoke it); the replaced version is deleted, which ends its cache "
+        "charge. SnapStart applies to versions published after it is turned on: deploy it "
+        "together with a change of the functions' code or configuration to publish one at once.",
+        "- Restored environments reseed their random jitter and drop their model client and "
+        "cached secrets (memagent.snapstart), so no two copies share them.",
+        "",
+    ]
+    return rows
+
+
 def cost_doc(
     measured: dict[str, Any],
     env: dict[str, Any],
@@ -841,6 +931,7 @@ def cost_doc(
         "message (webhook and consumer) as an upper bound; Lambda's own log lines at "
         f"{assumptions.platform_log_bytes_per_invocation} bytes per invocation.",
         "",
+        *_snapstart_cost(measured, memory),
         "## Not in the table",
         "",
         f"- **The full history instead**: sending every message to the model would cost "
@@ -853,7 +944,8 @@ def cost_doc(
         f"${turn['memory']['partition_bytes_after'] / 1e9 * cost.PRICES['dynamodb_storage_gb_month'] * 1000:.4f}"  # noqa: E501
         " a month per 1,000 people, plus point-in-time recovery (about $0.20 per GB-month).",
         "- **Cold starts**: since August 2025 Lambda bills the init phase of on-demand "
-        "functions; figure 1 measures the webhook's import and init, which each cold start adds.",
+        "functions; figure 1 measures each function's import and init, which each cold start "
+        "adds.",
         "- SSM Parameter Store standard parameters (no charge for standard throughput; the "
         "secrets are cached for 5 minutes), KMS requests for SecureString decryption and the "
         "AWS-managed table key (a few per cached secret read), data transfer out (the replies, "

@@ -1,5 +1,5 @@
-"""Figure 1: the webhook, warm, per request, against the minimal baseline handler; and its cold
-import against `import boto3` (bench/import_time.py).
+"""Figure 1: the webhook, warm, per request, against the minimal baseline handler; and every
+function's cold import + init against `import boto3` and `import openai` (bench/import_time.py).
 
 Both handlers are loaded by file path as Lambda loads them, get the same kind of signed HTTP API
 v2 event and send to the same FIFO queue on moto over HTTP; the requests alternate between them
@@ -115,13 +115,19 @@ def handler_times(stack: harness.Stack, *, requests: int, warmup: int) -> dict[s
 
 
 def import_times(runs: int) -> dict[str, Any]:
-    boto3_only, webhook = import_time.compare(runs)
+    """Cold import + init of every function, and the baselines (bench/import_time.py)."""
+    results = import_time.compare(runs)
+    measured: dict[str, Any] = {
+        key: {"median": result.median, "p90": result.p90} for key, result in results.items()
+    }
+    for function in import_time.FUNCTIONS:
+        measured[function]["packages"] = results[function].packages
+        measured[function]["openai_imported"] = results[function].openai
     return {
         "runs": runs,
-        "boto3": {"median": boto3_only.median, "p90": boto3_only.p90},
-        "webhook": {"median": webhook.median, "p90": webhook.p90},
-        "openai_imported": webhook.openai,
-        "packages": webhook.packages,
+        **measured,
+        "openai_imported": results["webhook"].openai,
+        "packages": results["webhook"].packages,
     }
 
 

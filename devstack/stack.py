@@ -1032,7 +1032,7 @@ class DevStack:
             pk=pk,
             last_seq=int(state.get("last_seq", 0)),
             marker=int(state.get("marker", 0)),
-            summary=state.get("summary"),
+            summary=next((i.get("text") for i in items if i["sk"] == "SUMMARY"), None),
             facts=[str(f["text"]) for f in facts],
             turns=turns,
             ledger=sum(1 for i in items if i["sk"].startswith("EVT#")),

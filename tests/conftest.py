@@ -271,10 +271,11 @@ def seed_turns(
 
     start = start or datetime(2026, 11, 1, 8, tzinfo=UTC)
     pk = person_key(agent, phone)
-    state = store.load(pk).state
+    memory = store.load(pk)
+    state, seq = memory.state, memory.next_seq - 1
     for index, text in enumerate(texts):
-        seq = state.last_seq + 1
         user = index % 2 == 0
+        seq += 1  # a reply takes the slot its message reserved
         event_id = f"evt_seed_{seq if user else seq - 1}_{pk[-6:]}"
         turn = Turn(
             seq=seq,
@@ -284,8 +285,10 @@ def seed_turns(
             number=BUSINESS,
             event_id=event_id if user else None,
         )
-        due = seq - state.marker >= threshold
         if user:
+            reply_follows = index + 1 < len(texts)
+            newest = seq + 1 if reply_follows else seq
+            due = newest - state.marker >= threshold
             store.remember_inbound(
                 pk,
                 previous=state,
@@ -293,9 +296,9 @@ def seed_turns(
                 event_time=turn.at,
                 compact=due,
                 ledger_ttl=timedelta(days=30),
+                reserve_reply=reply_follows,
             )
+            state = replace(state, last_seq=newest, compaction_due=due, awaiting=(event_id,))
         else:
-            store.remember_reply(
-                pk, previous=state, event_id=event_id, turn=turn, compact=due, event_time=turn.at
-            )
-        state = replace(state, last_seq=seq, compaction_due=due)
+            store.remember_reply(pk, event_id=event_id, turn=turn, event_time=turn.at)
+            state = replace(state, awaiting=())  # what a reply follows no longer awaits (load)

@@ -13,17 +13,22 @@ from memagent.archive import TranscriptArchive
 from memagent.compaction import Compactor
 from memagent.model import ModelClient
 from memagent.observability import logger, metrics
-from memagent.settings import CompactorSettings
+from memagent.settings import CompactorSettings, secrets_of
+from memagent.snapstart import after_restore
 from memagent.store import MemoryStore
 
 settings = CompactorSettings.from_env()
+model = ModelClient(settings)
+model.preload()  # at init: in the SnapStart snapshot, not on the first fold
 compactor = Compactor(
     settings,
     MemoryStore(settings.table_name),
-    ModelClient(settings),
+    model,
     TranscriptArchive(settings.archive_bucket) if settings.archive_bucket else None,
 )
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
+# with SnapStart: each restored environment reseeds `random`, drops the model client and secrets
+after_restore(model.renew, *(secret.renew for secret in secrets_of(settings)))
 
 
 def _person(record: DynamoDBRecord) -> str:

@@ -12,10 +12,19 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from memagent.consumer import Consumer
 from memagent.observability import logger, metrics
-from memagent.settings import ConsumerSettings
+from memagent.settings import ConsumerSettings, secrets_of
+from memagent.snapstart import after_restore
 
-consumer = Consumer.from_settings(ConsumerSettings.from_env())
+settings = ConsumerSettings.from_env()
+consumer = Consumer.from_settings(settings)
 processor = consumer.processor()  # SqsFifoPartialProcessor(skip_group_on_error=True) + backoff
+consumer.agent.model.preload()  # at init: in the SnapStart snapshot, not on the first message
+# with SnapStart: each restored environment reseeds its jitter, drops the model client and secrets
+after_restore(
+    processor.retries.renew,
+    consumer.agent.model.renew,
+    *(secret.renew for secret in secrets_of(settings)),
+)
 
 
 def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = None) -> str:

@@ -134,7 +134,7 @@ class Compactor:
         dropped_keys = {fact_key(fact.text) for fact in dropped}
         new_facts = [fact for fact in new_facts if fact_key(fact.text) not in dropped_keys]
         # one transaction holds at most 100 actions; any excess is dropped on a later fold
-        room = TRANSACTION_LIMIT - 1 - len(new_facts)
+        room = TRANSACTION_LIMIT - 2 - len(new_facts)  # the state and the summary first
         dropped_keys = set(sorted(dropped_keys)[:room])
 
         new_marker = to_fold[-1].seq

@@ -80,6 +80,10 @@ class Retries:
         self.defer_seconds = defer_seconds
         self._rng = rng or random.Random()
 
+    def renew(self) -> None:
+        """Reseed the jitter (after a SnapStart restore: every copy would draw the same)."""
+        self._rng.seed()
+
     def plan(self, failures: list[tuple[SQSRecord, BaseException | None]]) -> list[tuple[str, int]]:
         """(receipt handle, seconds) for each failed record, in batch order. The first failure
         of a group sets the group's delay; the rest of the group (failed unprocessed, by

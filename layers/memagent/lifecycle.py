@@ -20,7 +20,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from memagent.observability import logger, metrics
 from memagent.person import person_key
-from memagent.store import ALIAS, EVT, FACT, MSG, STATE
+from memagent.store import ALIAS, EVT, FACT, MSG, STATE, SUMMARY
 
 if TYPE_CHECKING:
     from memagent.store import MemoryStore
@@ -48,6 +48,8 @@ class Receipt:
 
 
 def _kind(sk: str) -> str:
+    if sk == SUMMARY:
+        return "summary"
     for prefix, kind in ((MSG, "messages"), (FACT, "facts"), (EVT, "ledger"), (ALIAS, "links")):
         if sk.startswith(prefix):
             return kind
@@ -98,9 +100,7 @@ def forget_key(
             by_kind[_kind(sk)] = by_kind.get(_kind(sk), 0) + 1
         store.delete_items(pk, doomed)
         if content:
-            by_kind["state"] = 1
-            if state.get("summary"):
-                by_kind["summary"] = 1
+            by_kind["state"] = 1  # with the summary, where an older version kept it there
         store.reduce_state_to_mark(pk, at)
     for alias in sorted(aliases):
         # the person's other identifiers: each keeps only its own erasure mark, so a late
@@ -111,7 +111,7 @@ def forget_key(
         by_kind["archived"] = archive.delete_person(pk)
     if media is not None:  # voice notes and photos kept for a retry (memagent.archive.KeptMedia)
         by_kind["media"] = media.delete_person(pk)
-    removed = sum(v for k, v in by_kind.items() if k not in ("summary",))
+    removed = sum(by_kind.values())
     metrics.add_metric(name="PeopleForgotten", unit=MetricUnit.Count, value=1)
     logger.info("person forgotten", extra={"person": pk, "removed": removed, **by_kind})
     return Receipt(person=pk, at=at, removed=removed, by_kind=by_kind)
@@ -131,6 +131,9 @@ def export(
     pk = resolve(store, agent, phone)
     items = store.everything(pk)
     state = next((item for item in items if item["sk"] == STATE), {})
+    summary = next((item for item in items if item["sk"] == SUMMARY), {})
+    if not summary and state.get("summary"):  # kept on the state item by an older version
+        summary = {"text": state["summary"], "at": state.get("summary_at")}
 
     def plain(value: Any) -> Any:
         if isinstance(value, dict):
@@ -148,11 +151,11 @@ def export(
         "exported_at": datetime.now(UTC).isoformat(),
         "summary": (
             {
-                "text": state["summary"],
+                "text": summary["text"],
                 "covers_up_to_message": plain(state.get("marker", 0)),
-                "updated_at": state.get("summary_at"),
+                "updated_at": summary.get("at"),
             }
-            if state.get("summary")
+            if summary.get("text")
             else None
         ),
         "facts": [

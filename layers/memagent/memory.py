@@ -74,3 +74,13 @@ class Memory:
     turns: tuple[Turn, ...] = ()  # after the marker, chronological
     facts: tuple[Fact, ...] = ()  # oldest first
     leftovers: tuple[int, ...] = ()  # seqs at/below the marker that clean-up has yet to delete
+
+    @property
+    def next_seq(self) -> int:
+        """The seq of the next message: past the state's counter (which covers the reply slot
+        reserved with the last message) and past every turn held, whichever is further."""
+        return max(self.state.last_seq, *(t.seq for t in self.turns), *self.leftovers, 0) + 1
+
+    def reply_to(self, seq: int) -> Turn | None:
+        """The reply stored for the message with this seq: the assistant turn in its slot."""
+        return next((t for t in self.turns if t.seq == seq + 1 and t.role == "assistant"), None)

@@ -82,6 +82,15 @@ class ModelClient:
         self._client: Any = None
         self._key: str | None = None
 
+    def renew(self) -> None:
+        """Drop the OpenAI client and its connections (after a SnapStart restore)."""
+        self._client, self._key = None, None
+
+    def preload(self) -> None:
+        """Import the OpenAI client at init, not on the first message: init runs with Lambda's
+        full CPU and, with SnapStart, once per version instead of once per environment."""
+        import openai.resources.responses  # noqa: F401
+
     @property
     def client(self) -> Any:
         key = self._settings.openai_api_key.get()  # cached; a rotated key shows up within 5 min

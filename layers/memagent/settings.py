@@ -233,6 +233,11 @@ PROVIDERS = ("whasp", "meta")
 DEFAULT_META_GRAPH_URL = "https://graph.facebook.com/v26.0"
 
 
+def secrets_of(settings: object) -> list[Secret]:
+    """Every secret a settings object holds (to drop their caches after a SnapStart restore)."""
+    return [value for value in vars(settings).values() if isinstance(value, Secret)]
+
+
 def _agent_id(env: Environment) -> str:
     return env.matching("AGENT_ID", _AGENT_ID, "1 to 64 letters, digits, '_', '.' or '-'")
 

@@ -4,21 +4,33 @@ One partition per person (`pk` = memagent.person.person_key); sort keys:
 
     ALIAS#<key>       another identifier's key that points here (its STATE holds `alias_of`)
     EVT#<digest>      the dedupe ledger: one item per whasp event, with the turn's progress
-                      (stored -> replied -> sent, or opted_out / parked / skipped) and a TTL;
-                      a message answered by a later one's reply (a burst) ends `answered`,
-                      and every answered entry names the reply: answered_by, reply_seq
+                      (stored -> sent, or opted_out / parked / skipped; `replied`, with the
+                      reply's text, in entries an older version wrote) and a TTL; a message
+                      answered by a later one's reply (a burst) ends `answered`, naming the
+                      reply: answered_by, reply_seq
     FACT#<key>        one durable fact; the key is derived from its normalised text, so facts
                       are unique per person by construction
-    MSG#<seq:012d>    one turn (user or assistant); seq is strictly increasing per person
-    STATE             counters and flags, the summary and its marker, the erasure mark
+    MSG#<seq:012d>    one turn (user or assistant); seq is strictly increasing per person.
+                      Storing a message reserves the next seq for its reply
+    STATE             counters and flags, the summary's marker, the erasure mark: small, since
+                      every turn writes it
+    SUMMARY           the rolling summary (text, marker, time), written only by compaction
 
 A turn reads everything it needs with one strongly consistent Query on `sk >= "FACT#"` (facts,
-turns, state: the ledger sorts before it and is not read). Every write that could race is
+turns, state, summary: the ledger sorts before it and is not read). Every write that could race is
 conditional, so a lost race raises ConcurrentUpdate and the caller retries from a fresh read.
+
+Write units for a message answered on its own (items under 1 KB; a transaction bills each item
+twice): the message, its ledger entry and the state in one transaction (6), the reply alone in
+its reserved slot (1), the ledger's `sent` (1). The summary off the state item keeps that item
+small; the reserved slot makes the reply's put, conditional on the slot being empty, enough to
+store one reply per message. The state's `awaiting` list is then cleared lazily: a message
+counts as awaiting only while no reply follows it (load).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -32,12 +44,13 @@ from memagent.errors import ConcurrentUpdate
 from memagent.memory import Fact, Memory, PersonState, Summary, Turn
 
 STATE = "STATE"
+SUMMARY = "SUMMARY"
 MSG = "MSG#"
 FACT = "FACT#"
 EVT = "EVT#"
 ALIAS = "ALIAS#"
 PART = "part_"  # ledger attribute part_<n>: the provider's id of reply part n, once sent
-TURN_READ_FROM = FACT  # FACT# < MSG# < STATE: one range holds what a turn needs
+TURN_READ_FROM = FACT  # FACT# < MSG# < STATE < SUMMARY: one range holds what a turn needs
 
 # ledger statuses
 STORED, REPLIED, SENT = "stored", "replied", "sent"
@@ -56,7 +69,7 @@ _STATE_CONTENT = (
     "last_inbound_at",
     "opted_out",
     "opted_out_at",
-    "summary",
+    "summary",  # on the state item only in versions before the SUMMARY item
     "summary_at",
     "updated_at",
     "forget_pending",
@@ -140,16 +153,21 @@ class MemoryStore:
         items = list(self._query(pk, Key("sk").gte(TURN_READ_FROM)))
         state_item = next((i for i in items if i["sk"] == STATE), None)
         state = _state(state_item)
-        summary = None
-        if state_item and state_item.get("summary"):
-            summary = Summary(
-                text=state_item["summary"],
-                marker=state.marker,
-                at=_time(state_item.get("summary_at")),
-            )
+        # the summary's own item; a state item from an older version may still carry it
+        held = next((i for i in items if i["sk"] == SUMMARY), None)
+        text, at = (held.get("text"), held.get("at")) if held else (None, None)
+        if not text and state_item and state_item.get("summary"):
+            text, at = state_item["summary"], state_item.get("summary_at")
+        summary = Summary(text=text, marker=state.marker, at=_time(at)) if text else None
         turns = tuple(
             _turn(i) for i in items if i["sk"].startswith(MSG) and int(i["seq"]) > state.marker
         )
+        if state.awaiting:
+            # a reply stored alone leaves the list as it was: what it follows is answered
+            seqs = {t.event_id: t.seq for t in turns if t.role == "user" and t.event_id}
+            replied = max((t.seq for t in turns if t.role == "assistant"), default=0)
+            awaiting = tuple(e for e in state.awaiting if seqs.get(e, 0) > replied)
+            state = dataclasses.replace(state, awaiting=awaiting)
         facts = tuple(
             sorted(
                 (
@@ -245,13 +263,17 @@ class MemoryStore:
         opted_out: bool = False,
         held: bool = False,
         extra_set: dict[str, Any] | None = None,
+        reserve_reply: bool = False,
     ) -> bool:
         """Store the person's message atomically with its ledger entry. False: a duplicate.
 
         The message joins the state's `awaiting` list, which the next reply answers as a whole,
         unless it is a STOP (`opted_out`: the replies still awaited are dropped with it, so
         nothing is sent after a STOP) or was written before a standing opt-out (`held`: kept,
-        never answered, and the opt-out stays)."""
+        never answered, and the opt-out stays).
+
+        With `reserve_reply`, the state's counter moves past the message's seq + 1 too: that
+        seq is the reply's (remember_reply), and no other turn can take it."""
         assert turn.event_id is not None
         now = datetime.now(UTC)
         ledger = {
@@ -286,7 +308,7 @@ class MemoryStore:
             self._state_update(
                 pk,
                 previous=previous,
-                seq=turn.seq,
+                seq=turn.seq + 1 if reserve_reply else turn.seq,
                 compact=compact,
                 extra_set=extra,
                 event_time=event_time,
@@ -310,53 +332,59 @@ class MemoryStore:
         self,
         pk: str,
         *,
-        previous: PersonState,
         event_id: str,
         turn: Turn,
-        compact: bool,
         event_time: datetime,
         extra_set: dict[str, Any] | None = None,
         covered: Sequence[str] = (),
         ledger_ttl: timedelta = DEFAULT_LEDGER_TTL,
     ) -> None:
-        """Store the agent's reply and move the event to `replied`, in one transaction; the
-        ledger keeps the reply text until it is sent, so a redelivery re-sends the same words.
-        The earlier messages of a burst that the reply also answers (`covered`) move to
-        `answered` in the same transaction, each naming the reply; the awaiting list empties."""
-        set_reply = "SET #s = :replied, reply = :text, reply_seq = :seq, answered_by = :id"
-        values: dict[str, Any] = {
-            ":replied": REPLIED,
-            ":stored": STORED,
-            ":text": turn.text,
-            ":seq": turn.seq,
-            ":id": event_id,
-        }
-        if turn.number:  # the number the reply goes out from, for a re-send
-            set_reply += ", reply_from = :from"
-            values[":from"] = turn.number
-        actions = [
+        """Store the reply to `event_id`'s message in the slot remember_inbound reserved for it
+        (the message's seq + 1), only if the slot is empty: one reply per message, however often
+        the turn is retried. The message's ledger entry stays `stored`: a redelivery finds the
+        reply in its slot and sends the same words. Raises ConcurrentUpdate if a reply is there.
+
+        A reply to that message alone is one conditional put; the state's `awaiting` list is
+        left as it was (load counts nothing before a reply as awaiting). A reply to a burst
+        (`covered`: the earlier messages it answers too) or with state flags (`extra_set`, the
+        forget keywords) is one transaction: the covered entries move to `answered`, naming this
+        reply, and the state takes the flags and drops the list, guarded by the erasure mark.
+        A reply stored alone just after an erasure is caught by the turn instead: finish_event
+        finds no ledger entry and the turn (or, after a crash, its redelivery) finishes the
+        erasure."""
+        others = [e for e in covered if e != event_id]
+        if not extra_set and not others:
+            try:
+                self.table.put_item(
+                    Item=self._turn_item(pk, turn), ConditionExpression="attribute_not_exists(pk)"
+                )
+            except ClientError as error:
+                if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                    raise
+                raise ConcurrentUpdate("a reply to this message is stored already") from None
+            return
+        values: dict[str, Any] = {":event_time": _iso(event_time)}
+        sets = []
+        for index, (name, value) in enumerate((extra_set or {}).items()):
+            sets.append(f"{name} = :x{index}")
+            values[f":x{index}"] = value
+        expression = ("SET " + ", ".join(sets) + " " if sets else "") + "REMOVE awaiting"
+        actions: list[dict[str, Any]] = [
             self._new_turn(pk, turn),
             {
                 "Update": {
                     "TableName": self.table_name,
-                    "Key": {"pk": pk, "sk": ledger_sk(event_id)},
-                    "UpdateExpression": set_reply,
-                    "ConditionExpression": "#s = :stored",
-                    "ExpressionAttributeNames": {"#s": "status"},
+                    "Key": {"pk": pk, "sk": STATE},
+                    "UpdateExpression": expression,
+                    "ConditionExpression": (
+                        "attribute_exists(last_seq)"
+                        " AND (attribute_not_exists(erased_at) OR erased_at < :event_time)"
+                    ),
                     "ExpressionAttributeValues": values,
                 }
             },
-            self._state_update(
-                pk,
-                previous=previous,
-                seq=turn.seq,
-                compact=compact,
-                extra_set=extra_set,
-                event_time=event_time,
-                remove=("awaiting",),
-            ),
         ]
-        others = [e for e in covered if e != event_id][-(TRANSACTION_LIMIT - len(actions)) :]
+        others = others[-(TRANSACTION_LIMIT - len(actions)) :]
         actions += [
             self._settle(
                 pk, e, ledger_ttl, status=ANSWERED, answered_by=event_id, reply_seq=turn.seq
@@ -366,16 +394,26 @@ class MemoryStore:
         if self._transact(actions) is not None:
             raise ConcurrentUpdate("memory changed while storing the reply; retry")
 
-    def finish_event(self, pk: str, event_id: str, status: str, **details: Any) -> None:
+    def clear_awaiting(self, pk: str) -> None:
+        """Forget which messages await a reply (a reply the provider refused was taken back:
+        what it answered is not to be answered again by the next reply)."""
+        self._update_if(
+            Key={"pk": pk, "sk": STATE},
+            UpdateExpression="REMOVE awaiting",
+            ConditionExpression="attribute_exists(last_seq)",
+        )
+
+    def finish_event(self, pk: str, event_id: str, status: str, **details: Any) -> bool:
         """Record the end of an event's turn (sent, parked, opted out, skipped). The reply text
-        copy is dropped from the ledger; a forgotten person's ledger is never recreated."""
+        copy (older versions) is dropped from the ledger; a forgotten person's ledger is never
+        recreated. False if the event has no ledger entry (the person was forgotten)."""
         names = {"#s": "status"}
         values: dict[str, Any] = {":status": status, ":now": _iso(datetime.now(UTC))}
         sets = ["#s = :status", "finished_at = :now"]
         for index, (name, value) in enumerate(details.items()):
             sets.append(f"{name} = :d{index}")
             values[f":d{index}"] = value
-        self._update_if(
+        return self._update_if(
             Key={"pk": pk, "sk": ledger_sk(event_id)},
             UpdateExpression="SET " + ", ".join(sets) + " REMOVE reply",
             ConditionExpression="attribute_exists(pk)",
@@ -550,7 +588,9 @@ class MemoryStore:
     ) -> None:
         """The commit point of a compaction: summary, new marker and facts, all or nothing, and
         only if nobody moved the marker since we read it and nobody erased the person meanwhile
-        (an erasure strips last_seq and moves erased_at). Raises ConcurrentUpdate otherwise."""
+        (an erasure strips last_seq and moves erased_at). Raises ConcurrentUpdate otherwise.
+        The summary goes in its own item (the state, written by every turn, stays small); the
+        marker stays on the state, where every turn's condition reads it."""
         now = _iso(datetime.now(UTC))
         condition = (
             "marker = :old" if old_marker else "(attribute_not_exists(marker) OR marker = :old)"
@@ -567,21 +607,33 @@ class MemoryStore:
                 "Update": {
                     "TableName": self.table_name,
                     "Key": {"pk": pk, "sk": STATE},
+                    # REMOVE: a summary an older version kept on the state item
                     "UpdateExpression": (
-                        "SET summary = :summary, summary_at = :now, marker = :new, "
-                        "compaction_due = :false, updated_at = :now"
+                        "SET marker = :new, compaction_due = :false, updated_at = :now "
+                        "REMOVE summary, summary_at"
                     ),
                     "ConditionExpression": f"attribute_exists(pk) AND {condition}",
                     "ExpressionAttributeValues": {
                         **values,
-                        ":summary": summary,
                         ":now": now,
                         ":new": new_marker,
                         ":old": old_marker,
                         ":false": False,
                     },
                 }
-            }
+            },
+            {
+                "Put": {
+                    "TableName": self.table_name,
+                    "Item": {
+                        "pk": pk,
+                        "sk": SUMMARY,
+                        "text": summary,
+                        "marker": new_marker,
+                        "at": now,
+                    },
+                }
+            },
         ]
         for key, fact in new_facts:
             actions.append(

@@ -1,13 +1,15 @@
 """The agent's turn: one provider event, processed exactly once per person, in order.
 
 The order of one inbound message: message to text, remember (stop if duplicate), build the
-context, call the model (store=false), remember the reply, send it. Progress is kept in the
-event's ledger entry, so a redelivery resumes where the last attempt stopped:
+context, call the model (store=false), remember the reply, send it. Storing a message reserves
+the next seq for its reply. Progress is kept in the event's ledger entry and the reply's slot,
+so a redelivery resumes where the last attempt stopped:
 
     no entry  -> the message was never stored: do the whole turn
-    stored    -> the reply was never stored: generate it (one new model call)
-    replied   -> the reply is stored but maybe unsent: send the parts not yet recorded as
-                 sent, with the same send keys (whasp turns a repeat into a no-op)
+    stored    -> no reply in its slot: generate it (one new model call);
+                 a reply in its slot: send the parts not yet recorded as sent, with the same
+                 send keys (whasp turns a repeat into a no-op)
+    replied   -> (entries an older version wrote) the same, with the ledger's copy of the text
     sent, opted_out, parked, skipped -> done: nothing to do
 
 So every inbound message ends with exactly one reply sent, whatever step crashed.
@@ -124,8 +126,16 @@ def recall(memory: Memory, forget_keyword: str) -> str:
 def _predates(memory: Memory, mark: datetime) -> bool:
     """Does memory still hold something from before an erasure mark (an erasure a crash left
     half-done)? What was written after the mark (e.g. after an erasing STOP) is the person's."""
+    held = {turn.seq for turn in memory.turns}
     return (
         any(turn.at <= mark for turn in memory.turns)
+        # a reply whose message is gone (not folded, deleted): it was stored as the erasure ran
+        or any(
+            turn.role == "assistant"
+            and turn.seq - 1 > memory.state.marker
+            and turn.seq - 1 not in held
+            for turn in memory.turns
+        )
         or any(fact.at <= mark for fact in memory.facts)
         or (memory.summary is not None and (memory.summary.at is None or memory.summary.at <= mark))
     )
@@ -327,7 +337,7 @@ class Agent:
         if state.forget_pending and _normalised(text) not in CONFIRM_WORDS:
             extra["forget_pending"] = False  # anything but "yes" keeps the memory
         turn = Turn(
-            seq=state.last_seq + 1,
+            seq=memory.next_seq,
             role="user",
             text=text,
             at=message.sent_at,
@@ -339,11 +349,13 @@ class Agent:
             previous=state,
             turn=turn,
             event_time=message.created_at,
-            compact=self._needs_compaction(state, turn.seq),
+            # counted with the reply, whose seq is reserved here: the one state write per turn
+            compact=self._needs_compaction(state, turn.seq if stop or held else turn.seq + 1),
             ledger_ttl=self.ledger_ttl,
             opted_out=stop,
             held=held,
             extra_set=extra or None,
+            reserve_reply=not (stop or held),
         )
         if self.media is not None and message.media is not None:
             self.media.discard(pk, message.event_id)  # its text is stored now
@@ -377,7 +389,7 @@ class Agent:
 
         now_state = dataclasses.replace(
             state,
-            last_seq=turn.seq,
+            last_seq=turn.seq + 1,  # the reply's slot is reserved
             last_number=message.number,
             last_inbound_at=message.sent_at,
             opted_out=False,
@@ -423,7 +435,19 @@ class Agent:
         status = (entry or {}).get("status")
         logger.info("event seen before", extra={"status": status})
         if status == ledger.STORED:
-            return "stored"  # not answered yet: the caller answers it (with its burst)
+            reply = self.store.load(pk).reply_to(int(entry["user_seq"]))
+            if reply is None:
+                return "stored"  # not answered yet: the caller answers it (with its burst)
+            # stored in its slot, maybe not (all) sent: the same words under the same keys
+            return self._send(
+                pk,
+                message,
+                message.event_id,
+                reply.number or message.number,
+                reply.text,
+                ledger.sent_parts(entry),
+                reply_seq=reply.seq,
+            )
         if status == ledger.REPLIED:
             sender = entry.get("reply_from") or message.number
             return self._send(
@@ -439,6 +463,19 @@ class Agent:
             # a burst's reply, stored under the event that `answered_by` names: make sure it
             # went out (the same text under the same Idempotency-Key; no new model call)
             by = self.store.ledger(pk, entry["answered_by"])
+            reply_seq = _reply_seq(entry)
+            if by is not None and by.get("status") == ledger.STORED and reply_seq is not None:
+                reply = next((t for t in self.store.load(pk).turns if t.seq == reply_seq), None)
+                if reply is not None and reply.role == "assistant":
+                    return self._send(
+                        pk,
+                        message,
+                        entry["answered_by"],
+                        reply.number or message.number,
+                        reply.text,
+                        ledger.sent_parts(by),
+                        reply_seq=reply.seq,
+                    )
             if by is not None and by.get("status") == ledger.REPLIED:
                 sender = by.get("reply_from") or message.number
                 return self._send(
@@ -558,7 +595,7 @@ class Agent:
         state = memory.state
         sender = answering.number or message.number
         reply = Turn(
-            seq=state.last_seq + 1,
+            seq=answering.seq + 1,  # the slot reserved when the message was stored
             role="assistant",
             text=text,
             at=datetime.now(UTC),
@@ -566,10 +603,8 @@ class Agent:
         )
         self.store.remember_reply(
             pk,
-            previous=state,
             event_id=answering.event_id,
             turn=reply,
-            compact=self._needs_compaction(state, reply.seq),
             # the answered message's time: the record at hand may be a late event from
             # before an erasure that ends a burst written after it
             event_time=max(message.created_at, answering.at),
@@ -658,18 +693,34 @@ class Agent:
             _count("ReplyParked")
             logger.error("reply parked: the provider refused it", extra=details)
             return "parked"
-        self.store.finish_event(
+        finished = self.store.finish_event(
             pk, event_id, ledger.SENT, **{f"{ledger.PART}{p}": i for p, i in sent.items()}
         )
+        if not finished:
+            self._erased_meanwhile(pk)
         _count("RepliesSent")
         logger.info("reply sent", extra={"parts": len(parts)})
         return "sent"
 
+    def _erased_meanwhile(self, pk: str) -> None:
+        """The ledger entry is gone: the person was forgotten while we answered. The reply
+        (stored without touching the state) may have landed after the erasure's deletes: finish
+        the erasure, under the mark in force. A crash before this is finished by the
+        redelivery, which finds the message older than the mark."""
+        mark = self.store.erasure_mark(pk)
+        if mark is None:
+            return  # no erasure mark: nothing to finish (the entry expired, or never was)
+        self._forget(pk, at=mark)
+        _count("ErasuresFinishedAfterTurn")
+        logger.info("the person was forgotten during the turn; erasure finished")
+
     def _unsay(self, pk: str, reply_seq: int | None, sent: dict[int, str]) -> None:
         """Delete an undelivered reply's turn, before the event is finished: a crash in between
-        is redelivered, refused again and ends here again (deleting twice is a no-op)."""
+        is redelivered, refused again and ends here again (deleting twice is a no-op). What it
+        answered no longer awaits a reply (a reply stored alone left the list as it was)."""
         if reply_seq is None or sent:
             return  # unknown, or the person saw part of it: it stays
+        self.store.clear_awaiting(pk)
         self.store.delete_turns(pk, [reply_seq])
         _count("RepliesUnsaid")
         logger.info("undelivered reply removed from memory", extra={"seq": reply_seq})

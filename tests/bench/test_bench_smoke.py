@@ -48,6 +48,11 @@ def test_quick_bench_writes_every_figure(tmp_path):
         assert heading in report
     assert plot.read_bytes().startswith(b"\x89PNG")
     assert "| **total** |" in cost.read_text()
+    assert "## SnapStart" in cost.read_text()
+    # every function's cold start against its baselines
+    for function in ("webhook", "consumer", "compactor"):
+        assert f"functions/{function}/app.py" in report
+    assert "consumer cold import + init" in report and "(`import openai`)" in report
     # and the counts that must be zero are zero, even at this size
     measured = json.loads(data.read_text())
     hardening = measured["hardening"]

@@ -187,6 +187,17 @@ def event_source_mapping(template: Template, source_type: str) -> dict[str, Any]
     return found[0]
 
 
+def mapped_function(cfn: Template, mapping: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The function an event source mapping invokes, through the alias it names."""
+    alias = cfn["Resources"][target(mapping["FunctionName"])]
+    assert alias["Type"] == "AWS::Lambda::Alias", "the mapping must invoke the alias"
+    version = cfn["Resources"][target(alias["Properties"]["FunctionVersion"])]
+    assert version["Type"] == "AWS::Lambda::Version"
+    function_id = target(version["Properties"]["FunctionName"])
+    assert target(alias["Properties"]["FunctionName"]) == function_id
+    return function_id, cfn["Resources"][function_id]
+
+
 def consumer_mapping(cfn: Template) -> dict[str, Any]:
     return event_source_mapping(cfn, "AWS::SQS::Queue")
 
@@ -295,7 +306,7 @@ def test_a_retry_never_overlaps_a_running_attempt(cfn: Template) -> None:
     # given the queue and the consumer that reads it
     mapping = consumer_mapping(cfn)
     queue = cfn["Resources"][target(mapping["EventSourceArn"])]["Properties"]
-    consumer = cfn["Resources"][target(mapping["FunctionName"])]["Properties"]
+    consumer = mapped_function(cfn, mapping)[1]["Properties"]
     # then the message stays invisible for at least 6 times the function's timeout (AWS advice)
     assert int(queue["VisibilityTimeout"]) >= 6 * int(consumer["Timeout"])
 
@@ -306,7 +317,7 @@ def test_a_twelve_hour_outage_reaches_no_dead_letter_queue(cfn: Template) -> Non
     # given the consumer's retry schedule and the queue's redrive policy and retention
     mapping = consumer_mapping(cfn)
     queue = cfn["Resources"][target(mapping["EventSourceArn"])]["Properties"]
-    consumer = cfn["Resources"][target(mapping["FunctionName"])]["Properties"]
+    consumer = mapped_function(cfn, mapping)[1]["Properties"]
     env = consumer["Environment"]["Variables"]
     schedule = RetrySchedule(
         base_seconds=float(env["RETRY_BASE_SECONDS"]),
@@ -658,3 +669,52 @@ def test_the_webhook_answers_meta_subscription_checks_on_the_same_url(cfn: Templ
 def test_a_refused_meta_token_is_alarmed(cfn: Template) -> None:
     alarms = resources(cfn, "AWS::CloudWatch::Alarm").values()
     assert any(a["Properties"].get("MetricName") == "ProviderAuthFailed" for a in alarms)
+
+
+# --------------------------------------------------------------------------- SnapStart
+
+
+@pytest.mark.parametrize("snapstart", ["false", "true"])
+def test_the_queue_and_the_stream_invoke_a_published_version_through_the_alias(
+    sam_template: Template, snapstart: str
+) -> None:
+    # given the template with SnapStart off (the default) or on
+    parameters = {**PARAMETERS, "SnapStart": snapstart}
+    cfn = sam_transform(sam_template, parameters)
+    for mapping in (consumer_mapping(cfn), compactor_mapping(cfn)):
+        # when the event source mappings are followed to the code they run
+        function_id, function = mapped_function(cfn, mapping)
+        # then each reaches the function through its alias and a published version, and the
+        # version is snapshotted exactly when the parameter says so
+        apply_on = evaluate(cfn, function["Properties"]["SnapStart"]["ApplyOn"], parameters)
+        expected = "PublishedVersions" if snapstart == "true" else "None"
+        assert apply_on == expected, function_id
+        assert function["Properties"]["Runtime"] == "python3.13"  # SnapStart: Python 3.12+
+
+
+def test_snapstart_is_offered_for_the_consumer_and_the_compactor_only(cfn: Template) -> None:
+    snapshotting = {
+        logical_id
+        for logical_id, function in resources(cfn, "AWS::Lambda::Function").items()
+        if "SnapStart" in function["Properties"]
+    }
+    expected = {mapped_function(cfn, m)[0] for m in (consumer_mapping(cfn), compactor_mapping(cfn))}
+    assert snapshotting == expected
+    for logical_id in snapshotting:
+        apply_on = cfn["Resources"][logical_id]["Properties"]["SnapStart"]["ApplyOn"]
+        assert driving_parameters(cfn, apply_on) == {"SnapStart"}
+
+
+def test_cfn_lint_reports_no_errors_with_snapstart_on(tmp_path: Path) -> None:
+    # given the template with the SnapStart parameter on (what `sam validate --lint` lints)
+    text = TEMPLATE.read_text(encoding="utf-8")
+    switched = re.sub(
+        r'(\n  SnapStart:\n    Type: String\n    Default: )"false"', r'\1"true"', text, count=1
+    )
+    assert switched != text, "the SnapStart parameter's default moved; update this test"
+    on = tmp_path / "template.yaml"
+    on.write_text(switched, encoding="utf-8")
+    # when cfn-lint checks it, then it reports no error
+    matches = lint_file(on, config=ManualArgs(regions=["us-east-1", "eu-west-1"]))
+    errors = [str(m) for m in matches if m.rule.severity == "error"]
+    assert not errors, "\n".join(errors)

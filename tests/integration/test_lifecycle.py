@@ -553,24 +553,52 @@ def test_confirmed_forget_erases_even_if_the_goodbye_cannot_be_sent(
     assert set(mark) == {"pk", "sk", "erased_at"}
 
 
-def test_a_reply_stored_after_the_erasure_mark_is_refused(consumer, resources, lambda_context):
-    from memagent.errors import ConcurrentUpdate
-    from memagent.memory import Turn
-
-    consumer.handler(
-        sqs_batch(whasp_message("hi", created_at="2026-11-29T09:00:00Z")), lambda_context
-    )
+def test_an_erasure_while_the_model_answers_leaves_only_the_mark(
+    consumer, resources, openai, lambda_context
+):
+    # given Maya writes, and the admin erases her while the model is composing the reply
     store = consumer.consumer.agent.store
-    pk = person_key(AGENT, MAYA)
-    state = store.load(pk).state
-    store.mark_erased(pk, datetime.now(UTC))
-    reply = Turn(seq=state.last_seq + 1, role="assistant", text="late", at=datetime.now(UTC))
-    with pytest.raises(ConcurrentUpdate):
-        store.remember_reply(
-            pk,
-            previous=state,
-            event_id="evt_x",
-            turn=reply,
-            compact=False,
-            event_time=datetime(2026, 11, 29, 9, tzinfo=UTC),
-        )
+
+    def answer_while_forgotten(request):
+        forget(store, AGENT, MAYA)
+        return "A reply composed before the erasure"
+
+    openai.responder = answer_while_forgotten
+    response = consumer.handler(sqs_batch(whasp_message("hi")), lambda_context)
+    # then the turn ends cleanly and nothing of hers is left but the content-free mark: the
+    # reply that landed after the erasure's deletes was found and removed by the turn itself
+    assert failures(response) == []
+    [mark] = mine(scan(resources.table_name), MAYA)
+    assert set(mark) == {"pk", "sk", "erased_at"}
+
+
+def test_a_crash_after_a_reply_outlived_an_erasure_is_cleaned_by_the_redelivery(
+    consumer, resources, openai, lambda_context, monkeypatch
+):
+    # given the erasure lands while the model answers, and the turn crashes after the send
+    store = consumer.consumer.agent.store
+
+    def answer_while_forgotten(request):
+        forget(store, AGENT, MAYA)
+        return "A reply composed before the erasure"
+
+    openai.responder = answer_while_forgotten
+    original = store.finish_event
+
+    def crash(*args, **kwargs):
+        monkeypatch.setattr(store, "finish_event", original)
+        raise RuntimeError("crash before the turn could notice the erasure")
+
+    monkeypatch.setattr(store, "finish_event", crash)
+    event = whasp_message("hi")
+    from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+
+    with pytest.raises(BatchProcessingError):  # the batch's only record failed
+        consumer.handler(sqs_batch(event), lambda_context)
+    assert any(item["sk"].startswith("MSG#") for item in mine(scan(resources.table_name), MAYA))
+    # when the queue redelivers the message
+    response = consumer.handler({"Records": [sqs_record(event, receive_count=2)]}, lambda_context)
+    # then it is older than the mark: skipped, and the reply that outlived the erasure is gone
+    assert failures(response) == []
+    [mark] = mine(scan(resources.table_name), MAYA)
+    assert set(mark) == {"pk", "sk", "erased_at"}

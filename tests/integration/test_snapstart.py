@@ -1,0 +1,89 @@
+"""With SnapStart on, every environment of a version resumes from one snapshot of its init.
+These tests do what the Lambda runtime does: load the function (init), keep the state a snapshot
+would hold, then run the hooks the function registered with snapshot_restore_py (the library
+Lambda's Python runtimes ship) once per restored environment."""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+import pytest
+
+snapshot_restore_py = pytest.importorskip("snapshot_restore_py")
+
+from tests.conftest import load_function  # noqa: E402
+
+
+def initialised(name: str, env: dict[str, str], monkeypatch) -> tuple[Any, list]:
+    """Load a function as its init would, and return it with the restore hooks it registered."""
+    registry = snapshot_restore_py.get_after_restore()
+    before = len(registry)
+    module = load_function(name, env, monkeypatch)
+    return module, registry[before:]
+
+
+def restore(hooks: list) -> None:
+    for hook, args, kwargs in hooks:
+        hook(*args, **kwargs)
+
+
+def draws(rng: Any, n: int = 5) -> list[float]:
+    return [rng.random() for _ in range(n)]
+
+
+def test_restored_consumers_draw_their_own_retry_jitter(consumer_env, monkeypatch):
+    # given a consumer initialised once, and the state its snapshot holds
+    consumer, hooks = initialised("consumer", consumer_env, monkeypatch)
+    assert hooks, "the consumer registers an after-restore hook"
+    jitter = consumer.processor.retries._rng
+    snapshot = jitter.getstate(), random.getstate()
+
+    def environment(run_hooks: bool) -> list[float]:
+        jitter.setstate(snapshot[0])
+        random.setstate(snapshot[1])
+        if run_hooks:
+            restore(hooks)
+        return draws(jitter) + draws(random)
+
+    # without the hooks, two restored copies would draw the very same backoff jitter
+    assert environment(run_hooks=False) == environment(run_hooks=False)
+    # when two environments are restored as Lambda does, then each draws its own
+    assert environment(run_hooks=True) != environment(run_hooks=True)
+
+
+def test_a_restored_consumer_renews_its_model_client_then_answers(
+    consumer_env, monkeypatch, lambda_context, openai, whasp
+):
+    from tests.conftest import sqs_batch, whasp_message
+
+    consumer, hooks = initialised("consumer", consumer_env, monkeypatch)
+    model = consumer.consumer.agent.model
+    # given an environment whose snapshot would carry a client (a later change warming it)
+    model.client  # noqa: B018 (creates the OpenAI client)
+    carried = copy.copy(model._client)
+    # when it is restored
+    restore(hooks)
+    # then the client is gone, to be made afresh, and the turn still runs end to end
+    assert model._client is None and carried is not None
+    response = consumer.handler(sqs_batch(whasp_message("hello again")), lambda_context)
+    assert response["batchItemFailures"] == []
+    assert len(whasp.sent) == 1
+
+
+def test_the_compactor_registers_its_restore_hook_too(compactor_env, monkeypatch):
+    compactor, hooks = initialised("compactor", compactor_env, monkeypatch)
+    assert hooks
+    compactor.model.client  # noqa: B018
+    restore(hooks)
+    assert compactor.model._client is None
+
+
+def test_without_the_runtime_library_nothing_is_registered(monkeypatch):
+    import sys
+
+    from memagent.snapstart import after_restore
+
+    monkeypatch.setitem(sys.modules, "snapshot_restore_py", None)  # as outside Lambda
+    assert after_restore(lambda: None) is False
