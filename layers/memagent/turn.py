@@ -693,9 +693,10 @@ class Agent:
             _count("ReplyParked")
             logger.error("reply parked: the provider refused it", extra=details)
             return "parked"
-        finished = self.store.finish_event(
-            pk, event_id, ledger.SENT, **{f"{ledger.PART}{p}": i for p, i in sent.items()}
-        )
+        details: dict = {f"{ledger.PART}{p}": i for p, i in sent.items()}
+        if reply_seq is not None:  # the entry names its reply, as a burst's covered ones do
+            details.update(answered_by=event_id, reply_seq=reply_seq)
+        finished = self.store.finish_event(pk, event_id, ledger.SENT, **details)
         if not finished:
             self._erased_meanwhile(pk)
         _count("RepliesSent")

@@ -355,7 +355,7 @@ ORDINARY_TEXT_TURN_SECONDS = 12  # the model's reply in a few seconds, the send,
 def test_a_batch_of_ordinary_text_turns_never_defers_a_record(cfn: Template) -> None:
     # given the consumer, its batch size and its per-record time budget
     mapping = consumer_mapping(cfn)
-    consumer = cfn["Resources"][target(mapping["FunctionName"])]["Properties"]
+    consumer = mapped_function(cfn, mapping)[1]["Properties"]
     env = consumer["Environment"]["Variables"]
     budget = float(env["RECORD_TIME_BUDGET_SECONDS"])
     # then a record starts only with time for its worst case (a voice note: download, two
@@ -374,7 +374,7 @@ def test_the_compactor_fits_its_worst_fold_in_its_timeout(cfn: Template) -> None
 
     # given the compactor, its stream batch size and its model settings
     mapping = compactor_mapping(cfn)
-    compactor = cfn["Resources"][target(mapping["FunctionName"])]["Properties"]
+    compactor = mapped_function(cfn, mapping)[1]["Properties"]
     env = compactor["Environment"]["Variables"]
     call = (int(env["OPENAI_MAX_RETRIES"]) + 1) * float(env["OPENAI_TIMEOUT_SECONDS"])
     call += OPENAI_RETRY_AFTER_SECONDS
