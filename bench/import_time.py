@@ -89,6 +89,8 @@ print(json.dumps({{
 IMPORT_BOTO3 = "import boto3"
 IMPORT_BOTO3_CLIENT = "import boto3; boto3.client('sqs')"
 IMPORT_OPENAI = "import openai"
+# what the first model call loads besides: the Responses API and its types
+IMPORT_OPENAI_RESPONSES = "import openai.resources.responses"
 LOAD_FUNCTION = """
 sys.path.insert(0, {task_root!r})
 spec = importlib.util.spec_from_file_location("app", {path!r})
@@ -220,13 +222,18 @@ def report(by_name: dict[str, Result], runs: int) -> str:
 def compare(runs: int) -> dict[str, Result]:
     """The baselines (`import boto3`, `import boto3` and one client, `import openai`) and each
     function's module load, `runs` fresh interpreters each. Keys: boto3, boto3_client, openai,
-    webhook, consumer, compactor."""
+    openai_responses, webhook, consumer, compactor."""
     with tempfile.TemporaryDirectory() as home:
         env = lambda_like_env(home)
         rows = {
             "boto3": ("`import boto3`", IMPORT_BOTO3, env),
             "boto3_client": ("`import boto3` + one client", IMPORT_BOTO3_CLIENT, env),
             "openai": ("`import openai`", IMPORT_OPENAI, env),
+            "openai_responses": (
+                "`import openai.resources.responses`",
+                IMPORT_OPENAI_RESPONSES,
+                env,
+            ),
         }
         for function in FUNCTIONS:
             app = ROOT / "functions" / function / "app.py"

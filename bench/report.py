@@ -359,6 +359,7 @@ def _webhook_section(w: dict[str, Any]) -> list[str]:
         "boto3": "`import boto3`",
         "boto3_client": "`import boto3` + one client (`boto3.client('sqs')`)",
         "openai": "`import openai`",
+        "openai_responses": "`import openai.resources.responses` (what the first model call loads)",
         "webhook": "functions/webhook/app.py",
         "consumer": "functions/consumer/app.py",
         "compactor": "functions/compactor/app.py",
@@ -380,7 +381,9 @@ def _webhook_section(w: dict[str, Any]) -> list[str]:
         "alone: botocore reads its service and endpoint data files), so that Lambda's init, "
         "which runs before the first request with the full CPU (and, with SnapStart, once per "
         "version), pays it instead of the first request; the consumer and compactor import the "
-        "OpenAI client at init for the same reason. No X-Ray SDK, no pydantic in the webhook "
+        "OpenAI client and its Responses API at init for the same reason (the "
+        "`openai.resources.responses` row is that floor), which is why they cost more than "
+        "`import openai` alone. No X-Ray SDK in any function, no pydantic in the webhook "
         "(docs/observability.md).",
         f"- `openai` imported by the webhook: "
         f"{'YES (regression)' if imports['openai_imported'] else 'no'}",
