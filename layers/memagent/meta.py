@@ -92,6 +92,13 @@ def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
     return None
 
 
+def check_signature_header(headers: Mapping[str, str] | None) -> None:
+    """The cheap check, before the app secret is read: an unsigned request is a 401 at once."""
+    given = _header(headers, HEADER_SIGNATURE)
+    if not given or not given.startswith(SIGNATURE_PREFIX):
+        raise InvalidSignature("missing signature header")
+
+
 def verify_signature(app_secret: str, headers: Mapping[str, str] | None, body: bytes) -> None:
     """Check ``X-Hub-Signature-256`` over the raw bytes; raise InvalidSignature otherwise. The
     bytes are hashed as received: Meta signs its escaped-unicode body, so re-serialised JSON

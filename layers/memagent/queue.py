@@ -50,17 +50,60 @@ class EventQueue:
     def enqueue(self, agent: str, envelope: Envelope) -> str:
         """Queue one whasp event; return the SQS message id or raise QueueUnavailable."""
         try:
+            # the body is ASCII-escaped JSON: SQS refuses some characters JSON allows (lone
+            # surrogates); a 256 KB body stays under SQS's 1 MiB message limit even escaped
             response = self._sqs.send_message(
-                QueueUrl=self.queue_url,
-                # ASCII-escaped: SQS refuses some characters JSON allows (lone surrogates);
-                # a 256 KB body stays under SQS's 1 MiB message limit even fully escaped
-                MessageBody=json.dumps(envelope.raw, separators=(",", ":")),
-                MessageGroupId=group_id(agent, envelope),
-                MessageDeduplicationId=deduplication_id(envelope.id),
+                QueueUrl=self.queue_url, **self._entry(agent, envelope)
             )
         except (BotoCoreError, ClientError) as error:
             raise QueueUnavailable(type(error).__name__) from None
         return response["MessageId"]
+
+    def enqueue_all(self, agent: str, envelopes: list[Envelope]) -> int:
+        """Queue many events (one provider POST's), 10 per SendMessageBatch call; return how
+        many were queued, or raise QueueUnavailable if any entry was not taken: the provider
+        retries the whole POST, and the entries already queued are dropped as duplicates
+        (their deduplication ids) within SQS's 5-minute deduplication window."""
+        for chunk in _batches([self._entry(agent, e) for e in envelopes]):
+            try:
+                response = self._sqs.send_message_batch(
+                    QueueUrl=self.queue_url,
+                    Entries=[{"Id": str(i), **entry} for i, entry in enumerate(chunk)],
+                )
+            except (BotoCoreError, ClientError) as error:
+                raise QueueUnavailable(type(error).__name__) from None
+            failed = response.get("Failed") or []
+            if failed:
+                codes = sorted({str(f.get("Code")) for f in failed})
+                raise QueueUnavailable(f"{len(failed)} entries refused: {', '.join(codes)}")
+        return len(envelopes)
+
+    @staticmethod
+    def _entry(agent: str, envelope: Envelope) -> dict[str, Any]:
+        return {
+            "MessageBody": json.dumps(envelope.raw, separators=(",", ":")),
+            "MessageGroupId": group_id(agent, envelope),
+            "MessageDeduplicationId": deduplication_id(envelope.id),
+        }
+
+
+BATCH_ENTRIES = 10  # SQS's cap on entries per SendMessageBatch
+BATCH_BYTES = 256 * 1024  # the total payload cap we keep a batch under (SQS's older, lower one)
+
+
+def _batches(entries: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Entries in order, at most 10 and at most BATCH_BYTES of bodies per batch (a single
+    larger entry goes alone: SQS checks it against the per-message limit)."""
+    batches: list[list[dict[str, Any]]] = []
+    size = 0
+    for entry in entries:
+        length = len(entry["MessageBody"].encode())
+        if not batches or len(batches[-1]) == BATCH_ENTRIES or size + length > BATCH_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(entry)
+        size += length
+    return batches
 
 
 class RetryQueue:

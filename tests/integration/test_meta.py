@@ -926,3 +926,76 @@ def test_a_crash_after_the_goodbye_erases_on_retry_without_a_second_goodbye(
     # then Maya is forgotten, and got the goodbye once (Meta has no idempotency key)
     assert [s["text"] for s in graph.sent].count(FORGOTTEN_REPLY) == 1
     assert [set(r) - {"pk", "sk"} for r in memory_rows(resources, MAYA_PHONE)] == [{"erased_at"}]
+
+
+# ------------------------------------------------------------------ queueing a POST
+
+
+def many_messages(count: int) -> dict:
+    people = [(f"+4477009{n:05d}", f"GB.{n:020d}") for n in range(count)]
+    return meta_notification(
+        contacts=[meta_contact(phone=p, bsuid=b) for p, b in people],
+        messages=[
+            meta_message(f"hello {n}", phone=p, bsuid=b, timestamp=NOW + n)
+            for n, (p, b) in enumerate(people)
+        ],
+    )
+
+
+def test_a_post_of_twelve_messages_is_queued_in_two_batch_calls(webhook, queue, lambda_context):
+    calls: list[str] = []
+    webhook.queue._sqs.meta.events.register(
+        "before-call.sqs.*", lambda model, **_: calls.append(model.name)
+    )
+    assert post(webhook, many_messages(12), lambda_context) == 200
+    assert calls == ["SendMessageBatch", "SendMessageBatch"]
+    assert len(queue.peek()) == 12
+
+
+def test_an_entry_sqs_refuses_is_a_503_and_metas_retry_queues_each_message_once(
+    webhook, queue, monkeypatch, lambda_context
+):
+    sqs = webhook.queue._sqs
+    original = sqs.send_message_batch
+
+    def refuse_the_last(**kwargs):
+        *taken, last = kwargs["Entries"]
+        response = original(**{**kwargs, "Entries": taken})
+        monkeypatch.setattr(sqs, "send_message_batch", original)
+        return {**response, "Failed": [{"Id": last["Id"], "Code": "InternalError"}]}
+
+    monkeypatch.setattr(sqs, "send_message_batch", refuse_the_last)
+    notification = many_messages(3)
+    # when SQS takes two of the three messages
+    assert post(webhook, notification, lambda_context) == 503
+    # then Meta retries the POST, and each message is queued once
+    assert post(webhook, notification, lambda_context) == 200
+    bodies = [json.loads(m["Body"]) for m in queue.peek()]
+    texts = sorted(
+        b["entry"][0]["changes"][0]["value"]["messages"][0]["text"]["body"] for b in bodies
+    )
+    assert texts == ["hello 0", "hello 1", "hello 2"]
+
+
+def test_an_unsigned_post_is_a_401_before_the_app_secret_is_read(
+    resources, queue, monkeypatch, lambda_context, aws_retry_pauses
+):
+    # given an app secret in a parameter that cannot be read (every read would be a 503)
+    monkeypatch.delenv("META_APP_SECRET", raising=False)
+    webhook = load_function(
+        "webhook",
+        {
+            "PROVIDER": "meta",
+            "QUEUE_URL": resources.queue_urls["EventQueue"],
+            "AGENT_ID": AGENT,
+            "META_APP_SECRET_PARAM": "/missing/meta-app-secret",
+            "META_VERIFY_TOKEN": VERIFY_TOKEN,
+        },
+        monkeypatch,
+    )
+    body = meta_body(text_from("hello", phone=MAYA_PHONE))
+    # then an unsigned request is refused as unsigned, without touching the secret store
+    assert webhook.handler(http_event(body, {}), lambda_context)["statusCode"] == 401
+    # while a signed one does need the secret, and fails closed
+    assert post(webhook, text_from("hello", phone=MAYA_PHONE), lambda_context) == 503
+    assert queue.peek() == []
