@@ -286,6 +286,25 @@ def test_sam_translator_transforms_the_template_offline(cfn: Template) -> None:
     assert len(resources(cfn, "AWS::Lambda::Function")) >= 3
 
 
+def test_a_whasp_stack_without_its_api_url_is_refused_before_deploying(cfn: Template) -> None:
+    def accepted(parameters: dict[str, str]) -> bool:
+        """Whether CloudFormation's Rules let these parameters through."""
+
+        def holds(expression: Any) -> bool:
+            scratch = {**cfn, "Conditions": {**cfn.get("Conditions", {}), "_": expression}}
+            return bool(evaluate(scratch, {"Condition": "_"}, parameters))
+
+        return all(
+            all(holds(a["Assert"]) for a in rule["Assertions"])
+            for rule in cfn.get("Rules", {}).values()
+            if "RuleCondition" not in rule or holds(rule["RuleCondition"])
+        )
+
+    assert not accepted({"Provider": "whasp", "WhaspApiUrl": ""})
+    assert accepted({"Provider": "whasp", "WhaspApiUrl": "https://api.whasp.example"})
+    assert accepted({"Provider": "meta", "WhaspApiUrl": ""})
+
+
 def test_event_queue_is_fifo_per_person_with_a_fifo_dead_letter_queue(cfn: Template) -> None:
     # given the queue the consumer reads
     queue = cfn["Resources"][event_queue_id(cfn)]["Properties"]
