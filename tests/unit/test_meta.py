@@ -123,7 +123,9 @@ def queued(payload: dict) -> list:
 
 def test_a_text_is_keyed_by_its_bsuid_with_the_phone_as_alias_and_reply_address():
     [envelope] = queued(PYWA_TEXT)
-    assert (envelope.id, envelope.chat) == ("wamid.xyzxyz", "US.13491208655302741918")
+    # queued in the phone's FIFO group (present on both sides of the BSUID rollout), keyed by
+    # the BSUID in memory
+    assert (envelope.id, envelope.chat) == ("wamid.xyzxyz", "+972987654321")
     message = parse_event(envelope.raw)
     assert isinstance(message, InboundMessage)
     assert (message.chat, message.aliases) == ("US.13491208655302741918", ("+972987654321",))
