@@ -54,6 +54,8 @@ from memagent.provider import (
     MarketingPreference,
     Media,
     ReplyStatus,
+    header,
+    json_body,
 )
 
 if TYPE_CHECKING:
@@ -85,16 +87,9 @@ WINDOW_CLOSED = 131047
 # --------------------------------------------------------------------------- webhook
 
 
-def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
-    for key, value in (headers or {}).items():
-        if isinstance(key, str) and key.lower() == name:
-            return value if isinstance(value, str) else None
-    return None
-
-
 def check_signature_header(headers: Mapping[str, str] | None) -> None:
     """The cheap check, before the app secret is read: an unsigned request is a 401 at once."""
-    given = _header(headers, HEADER_SIGNATURE)
+    given = header(headers, HEADER_SIGNATURE)
     if not given or not given.startswith(SIGNATURE_PREFIX):
         raise InvalidSignature("missing signature header")
 
@@ -103,7 +98,7 @@ def verify_signature(app_secret: str, headers: Mapping[str, str] | None, body: b
     """Check ``X-Hub-Signature-256`` over the raw bytes; raise InvalidSignature otherwise. The
     bytes are hashed as received: Meta signs its escaped-unicode body, so re-serialised JSON
     does not match."""
-    given = _header(headers, HEADER_SIGNATURE)
+    given = header(headers, HEADER_SIGNATURE)
     if not given or not given.startswith(SIGNATURE_PREFIX) or not app_secret:
         raise InvalidSignature("missing signature header")
     expected = SIGNATURE_PREFIX + hmac.new(app_secret.encode(), body, hashlib.sha256).hexdigest()
@@ -232,12 +227,7 @@ def _is_turn(message: Mapping[str, Any], system: Mapping[str, Any]) -> bool:
 
 def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
     """Cut a verified POST into queued units: one per message, one per status that matters."""
-    if len(body) > max_bytes:
-        raise BadRequest("body too large")
-    try:
-        raw = json.loads(body)
-    except (UnicodeDecodeError, ValueError):
-        raise BadRequest("body is not JSON") from None
+    raw = json_body(body, max_bytes=max_bytes)
     if not isinstance(raw, dict) or raw.get("object") != OBJECT:
         raise BadRequest("not a WhatsApp Business Account notification")
     envelopes: list[Envelope] = []

@@ -12,10 +12,14 @@ carried by the same message, so the turn can keep one memory when a new identifi
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
+
+from memagent.errors import BadRequest
 
 MAX_TEXT_CHARS = 4096  # both whasp and Meta cap a text message at 4,096 characters
 MAX_SEND_KEY = 255  # whasp's Idempotency-Key limit (Meta's biz_opaque_callback_data takes 512)
@@ -135,6 +139,25 @@ class Provider(Protocol):
     def mark_read(self, message: InboundMessage) -> None:
         """Mark the message read and show "typing..." (a no-op where the provider has none)."""
         ...
+
+
+def header(headers: Mapping[str, str] | None, name: str) -> str | None:
+    """A request header by its lower-case name, whatever case it arrived in (API Gateway v2
+    lower-cases them, other callers may not); None when absent or not text."""
+    for key, value in (headers or {}).items():
+        if isinstance(key, str) and key.lower() == name:
+            return value if isinstance(value, str) else None
+    return None
+
+
+def json_body(body: bytes, *, max_bytes: int) -> Any:
+    """The parsed JSON of a verified webhook body; BadRequest when too large or not JSON."""
+    if len(body) > max_bytes:
+        raise BadRequest("body too large")
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, ValueError):
+        raise BadRequest("body is not JSON") from None
 
 
 def split_text(text: str, limit: int = MAX_TEXT_CHARS) -> list[str]:

@@ -58,14 +58,13 @@ from memagent.errors import (
     SendRejected,
     TransientError,
 )
-from memagent.provider import (  # noqa: F401 (split_text, idempotency_key: re-exported)
-    MAX_TEXT_CHARS,
+from memagent.provider import (
     ChatOptedOut,
     InboundMessage,
     Media,
     NumberReplaced,
-    idempotency_key,
-    split_text,
+    header,
+    json_body,
 )
 
 if TYPE_CHECKING:
@@ -143,13 +142,6 @@ def _keys(secrets: Iterable[str]) -> list[bytes]:
     return keys
 
 
-def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
-    for key, value in (headers or {}).items():
-        if isinstance(key, str) and key.lower() == name:
-            return value if isinstance(value, str) else None
-    return None
-
-
 @dataclass(frozen=True)
 class SignatureHeaders:
     """The three signature headers of a request, checked for shape and freshness only."""
@@ -165,9 +157,9 @@ def check_signature_headers(
     """The cheap half of the check, run before any secret is read: the headers are present,
     printable ASCII (a lone surrogate or other undecodable text cannot be signed bytes) and the
     timestamp is within the tolerance. Raises InvalidSignature."""
-    event_id = _header(headers, HEADER_ID)
-    timestamp = _header(headers, HEADER_TIMESTAMP)
-    signatures = _header(headers, HEADER_SIGNATURE)
+    event_id = header(headers, HEADER_ID)
+    timestamp = header(headers, HEADER_TIMESTAMP)
+    signatures = header(headers, HEADER_SIGNATURE)
     if not event_id or not timestamp or not signatures:
         raise InvalidSignature("missing signature headers")
     if not all(value.isascii() and value.isprintable() for value in (event_id, signatures)):
@@ -238,12 +230,7 @@ class Envelope:
 
 def parse_envelope(body: bytes, *, max_bytes: int) -> Envelope:
     """Parse a verified webhook body; raise BadRequest if we cannot accept it."""
-    if len(body) > max_bytes:
-        raise BadRequest("body too large")
-    try:
-        raw = json.loads(body)
-    except (UnicodeDecodeError, ValueError):
-        raise BadRequest("body is not JSON") from None
+    raw = json_body(body, max_bytes=max_bytes)
     if not isinstance(raw, dict):
         raise BadRequest("body is not a JSON object")
     event_id, event_type = raw.get("id"), raw.get("type")
