@@ -58,13 +58,16 @@ from memagent.errors import (
     SendRejected,
     TransientError,
 )
-from memagent.provider import (
+from memagent.provider import (  # noqa: F401 (split_text, idempotency_key: re-exported)
+    MAX_TEXT_CHARS,
     ChatOptedOut,
     InboundMessage,
     Media,
     NumberReplaced,
     header,
+    idempotency_key,
     json_body,
+    split_text,
 )
 
 if TYPE_CHECKING:
