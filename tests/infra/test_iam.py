@@ -18,7 +18,6 @@ import pytest
 from tests.infra.test_template import (
     PARAMETERS,
     RESOURCE_STAR_ONLY,
-    TEMPLATE,
     Template,
     as_list,
     policy_statements,
@@ -26,7 +25,6 @@ from tests.infra.test_template import (
     resources,
     sam_transform,
     target,
-    yaml_parse,
 )
 
 SHAPES = {
@@ -34,11 +32,6 @@ SHAPES = {
     "whasp-with-archive": {"ArchiveBucket": "transcripts-example"},
     "meta-with-archive": {"Provider": "meta", "ArchiveBucket": "transcripts-example"},
 }
-
-
-@pytest.fixture(scope="module")
-def sam_template() -> Template:
-    return yaml_parse(TEMPLATE.read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module", params=list(SHAPES), ids=list(SHAPES))

@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 import pytest
+from samtranslator.yaml_helper import yaml_parse
 
 from tests.infra.test_template import (
     PARAMETERS,
@@ -19,18 +20,7 @@ from tests.infra.test_template import (
     resources,
     sam_transform,
     target,
-    yaml_parse,
 )
-
-
-@pytest.fixture(scope="module")
-def sam_template() -> Template:
-    return yaml_parse(TEMPLATE.read_text(encoding="utf-8"))
-
-
-@pytest.fixture(scope="module")
-def cfn(sam_template: Template) -> Template:
-    return sam_transform(sam_template, PARAMETERS)
 
 
 def api_with_path(cfn: Template, path: str) -> tuple[str, dict[str, Any]]:

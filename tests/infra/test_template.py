@@ -22,7 +22,6 @@ from cfnlint.api import ManualArgs, lint_file
 from moto.events.models import EventPattern
 from samtranslator.translator.arn_generator import ArnGenerator
 from samtranslator.translator.transform import transform
-from samtranslator.yaml_helper import yaml_parse
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
@@ -78,16 +77,6 @@ def sam_transform(template: Template, parameters: dict[str, str]) -> Template:
         patch.delenv("AWS_PROFILE", raising=False)
         patch.setattr(ArnGenerator, "BOTO_SESSION_REGION_NAME", "us-east-1")
         return transform(_with_placeholder_code(template), parameters, OfflinePolicyLoader())
-
-
-@pytest.fixture(scope="module")
-def sam_template() -> Template:
-    return yaml_parse(TEMPLATE.read_text(encoding="utf-8"))
-
-
-@pytest.fixture(scope="module")
-def cfn(sam_template: Template) -> Template:
-    return sam_transform(sam_template, PARAMETERS)
 
 
 # --------------------------------------------------------------------------- template reading

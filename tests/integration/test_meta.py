@@ -394,17 +394,15 @@ def test_user_changed_user_id_moves_the_memory_to_the_new_id(
     assert graph.sent[-1]["to"] == MAYA_NEW_BSUID
 
 
-def test_user_changed_number_keeps_the_memory_for_the_new_phone(
-    webhook, queue, consumer, openai, lambda_context
-):
-    assert post(webhook, text_from("I'm Maya", phone=MAYA_PHONE, at=NOW), lambda_context) == 200
-    queue.drain(consumer, lambda_context)
-    change = meta_notification(  # the shape in pywa's fixtures (system.json)
+def number_change(wamid: str, *, at: int) -> dict[str, Any]:
+    """Meta's `user_changed_number` system message for Maya, +447700900123 -> +447700900999
+    (the shape in pywa's fixtures, system.json)."""
+    return meta_notification(
         messages=[
             {
                 "from": MAYA_PHONE.lstrip("+"),
-                "id": "wamid.SYSTEM0002",
-                "timestamp": str(NOW + 30),
+                "id": wamid,
+                "timestamp": str(at),
                 "type": "system",
                 "system": {
                     "body": "User A changed from 447700900123 to 447700900999",
@@ -414,6 +412,14 @@ def test_user_changed_number_keeps_the_memory_for_the_new_phone(
             }
         ]
     )
+
+
+def test_user_changed_number_keeps_the_memory_for_the_new_phone(
+    webhook, queue, consumer, openai, lambda_context
+):
+    assert post(webhook, text_from("I'm Maya", phone=MAYA_PHONE, at=NOW), lambda_context) == 200
+    queue.drain(consumer, lambda_context)
+    change = number_change("wamid.SYSTEM0002", at=NOW + 30)
     assert post(webhook, change, lambda_context) == 200
     assert queue.drain(consumer, lambda_context) == 0
     assert (
@@ -841,21 +847,7 @@ def test_a_late_identity_change_from_before_an_erasure_links_nothing(
         consumer.consumer.agent.store, AGENT, MAYA_PHONE, at=datetime.fromtimestamp(NOW + 60, UTC)
     )
     # when Meta's number change, made before the erasure, arrives after it
-    change = meta_notification(
-        messages=[
-            {
-                "from": MAYA_PHONE.lstrip("+"),
-                "id": "wamid.SYSTEM0003",
-                "timestamp": str(NOW + 30),
-                "type": "system",
-                "system": {
-                    "body": "User A changed from 447700900123 to 447700900999",
-                    "wa_id": "447700900999",
-                    "type": "user_changed_number",
-                },
-            }
-        ]
-    )
+    change = number_change("wamid.SYSTEM0003", at=NOW + 30)
     assert post(webhook, change, lambda_context) == 200
     assert queue.drain(consumer, lambda_context) == 0
     # then nothing is written: the erased person keeps only the mark, the new phone nothing
