@@ -253,7 +253,10 @@ def test_the_demo_runs_end_to_end_offline_and_exits_0(tmp_path):
     # then it passed every check, showing the compaction and the offline label
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "OFFLINE STAND-IN" in result.stdout
-    assert "folded turns 1-20 into the summary" in result.stdout
+    # 40 turns pending: the 20 oldest fold, or 19 when the compactor runs while the model
+    # writes the 20th reply (its slot is reserved, so it is counted as pending but not yet read)
+    folded = re.search(r"folded turns 1-(\d+) into the summary", result.stdout)
+    assert folded is not None and int(folded.group(1)) in (19, 20), result.stdout[-3000:]
     assert "checks passed" in result.stdout and "FAIL" not in result.stdout
 
 
