@@ -19,8 +19,11 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TypeVar
 
 from memagent.errors import ConfigurationError, SecretUnavailable
+
+_T = TypeVar("_T")
 
 SECRET_MAX_AGE_SECONDS = 300
 # The secret's read is on the webhook's path (cold start, then every SECRET_MAX_AGE_SECONDS):
@@ -142,6 +145,17 @@ class Environment:
             return default  # type: ignore[return-value]
         return value
 
+    def _parsed(self, name: str, convert: Callable[[str], _T], what: str) -> _T | None:
+        """The value converted; None when unset, or when it is not `what` (noted)."""
+        raw = self._raw(name)
+        if raw is None:
+            return None
+        try:
+            return convert(raw)
+        except ValueError:
+            self.problems.append(f"{name}: must be {what}")
+            return None
+
     def optional(self, name: str) -> str | None:
         return self._raw(name)
 
@@ -164,13 +178,8 @@ class Environment:
         return value.rstrip("/")
 
     def integer(self, name: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
-        raw = self._raw(name)
-        if raw is None:
-            return default
-        try:
-            value = int(raw)
-        except ValueError:
-            self.problems.append(f"{name}: must be a whole number")
+        value = self._parsed(name, int, "a whole number")
+        if value is None:
             return default
         if value < minimum:
             self.problems.append(f"{name}: must be at least {minimum}")
@@ -189,13 +198,8 @@ class Environment:
         below: bool = False,
     ) -> float:
         """A finite number >= minimum (> with `above`), <= maximum (< with `below`)."""
-        raw = self._raw(name)
-        if raw is None:
-            return default
-        try:
-            value = float(raw)
-        except ValueError:
-            self.problems.append(f"{name}: must be a number")
+        value = self._parsed(name, float, "a number")
+        if value is None:
             return default
         if value != value or value in (float("inf"), float("-inf")):  # nan, inf
             self.problems.append(f"{name}: must be a finite number")

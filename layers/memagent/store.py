@@ -465,49 +465,41 @@ class MemoryStore:
             is None
         )
 
-    def skip_event(self, pk: str, event_id: str, *, ledger_ttl: timedelta, reason: str) -> None:
-        """Remember that an event was deliberately not stored (e.g. older than an erasure)."""
-        now = datetime.now(UTC)
-        self.table.put_item(
-            Item={
-                "pk": pk,
-                "sk": ledger_sk(event_id),
-                "status": SKIPPED,
-                "reason": reason,
-                "created_at": _iso(now),
-                "expires_at": int((now + ledger_ttl).timestamp()),
-            }
-        )
-
     def record_opt_out(self, pk: str, at: datetime) -> bool:
         """Mark the person opted out, unless they have written since (events arrive out of
         order). Returns whether the opt-out was recorded."""
-        return self._update_if(
-            Key={"pk": pk, "sk": STATE},
-            UpdateExpression="SET opted_out = :true, opted_out_at = :at, updated_at = :now",
-            ConditionExpression=(
-                "(attribute_not_exists(last_inbound_at) OR last_inbound_at < :at)"
-                " AND (attribute_not_exists(erased_at) OR erased_at < :at)"
-            ),
-            ExpressionAttributeValues={
-                ":true": True,
-                ":at": _iso(at),
-                ":now": _iso(datetime.now(UTC)),
-            },
+        return self._update_state_from(
+            pk,
+            at,
+            "SET opted_out = :true, opted_out_at = :at, updated_at = :now",
+            "attribute_not_exists(last_inbound_at) OR last_inbound_at < :at",
+            {":true": True, ":now": _iso(datetime.now(UTC))},
         )
 
     def record_marketing(self, pk: str, value: str, at: datetime) -> bool:
         """Record a marketing preference on a known person's state, unless a newer one (or an
         erasure) came first. Returns whether it was recorded."""
+        return self._update_state_from(
+            pk,
+            at,
+            "SET marketing = :value, marketing_at = :at",
+            "attribute_exists(last_seq)"
+            " AND (attribute_not_exists(marketing_at) OR marketing_at < :at)",
+            {":value": value},
+        )
+
+    def _update_state_from(
+        self, pk: str, at: datetime, expression: str, condition: str, values: dict[str, Any]
+    ) -> bool:
+        """Apply an event from time `at` (`:at`) to the person's state if `condition` holds and
+        no erasure came after it. Returns whether it was applied."""
         return self._update_if(
             Key={"pk": pk, "sk": STATE},
-            UpdateExpression="SET marketing = :value, marketing_at = :at",
+            UpdateExpression=expression,
             ConditionExpression=(
-                "attribute_exists(last_seq)"
-                " AND (attribute_not_exists(marketing_at) OR marketing_at < :at)"
-                " AND (attribute_not_exists(erased_at) OR erased_at < :at)"
+                f"({condition}) AND (attribute_not_exists(erased_at) OR erased_at < :at)"
             ),
-            ExpressionAttributeValues={":value": value, ":at": _iso(at)},
+            ExpressionAttributeValues={**values, ":at": _iso(at)},
         )
 
     def record_number(self, agent_pk: str, *, old: str, new: str, label: str | None, at: datetime):
@@ -521,15 +513,6 @@ class MemoryStore:
                 "label": label,
                 "replaced_at": _iso(at),
             }
-        )
-
-    def set_flags(self, pk: str, **values: Any) -> None:
-        """Set plain state attributes (e.g. forget_pending) outside a turn's transaction."""
-        sets = ", ".join(f"{name} = :v{i}" for i, name in enumerate(values))
-        self.table.update_item(
-            Key={"pk": pk, "sk": STATE},
-            UpdateExpression=f"SET {sets}",
-            ExpressionAttributeValues={f":v{i}": v for i, v in enumerate(values.values())},
         )
 
     # ------------------------------------------------------------------ erasure

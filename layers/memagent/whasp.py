@@ -277,6 +277,8 @@ def parse_event(raw: Mapping[str, Any]) -> WhaspEvent:
     data = raw.get("data")
     if not isinstance(data, Mapping):
         raise MalformedEvent("data missing")
+    head = {"event_id": event_id, "created_at": created_at}
+    label = data.get("label") if isinstance(data.get("label"), str) else None
     if event_type == MESSAGE_RECEIVED:
         message = data.get("message")
         if not isinstance(message, Mapping):
@@ -292,11 +294,10 @@ def parse_event(raw: Mapping[str, Any]) -> WhaspEvent:
             )
         text, caption = message.get("text"), message.get("caption")
         return InboundMessage(
-            event_id=event_id,
-            created_at=created_at,
+            **head,
             number=_str(data, "number", pattern=E164),
             chat=_str(data, "chat", pattern=E164),
-            label=data.get("label") if isinstance(data.get("label"), str) else None,
+            label=label,
             message_id=str(message.get("id") or event_id),
             kind=str(message.get("type") or "unknown"),
             text=text if isinstance(text, str) else None,
@@ -306,18 +307,16 @@ def parse_event(raw: Mapping[str, Any]) -> WhaspEvent:
         )
     if event_type == CHAT_OPTED_OUT:
         return ChatOptedOut(
-            event_id=event_id,
-            created_at=created_at,
+            **head,
             number=_str(data, "number", pattern=E164),
             chat=_str(data, "chat", pattern=E164),
         )
     if event_type == NUMBER_REPLACED:
         return NumberReplaced(
-            event_id=event_id,
-            created_at=created_at,
+            **head,
             old_number=_str(data, "old_number", pattern=E164),
             new_number=_str(data, "new_number", pattern=E164),
-            label=data.get("label") if isinstance(data.get("label"), str) else None,
+            label=label,
         )
     raise MalformedEvent("event type is not one we queue")
 
