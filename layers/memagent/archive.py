@@ -138,9 +138,8 @@ class MediaOnce:
 class TranscriptArchive:
     """Optional S3 archive of folded transcripts (operator's choice; off by default)."""
 
-    def __init__(self, bucket: str, *, expires_days: int = 365, client: Any | None = None):
+    def __init__(self, bucket: str, *, client: Any | None = None):
         self.bucket = bucket
-        self.expires_days = expires_days
         self._s3 = client or boto3.client("s3")
 
     def put(self, pk: str, turns: list[Turn]) -> str:

@@ -34,6 +34,7 @@ from memagent.errors import ConcurrentUpdate, ModelRejected
 from memagent.facts import cap_facts, fact_key, screen_facts
 from memagent.memory import Fact, Turn
 from memagent.observability import logger, metrics
+from memagent.store import TRANSACTION_LIMIT
 
 if TYPE_CHECKING:
     from memagent.model import Folded, ModelClient
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 
 SUMMARY_MAX_WORDS = 200
 NEW_FACTS_PER_FOLD = 10
-TRANSACTION_LIMIT = 100
 # The fold's bounds. A request carries the prompt (~1 KB), the summary (200 words), at most
 # FOLD_MAX_FACTS facts of MAX_FACT_CHARS (60 x 160 = 9.6 KB) and one part of the transcript
 # (60,000 characters, ~15,000 tokens): under 80 KB, far from 1 MB and any model's context.

@@ -194,19 +194,6 @@ def verify_signed(secrets: Iterable[str], signed: SignatureHeaders, body: bytes)
     raise InvalidSignature("no matching signature")
 
 
-def verify_signature(
-    secrets: Iterable[str],
-    headers: Mapping[str, str] | None,
-    body: bytes,
-    *,
-    tolerance_seconds: int = 300,
-    now: float | None = None,
-) -> str:
-    """Check a whasp webhook signature; return the event id, or raise InvalidSignature."""
-    signed = check_signature_headers(headers, tolerance_seconds=tolerance_seconds, now=now)
-    return verify_signed(secrets, signed, body)
-
-
 def sign(secret: str, event_id: str, timestamp: int, body: bytes) -> str:
     """Produce a ``webhook-signature`` value, for the local stack and sample events."""
     key = base64.b64decode(secret.removeprefix(SECRET_PREFIX))
