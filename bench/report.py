@@ -71,11 +71,11 @@ def _must(value: float, target: float) -> str:
     return f"{_n(value)} (must be {_n(target)}) {'✅' if value == target else '❌'}"
 
 
-def table(header: list[str], rows: Iterable[Sequence[Any]], *, left: int = 1) -> list[str]:
-    """A Markdown table: the first `left` columns aligned left (labels), the rest right
-    (numbers); each cell is shown with str()."""
-    align = ["---"] * left + ["---:"] * (len(header) - left)
-    return ["| " + " | ".join(str(cell) for cell in line) + " |" for line in (header, align, *rows)]
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str) -> list[str]:
+    """A Markdown table. `align` has one letter per column: "l" (labels, aligned left) or "r"
+    (numbers, aligned right). Each cell is shown with str()."""
+    rule = ["---:" if column == "r" else "---" for column in align]
+    return ["| " + " | ".join(str(cell) for cell in line) + " |" for line in (header, rule, *rows)]
 
 
 def compared(
@@ -91,7 +91,6 @@ def results(
     env: dict[str, Any],
     lines: list[cost.Line],
     assumptions: cost.Assumptions,
-    template: dict[str, Any],
     args: Any,
 ) -> str:
     w = measured["webhook"]
@@ -149,6 +148,17 @@ def results(
     ours_dollars = to["wru"] * price["dynamodb_wru"] + to["rru"] * price["dynamodb_rru"]
     ref_dollars = tr["wru"] * price["dynamodb_wru"] + tr["rru"] * price["dynamodb_rru"]
     last = ctx["last"]
+    cold_starts = [("webhook", "boto3")] + [
+        (function, base)
+        for function in ("consumer", "compactor")
+        if function in wi
+        for base in ("boto3", "openai")
+    ]
+    turn_figures = [
+        ("DynamoDB requests per turn", "total_requests"),
+        ("read capacity units per turn", "rru"),
+        ("write capacity units per turn", "wru"),
+    ]
     rows = [
         compared(
             1,
@@ -165,14 +175,6 @@ def results(
             wb["own"]["p50"],
             2,
         ),
-        compared(
-            1,
-            "webhook cold import + init, ms (median)",
-            wi["webhook"]["median"],
-            wi["boto3"]["median"],
-            0,
-            "(`import boto3`)",
-        ),
         *(
             compared(
                 1,
@@ -182,20 +184,12 @@ def results(
                 0,
                 f"(`import {base}`)",
             )
-            for function in ("consumer", "compactor")
-            if function in wi
-            for base in ("boto3", "openai")
+            for function, base in cold_starts
         ),
-        compared(
-            2,
-            "DynamoDB requests per turn",
-            to["total_requests"],
-            tr["total_requests"],
-            2,
-            "(reference)",
+        *(
+            compared(2, label, to[key], tr[key], 2, "(reference)" if index == 0 else "")
+            for index, (label, key) in enumerate(turn_figures)
         ),
-        compared(2, "read capacity units per turn", to["rru"], tr["rru"], 2),
-        compared(2, "write capacity units per turn", to["wru"], tr["wru"], 2),
         compared(
             2, "DynamoDB $ per 1M turns (on-demand)", ours_dollars * 1e6, ref_dollars * 1e6, 2
         ),
@@ -304,8 +298,8 @@ def results(
             "",
         ],
     ]
-    out.extend(table(["#", "figure", "ours", "baseline", "ratio"], rows, left=2))
-    out.extend(_retry_rows(measured.get("retries")))
+    rows += _retry_rows(measured.get("retries"))
+    out.extend(table(["#", "figure", "ours", "baseline", "ratio"], rows, "llrrr"))
     add("")
 
     out.extend(_webhook_section(w))
@@ -332,16 +326,23 @@ def _webhook_section(w: dict[str, Any]) -> list[str]:
         "FIFO queue on moto over HTTP. The baseline is bench/baseline_webhook.py: HMAC check, "
         "JSON parse, one `send_message`, nothing else.",
         "",
-        "| handler | mean ms | p50 ms | p95 ms | in the SQS call, p50 | own code, p50 | own, p95 |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for name in ("ours", "baseline"):
-        r = handler[name]
-        rows.append(
-            f"| {name} | {_n(r['total']['mean'], 2)} | {_n(r['total']['p50'], 2)} | "
-            f"{_n(r['total']['p95'], 2)} | {_n(r['sqs_call']['p50'], 2)} | "
-            f"{_n(r['own']['p50'], 2)} | {_n(r['own']['p95'], 2)} |"
-        )
+    columns = [  # (heading, part of the request, statistic)
+        ("mean ms", "total", "mean"),
+        ("p50 ms", "total", "p50"),
+        ("p95 ms", "total", "p95"),
+        ("in the SQS call, p50", "sqs_call", "p50"),
+        ("own code, p50", "own", "p50"),
+        ("own, p95", "own", "p95"),
+    ]
+    rows += table(
+        ["handler", *(heading for heading, _, _ in columns)],
+        [
+            [name, *(_n(handler[name][part][stat], 2) for _, part, stat in columns)]
+            for name in ("ours", "baseline")
+        ],
+        "lrrrrrr",
+    )
     rows += [
         "",
         f"Ours also validates the envelope (size, JSON object, E.164 chat), hashes the person "
@@ -352,8 +353,6 @@ def _webhook_section(w: dict[str, Any]) -> list[str]:
         f"Cold import and init ({imports['runs']} fresh interpreters each, Lambda-like "
         "environment, bytecode cached; bench/import_time.py):",
         "",
-        "| module load | median ms | p90 ms | x `import boto3` | x `import openai` |",
-        "| --- | ---: | ---: | ---: | ---: |",
     ]
     labels = {
         "boto3": "`import boto3`",
@@ -364,17 +363,19 @@ def _webhook_section(w: dict[str, Any]) -> list[str]:
         "consumer": "functions/consumer/app.py",
         "compactor": "functions/compactor/app.py",
     }
-    for key, label in labels.items():
-        if key not in imports:
-            continue
-        row = imports[key]
-        versus_openai = (
-            _x(row["median"], imports["openai"]["median"]) if "openai" in imports else ""
-        )
-        rows.append(
-            f"| {label} | {_n(row['median'])} | {_n(row['p90'])} | "
-            f"{_x(row['median'], imports['boto3']['median'])} | {versus_openai} |"
-        )
+    loads = [
+        [
+            label,
+            _n(imports[key]["median"]),
+            _n(imports[key]["p90"]),
+            _x(imports[key]["median"], imports["boto3"]["median"]),
+            _x(imports[key]["median"], imports["openai"]["median"]) if "openai" in imports else "",
+        ]
+        for key, label in labels.items()
+        if key in imports
+    ]
+    header = ["module load", "median ms", "p90 ms", "x `import boto3`", "x `import openai`"]
+    rows += table(header, loads, "lrrrr")
     rows += [
         "",
         "- every function creates its AWS clients at init (the `+ one client` row is that cost "
@@ -405,15 +406,19 @@ def _turn_section(t: dict[str, Any]) -> list[str]:
         "(GetItem dedupe check and mark, a PutItem per message, separate reads of summary, "
         "recent messages and facts, eventually consistent), given the same summary and facts.",
         "",
-        "| per turn | " + " | ".join(ops) + " | requests | RRU | WRU |",
-        "| --- |" + " ---: |" * (len(ops) + 3),
     ]
-    for name, r in (("ours", ours), ("reference", ref)):
-        rows.append(
-            f"| {name} | "
-            + " | ".join(_n(r["requests"].get(op, 0), 2) for op in ops)
-            + f" | {_n(r['total_requests'], 2)} | {_n(r['rru'], 2)} | {_n(r['wru'], 2)} |"
-        )
+    rows += table(
+        ["per turn", *ops, "requests", "RRU", "WRU"],
+        [
+            [
+                name,
+                *(_n(r["requests"].get(op, 0), 2) for op in ops),
+                *(_n(r[total], 2) for total in ("total_requests", "rru", "wru")),
+            ]
+            for name, r in (("ours", ours), ("reference", ref))
+        ],
+        "l" + "r" * (len(ops) + 3),
+    )
     per_fold = t["compaction_per_fold"]
     amortised = t["ours_with_compaction"]
     memory = t["memory"]
@@ -459,18 +464,16 @@ def _context_section(c: dict[str, Any], args: Any) -> list[str]:
         "",
         f"![model input per turn]({Path(args.plot).name})",
         "",
-        "| message | ours, chars | full history, chars |"
-        + (" ours, tokens | full history, tokens |" if tokens else ""),
-        "| ---: | ---: | ---: |" + (" ---: | ---: |" if tokens else ""),
     ]
-    for turn in checkpoints:
-        if turn > len(rows_data):
-            continue
-        r = rows_data[turn - 1]
-        rows.append(
-            f"| {r['messages']:,} | {r['ours_chars']:,} | {r['full_chars']:,} |"
-            + (f" {r['ours_tokens']:,} | {r['full_tokens']:,} |" if tokens else "")
-        )
+    columns = ["messages", "ours_chars", "full_chars"]
+    header = ["message", "ours, chars", "full history, chars"]
+    if tokens:
+        columns += ["ours_tokens", "full_tokens"]
+        header += ["ours, tokens", "full history, tokens"]
+    checked = [rows_data[turn - 1] for turn in checkpoints if turn <= len(rows_data)]
+    rows += table(
+        header, [[f"{r[column]:,}" for column in columns] for r in checked], "r" * len(header)
+    )
     memory = c["memory_chars_at_end"]
     rows += [
         "",
@@ -494,6 +497,14 @@ def _context_section(c: dict[str, Any], args: Any) -> list[str]:
 def _compaction_section(comp: dict[str, Any], unit: str) -> list[str]:
     if not comp.get("folds"):
         return ["## 4. Compaction", "", "No compaction happened in this run.", ""]
+    measures = [  # (row, ours, reference, digits)
+        ("model calls", comp["ours_calls_per20"], comp["reference_calls_per20"], 2),
+        ("input characters", comp["ours_chars_per20"], comp["reference_chars_per20"], 0),
+    ]
+    if unit == "tokens":
+        measures.append(
+            ("input tokens", comp["ours_tokens_per20"], comp["reference_tokens_per20"], 0)
+        )
     return [
         "## 4. Compaction",
         "",
@@ -502,22 +513,13 @@ def _compaction_section(comp: dict[str, Any], unit: str) -> list[str]:
         "and the JSON schema). Reference: a summary call and a facts call "
         "(bench/reference_compaction.py), built from the same summary, facts and folded turns.",
         "",
-        "| per 20 folded messages | ours | reference | ratio |",
-        "| --- | ---: | ---: | ---: |",
-        f"| model calls | {_n(comp['ours_calls_per20'], 2)} | "
-        f"{_n(comp['reference_calls_per20'], 2)} | "
-        f"{_x(comp['ours_calls_per20'], comp['reference_calls_per20'])} |",
-        f"| input characters | {_n(comp['ours_chars_per20'])} | "
-        f"{_n(comp['reference_chars_per20'])} | "
-        f"{_x(comp['ours_chars_per20'], comp['reference_chars_per20'])} |",
-        *(
+        *table(
+            ["per 20 folded messages", "ours", "reference", "ratio"],
             [
-                f"| input tokens | {_n(comp['ours_tokens_per20'])} | "
-                f"{_n(comp['reference_tokens_per20'])} | "
-                f"{_x(comp['ours_tokens_per20'], comp['reference_tokens_per20'])} |"
-            ]
-            if unit == "tokens"
-            else []
+                [label, _n(ours, digits), _n(reference, digits), _x(ours, reference)]
+                for label, ours, reference, digits in measures
+            ],
+            "lrrr",
         ),
         "",
         f"Output per fold: {_n(comp['output_chars_per_fold'])} characters "
@@ -542,20 +544,26 @@ def _e2e_section(e: dict[str, Any]) -> list[str]:
         "the reply. The baseline is the same number of messages from one person, which the "
         "FIFO group processes strictly one at a time.",
         "",
-        "| run | messages | msg/s | p50 ms | p95 ms | ordering violations | duplicates sent | "
-        "unanswered | records per batch | consumer invocation, mean ms |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for name in ("parallel", "baseline"):
-        r = e[name]
-        rows.append(
-            f"| {r['people']} {'person' if r['people'] == 1 else 'people'} x "
-            f"{r['messages_per_person']} | {r['messages']} | "
-            f"{_n(r['messages_per_second'], 1)} | {_n(r['latency_ms']['p50'])} | "
-            f"{_n(r['latency_ms']['p95'])} | {r['ordering_violations']} | "
-            f"{r['duplicates_sent']} | {r['missing']} | {_n(r['records_per_batch'], 1)} | "
-            f"{_n(r['invocation_ms'])} |"
-        )
+    header = ["run", "messages", "msg/s", "p50 ms", "p95 ms", "ordering violations"]
+    header += ["duplicates sent", "unanswered", "records per batch", "consumer invocation, mean ms"]
+    runs = [
+        [
+            f"{r['people']} {'person' if r['people'] == 1 else 'people'} x "
+            f"{r['messages_per_person']}",
+            r["messages"],
+            _n(r["messages_per_second"], 1),
+            _n(r["latency_ms"]["p50"]),
+            _n(r["latency_ms"]["p95"]),
+            r["ordering_violations"],
+            r["duplicates_sent"],
+            r["missing"],
+            _n(r["records_per_batch"], 1),
+            _n(r["invocation_ms"]),
+        ]
+        for r in (e["parallel"], e["baseline"])
+    ]
+    rows += table(header, runs, "lrrrrrrrrr")
     rows += [
         "",
         f"Stored order matches the posted order too (violations: "
@@ -582,14 +590,19 @@ def _cost_section(
         f"list prices as known in {cost.PRICES_AS_OF}, to be checked; every line's formula is in "
         "[docs/cost.md](../docs/cost.md).",
         "",
-        "| line | $ per 1,000 messages |",
-        "| --- | ---: |",
     ]
-    for line in lines:
-        fixed = f" + ${line.fixed_per_month:.2f}/month" if line.fixed_per_month else ""
-        rows.append(f"| {line.name} | {line.per_message * 1000:.4f}{fixed} |")
+    dollars = [
+        [
+            line.name,
+            f"{line.per_message * 1000:.4f}"
+            + (f" + ${line.fixed_per_month:.2f}/month" if line.fixed_per_month else ""),
+        ]
+        for line in lines
+    ]
+    fixed = sum(line.fixed_per_month for line in lines)
+    dollars.append(["**total**", f"**{total:.4f}** + ${fixed:.2f}/month"])
+    rows += table(["line", "$ per 1,000 messages"], dollars, "lr")
     rows += [
-        f"| **total** | **{total:.4f}** + ${sum(x.fixed_per_month for x in lines):.2f}/month |",
         "",
         f"Sending the full history instead would make the model input alone "
         f"${full_in:.4f} per 1,000 messages over this conversation, against "
@@ -610,35 +623,39 @@ def _hardening_section(h: dict[str, Any]) -> list[str]:
         f"{fz['by_kind']['arbitrary']} arbitrary, {fz['by_kind']['signed']} correctly signed "
         f"with arbitrary bodies, {fz['by_kind']['spoiled']} signed then spoiled):",
         "",
-        "| handler | answers | 5xx | enqueued | enqueued without a valid, fresh signature |",
-        "| --- | --- | ---: | ---: | ---: |",
     ]
+    handlers = []
     for name in ("ours", "baseline"):
         r = fz[name]
         answers = ", ".join(f"{status}: {count}" for status, count in r["statuses"].items())
-        rows.append(
-            f"| {name} | {answers} | {r['server_errors']} | {r['enqueued']} | "
-            f"{r['unsigned_enqueues']} |"
-        )
+        handlers.append([name, answers, r["server_errors"], r["enqueued"], r["unsigned_enqueues"]])
+    header = ["handler", "answers", "5xx", "enqueued", "enqueued without a valid, fresh signature"]
+    rows += table(header, handlers, "llrrr")
     rows += [
         "",
         f"**Crash injection** (each cell: one inbound message, the fault on its first attempt, "
         f"then redelivered until it succeeds, at most maxReceiveCount = "
         f"{cr['max_receive_count']} times, then once more):",
         "",
-        "| step | fault | attempts | replies sent | model calls | stored (person / agent) | "
-        "reference: replies sent |",
-        "| --- | --- | ---: | ---: | ---: | --- | ---: |",
     ]
     reference = {(c["step"], c["fault"]): c for c in rc["cells"]}
+    header = ["step", "fault", "attempts", "replies sent", "model calls"]
+    header += ["stored (person / agent)", "reference: replies sent"]
+    cells = []
     for cell in cr["cells"]:
         ref = reference.get((cell["step"], cell["fault"]))
-        rows.append(
-            f"| after {cell['step']} | {cell['fault']} | {cell['attempts']} | "
-            f"{cell['replies_sent']} | {cell['model_calls']} | "
-            f"{cell['stored_user']} / {cell['stored_agent']} | "
-            f"{ref['replies_sent'] if ref else '(no such step)'} |"
+        cells.append(
+            [
+                f"after {cell['step']}",
+                cell["fault"],
+                cell["attempts"],
+                cell["replies_sent"],
+                cell["model_calls"],
+                f"{cell['stored_user']} / {cell['stored_agent']}",
+                ref["replies_sent"] if ref else "(no such step)",
+            ]
         )
+    rows += table(header, cells, "llrrrlr")
     rows += [
         "",
         f"Ours: {cr['replies_sent']} replies for {cr['inbound']} inbound messages. The reference "
@@ -661,22 +678,30 @@ def _hardening_section(h: dict[str, Any]) -> list[str]:
     return rows
 
 
-def _retry_rows(r: dict[str, Any] | None) -> list[str]:
+def _retry_rows(r: dict[str, Any] | None) -> list[list[Any]]:
     if not r:
         return []
     ours, base, outage = r["ours"], r["baseline"], r["outage"]
     return [
-        f"| 8 | delay before the retry of a record that failed once, s (AWS time, median of "
-        f"{ours['samples']}) | {_n(ours['median_seconds'], 1)} | "
-        f"{_n(base['median_seconds'])} (the queue's visibility timeout, "
-        f"{r['visibility_timeout_seconds']} s) | "
-        f"{_x(ours['median_seconds'], base['median_seconds'], 4)} |",
-        f"| 8 | outage survived before any dead letter, hours (model down; "
-        f"{outage['max_receive_count']} receives) | {_n(outage['survived_hours'], 1)} "
-        f"(worst case {_n(outage['worst_case_hours'], 1)}; dead letters after it: "
-        f"{outage['dead_letters']}) | {_n(outage['fixed_delay_hours'], 2)} (a fixed "
-        f"{_n(outage['fixed_delay_seconds'])} s retry delay) | "
-        f"{_x(outage['survived_hours'], outage['fixed_delay_hours'])} |",
+        [
+            8,
+            "delay before the retry of a record that failed once, s (AWS time, median of "
+            f"{ours['samples']})",
+            _n(ours["median_seconds"], 1),
+            f"{_n(base['median_seconds'])} (the queue's visibility timeout, "
+            f"{r['visibility_timeout_seconds']} s)",
+            _x(ours["median_seconds"], base["median_seconds"], 4),
+        ],
+        [
+            8,
+            "outage survived before any dead letter, hours (model down; "
+            f"{outage['max_receive_count']} receives)",
+            f"{_n(outage['survived_hours'], 1)} (worst case {_n(outage['worst_case_hours'], 1)}; "
+            f"dead letters after it: {outage['dead_letters']})",
+            f"{_n(outage['fixed_delay_hours'], 2)} (a fixed {_n(outage['fixed_delay_seconds'])} s "
+            "retry delay)",
+            _x(outage["survived_hours"], outage["fixed_delay_hours"]),
+        ],
     ]
 
 
@@ -716,15 +741,13 @@ def _burst_crash_rows(bc: dict[str, Any] | None) -> list[str]:
         "after the step on the first delivery, then the queue's redelivery of what it kept, in "
         "one batch or split across two; then everything once more, much later):",
         "",
-        "| step | fault | redelivery | records kept | replies sent | model calls | "
-        "messages not covered by exactly one sent reply |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
     ]
-    for c in bc["cells"]:
-        rows.append(
-            f"| after {c['step']} | {c['fault']} | {c['redelivery']} | {c['kept']} | "
-            f"{c['replies_sent']} | {c['model_calls']} | {c['not_covered_by_one_sent_reply']} |"
-        )
+    header = ["step", "fault", "redelivery", "records kept", "replies sent", "model calls"]
+    header.append("messages not covered by exactly one sent reply")
+    columns = ["fault", "redelivery", "kept", "replies_sent", "model_calls"]
+    columns.append("not_covered_by_one_sent_reply")
+    cells = [[f"after {c['step']}", *(c[column] for column in columns)] for c in bc["cells"]]
+    rows += table(header, cells, "lllrrrr")
     rows += [
         "",
         f"{bc['inbound']} messages in {bc['bursts']} bursts: {bc['replies_sent']} replies, "
@@ -750,17 +773,22 @@ def _burst_section(b: dict[str, Any]) -> list[str]:
         "10 records (a burst that straddles two batches is answered in two parts). Both runs get "
         "the same deliveries; only `COALESCE_BURSTS` differs.",
         "",
-        "| | inbound | model calls | model calls per inbound message | replies sent | "
-        "model input per inbound message (chars) | not covered by exactly one sent reply |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for label, r in (("coalesced (default)", on), ("`COALESCE_BURSTS=false`", off)):
-        rows.append(
-            f"| {label} | {r['inbound']} | {r['model_calls']} | "
-            f"{r['model_calls_per_inbound']:.2f} | {r['replies_sent']} | "
-            f"{_n(r['model_input_chars_per_inbound'])} | "
-            f"{_must(r['not_covered_by_one_sent_reply'], 0)} |"
-        )
+    header = ["", "inbound", "model calls", "model calls per inbound message", "replies sent"]
+    header += ["model input per inbound message (chars)", "not covered by exactly one sent reply"]
+    runs = [
+        [
+            label,
+            r["inbound"],
+            r["model_calls"],
+            f"{r['model_calls_per_inbound']:.2f}",
+            r["replies_sent"],
+            _n(r["model_input_chars_per_inbound"]),
+            _must(r["not_covered_by_one_sent_reply"], 0),
+        ]
+        for label, r in (("coalesced (default)", on), ("`COALESCE_BURSTS=false`", off))
+    ]
+    rows += table(header, runs, "lrrrrrr")
     rows += [
         "",
         f"Coalesced / one by one: model calls {_n(b['model_calls_ratio'], 2)}x, model input "
@@ -814,22 +842,28 @@ def _snapstart_cost(measured: dict[str, Any], memory: dict[str, int]) -> list[st
         "version, and new environments resume from its snapshot instead of running it again. "
         "It changes who waits, and the bill:",
         "",
-        "| function | memory | snapshot cache, $ per month per version | restore, $ per cold "
-        "start | init it replaces, measured here (ms) | that init billed, $ per cold start |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
+    functions = []
     for function, key in (("ConsumerFunction", "consumer"), ("CompactorFunction", "compactor")):
         gb = memory[function] / 1024
         init_ms = imports.get(key, {}).get("median")
         init_cost = (
             f"{init_ms / 1000 * gb * prices['lambda_gb_second_arm64']:.7f}" if init_ms else "-"
         )
-        rows.append(
-            f"| {function} | {memory[function]} MB | "
-            f"{gb * month * prices['snapstart_cache_gb_second']:.2f} | "
-            f"{gb * prices['snapstart_restore_gb']:.7f} | "
-            f"{_n(init_ms) if init_ms else '-'} | {init_cost} |"
+        functions.append(
+            [
+                function,
+                f"{memory[function]} MB",
+                f"{gb * month * prices['snapstart_cache_gb_second']:.2f}",
+                f"{gb * prices['snapstart_restore_gb']:.7f}",
+                _n(init_ms) if init_ms else "-",
+                init_cost,
+            ]
         )
+    header = ["function", "memory", "snapshot cache, $ per month per version"]
+    header += ["restore, $ per cold start", "init it replaces, measured here (ms)"]
+    header.append("that init billed, $ per cold start")
+    rows += table(header, functions, "lrrrrr")
     rows += [
         "",
         f"- Prices: ${prices['snapstart_cache_gb_second']:.10f} per GB-second of cached "
@@ -853,13 +887,32 @@ def _snapstart_cost(measured: dict[str, Any], memory: dict[str, int]) -> list[st
     return rows
 
 
+def _price_rows(assumptions: cost.Assumptions) -> list[list[str]]:
+    """docs/cost.md's price list: (item, price key in cost.PRICES, per how many, decimals)."""
+    listed = [
+        ("Lambda, arm64, per GB-second", "lambda_gb_second_arm64", 1, 10),
+        ("Lambda, per 1M requests", "lambda_request", 1e6, 2),
+        ("API Gateway HTTP API, per 1M requests (first 300M)", "apigw_http_request", 1e6, 2),
+        ("SQS FIFO, per 1M requests (64 KB chunks)", "sqs_fifo_request", 1e6, 2),
+        ("DynamoDB on-demand, per 1M write request units", "dynamodb_wru", 1e6, 3),
+        ("DynamoDB on-demand, per 1M read request units", "dynamodb_rru", 1e6, 3),
+        ("DynamoDB storage, per GB-month", "dynamodb_storage_gb_month", 1, 2),
+        ("CloudWatch Logs ingestion, per GB", "cloudwatch_logs_ingest_gb", 1, 2),
+        ("X-Ray, per 1M traces recorded", "xray_trace_recorded", 1e6, 2),
+        ("CloudWatch custom metric, per month", "cloudwatch_metric_month", 1, 2),
+    ]
+    rows = [[item, f"${cost.PRICES[key] * per:.{digits}f}"] for item, key, per, digits in listed]
+    model = f"${assumptions.model_input_per_million:g} / ${assumptions.model_output_per_million:g}"
+    rows.append(["model input / output, per 1M tokens (configurable)", model])
+    return rows
+
+
 def cost_doc(
     measured: dict[str, Any],
     env: dict[str, Any],
     lines: list[cost.Line],
     assumptions: cost.Assumptions,
     template: dict[str, Any],
-    args: Any,
 ) -> str:
     memory = cost.function_memory(template)
     full_in = cost.full_history_model_input(measured, assumptions)
@@ -879,12 +932,11 @@ def cost_doc(
         "",
         "## How each line is computed",
         "",
-        "| line | formula (measured counts x prices) | counts measured by |",
-        "| --- | --- | --- |",
-    ]
-    for line in lines:
-        out.append(f"| {line.name} | {line.formula} | {line.source} |")
-    out += [
+        *table(
+            ["line", "formula (measured counts x prices)", "counts measured by"],
+            [[line.name, line.formula, line.source] for line in lines],
+            "lll",
+        ),
         "",
         "## Prices",
         "",
@@ -892,24 +944,7 @@ def cost_doc(
         "check them against the AWS pricing pages before relying on this. No free tier is "
         "applied.",
         "",
-        "| item | price |",
-        "| --- | ---: |",
-        f"| Lambda, arm64, per GB-second | ${cost.PRICES['lambda_gb_second_arm64']:.10f} |",
-        f"| Lambda, per 1M requests | ${cost.PRICES['lambda_request'] * 1e6:.2f} |",
-        f"| API Gateway HTTP API, per 1M requests (first 300M) | "
-        f"${cost.PRICES['apigw_http_request'] * 1e6:.2f} |",
-        f"| SQS FIFO, per 1M requests (64 KB chunks) | "
-        f"${cost.PRICES['sqs_fifo_request'] * 1e6:.2f} |",
-        f"| DynamoDB on-demand, per 1M write request units | "
-        f"${cost.PRICES['dynamodb_wru'] * 1e6:.3f} |",
-        f"| DynamoDB on-demand, per 1M read request units | "
-        f"${cost.PRICES['dynamodb_rru'] * 1e6:.3f} |",
-        f"| DynamoDB storage, per GB-month | ${cost.PRICES['dynamodb_storage_gb_month']:.2f} |",
-        f"| CloudWatch Logs ingestion, per GB | ${cost.PRICES['cloudwatch_logs_ingest_gb']:.2f} |",
-        f"| X-Ray, per 1M traces recorded | ${cost.PRICES['xray_trace_recorded'] * 1e6:.2f} |",
-        f"| CloudWatch custom metric, per month | ${cost.PRICES['cloudwatch_metric_month']:.2f} |",
-        f"| model input / output, per 1M tokens (configurable) | "
-        f"${assumptions.model_input_per_million:g} / ${assumptions.model_output_per_million:g} |",
+        *table(["item", "price"], _price_rows(assumptions), "lr"),
         "",
         "## Assumptions (what this machine cannot measure)",
         "",

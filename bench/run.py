@@ -145,12 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     environment["run_seconds"] = elapsed
     environment["tokenizer"] = tokenizer.name
-    text = report.results(measured, environment, cost_lines, assumptions, template, args)
+    text = report.results(measured, environment, cost_lines, assumptions, args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
     args.cost_doc.parent.mkdir(parents=True, exist_ok=True)
     args.cost_doc.write_text(
-        report.cost_doc(measured, environment, cost_lines, assumptions, template, args),
+        report.cost_doc(measured, environment, cost_lines, assumptions, template),
         encoding="utf-8",
     )
     if args.json:
