@@ -83,6 +83,16 @@ def billed_ms(ms: float) -> float:
     return math.ceil(ms)  # Lambda bills per 1 ms
 
 
+def duration(
+    own_ms: float, waits_ms: list[float], memory_mb: int, assumptions: Assumptions
+) -> tuple[float, float, float]:
+    """One invocation's (CPU share factor, billed ms, GB-seconds): our own code runs slower on a
+    fraction of a vCPU, the time spent waiting on services does not."""
+    factor = cpu_factor(memory_mb, assumptions)
+    ms = billed_ms(sum(waits_ms, own_ms * factor))
+    return factor, ms, ms / 1000 * memory_mb / 1024
+
+
 def lines(
     measured: dict[str, Any], template: dict[str, Any], assumptions: Assumptions
 ) -> list[Line]:
@@ -96,25 +106,27 @@ def lines(
 
     # ---------------------------------------------------------------- Lambda
     w_own = webhook["ours"]["own"]["mean"]
-    w_factor = cpu_factor(memory["WebhookFunction"], a)
-    w_ms = billed_ms(w_own * w_factor + a.sqs_call_ms)
-    w_gbs = w_ms / 1000 * memory["WebhookFunction"] / 1024
-    c_factor = cpu_factor(memory["ConsumerFunction"], a)
-    c_ms = billed_ms(
-        costing["consumer_own_ms"] * c_factor
-        + costing["consumer_dynamodb_calls"] * a.dynamodb_call_ms
-        + costing["consumer_model_calls"] * a.model_reply_seconds * 1000
-        + costing["consumer_whasp_calls"] * a.whasp_send_ms
+    w_factor, w_ms, w_gbs = duration(w_own, [a.sqs_call_ms], memory["WebhookFunction"], a)
+    c_factor, c_ms, c_gbs = duration(
+        costing["consumer_own_ms"],
+        [
+            costing["consumer_dynamodb_calls"] * a.dynamodb_call_ms,
+            costing["consumer_model_calls"] * a.model_reply_seconds * 1000,
+            costing["consumer_whasp_calls"] * a.whasp_send_ms,
+        ],
+        memory["ConsumerFunction"],
+        a,
     )
-    c_gbs = c_ms / 1000 * memory["ConsumerFunction"] / 1024
-    k_factor = cpu_factor(memory["CompactorFunction"], a)
-    k_ms = billed_ms(
-        costing["compactor_own_ms"] * k_factor
-        + costing["compactor_dynamodb_calls"] * a.dynamodb_call_ms
-        + costing["compactor_model_calls"] * a.model_fold_seconds * 1000
+    k_factor, k_ms, k_gbs = duration(
+        costing["compactor_own_ms"],
+        [
+            costing["compactor_dynamodb_calls"] * a.dynamodb_call_ms,
+            costing["compactor_model_calls"] * a.model_fold_seconds * 1000,
+        ],
+        memory["CompactorFunction"],
+        a,
     )
     k_per_turn = costing["compactor_invocations_per_turn"]
-    k_gbs = k_ms / 1000 * memory["CompactorFunction"] / 1024
     out.append(
         Line(
             "Lambda: webhook duration",

@@ -246,14 +246,19 @@ def _dependency_fails(stack: harness.Stack, agent: Any, step: str) -> None:
         stack.whasp.fail_next(4, status=503)  # the first send and urllib3's three retries
 
 
-def crash_matrix(stack: harness.Stack) -> dict[str, Any]:
+def _fresh_consumer(stack: harness.Stack, prefix: str) -> Any:
+    """The consumer on fresh resources named `prefix`, with the realistic model and clean
+    stand-ins, for a crash matrix to break."""
     from conversation import realistic_model
 
     stack.openai.responder = realistic_model
     stack.openai.reset()
     stack.whasp.reset()
-    resources = stack.resources("cr")
-    consumer = harness.load_function("consumer", stack.consumer_env(resources))
+    return harness.load_function("consumer", stack.consumer_env(stack.resources(prefix)))
+
+
+def crash_matrix(stack: harness.Stack) -> dict[str, Any]:
+    consumer = _fresh_consumer(stack, "cr")
     agent = consumer.consumer.agent
     context = harness.LambdaContext()
     attempts_allowed = max_receive_count(load_template())
@@ -329,13 +334,7 @@ def burst_crash_matrix(
     queue redelivers what it kept: in one batch, or split across two (SQS may split a redelivered
     burst). Counted per cell: replies sent, model calls, and the messages not stored exactly once
     or not covered by exactly one sent reply (each message's ledger entry names its reply)."""
-    from conversation import realistic_model
-
-    stack.openai.responder = realistic_model
-    stack.openai.reset()
-    stack.whasp.reset()
-    resources = stack.resources("bc")
-    consumer = harness.load_function("consumer", stack.consumer_env(resources))
+    consumer = _fresh_consumer(stack, "bc")
     agent = consumer.consumer.agent
     context = harness.LambdaContext()
 

@@ -15,7 +15,6 @@ import os
 import sys
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import burst_bench
@@ -35,26 +34,28 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 
 
-@dataclass(frozen=True)
-class Sizes:
-    webhook_requests: int
-    webhook_warmup: int
-    import_runs: int
-    turn_warmup: int
-    turn_window: int
-    context_turns: int
-    e2e_people: int
-    e2e_messages: int
-    fuzz_examples: int
-    duplicate_people: int
-    duplicate_messages: int
-    burst_people: int = 6
-    burst_rounds: int = 8
-    burst_crash_redeliveries: int = 3  # of hardening.BURST_REDELIVERIES
+# Each benchmark's keyword arguments (its sizes), as (full run, --quick).
+SIZES = {
+    "webhook": {"requests": (200, 10), "warmup": (20, 2), "import_runs": (8, 1)},
+    "turn": {"warmup": (30, 4), "window": (40, 4)},
+    "context": {"turns": (500, 24)},
+    "hardening": {
+        "examples": (2000, 30),
+        "people": (5, 2),
+        "messages": (10, 2),
+        "burst_redeliveries": (3, 1),  # how many of hardening.BURST_REDELIVERIES
+    },
+    "bursts": {"people": (6, 2), "bursts": (8, 2)},
+    "retries": {"samples": (10, 2)},
+    "e2e": {"people": (8, 2), "messages": (8, 2)},
+}
 
 
-FULL = Sizes(200, 20, 8, 30, 40, 500, 8, 8, 2000, 5, 10)
-QUICK = Sizes(10, 2, 1, 4, 4, 24, 2, 2, 30, 2, 2, 2, 2, 1)
+def sizes_for(quick: bool) -> dict[str, dict[str, int]]:
+    pick = 1 if quick else 0
+    return {
+        bench: {name: both[pick] for name, both in args.items()} for bench, args in SIZES.items()
+    }
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -92,45 +93,30 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="No application metrics to publish")
     for key, value in harness.POWERTOOLS_ENV.items():
         os.environ[key] = value
-    sizes = QUICK if args.quick else FULL
+    sizes = sizes_for(args.quick)
     started = time.perf_counter()
     environment = report.environment(sys.argv)
     tokenizer = harness.Tokenizer()
-    measured: dict = {"sizes": sizes.__dict__}
+    measured: dict = {"sizes": sizes}
 
     def step(name: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f} s] {name}", file=sys.stderr, flush=True)
 
     with harness.Stack.running() as stack:
         step("1. webhook")
-        measured["webhook"] = webhook_bench.run(
-            stack,
-            requests=sizes.webhook_requests,
-            warmup=sizes.webhook_warmup,
-            import_runs=sizes.import_runs,
-        )
+        measured["webhook"] = webhook_bench.run(stack, **sizes["webhook"])
         step("2. a turn's DynamoDB traffic")
-        measured["turn"] = turn_bench.run(stack, warmup=sizes.turn_warmup, window=sizes.turn_window)
-        step(f"3-4. context and compaction over {2 * sizes.context_turns} messages")
-        measured["context"] = context_bench.run(
-            stack, turns=sizes.context_turns, tokenizer=tokenizer
-        )
+        measured["turn"] = turn_bench.run(stack, **sizes["turn"])
+        step(f"3-4. context and compaction over {2 * sizes['context']['turns']} messages")
+        measured["context"] = context_bench.run(stack, tokenizer=tokenizer, **sizes["context"])
         step("7. hardening")
-        measured["hardening"] = hardening.run(
-            stack,
-            examples=sizes.fuzz_examples,
-            people=sizes.duplicate_people,
-            messages=sizes.duplicate_messages,
-            burst_redeliveries=sizes.burst_crash_redeliveries,
-        )
+        measured["hardening"] = hardening.run(stack, **sizes["hardening"])
         step("9. bursts: model calls per inbound message, with and without coalescing")
-        measured["bursts"] = burst_bench.run(
-            stack, people=sizes.burst_people, bursts=sizes.burst_rounds
-        )
+        measured["bursts"] = burst_bench.run(stack, **sizes["bursts"])
         step("8. failure timing")
-        measured["retries"] = retry_bench.run(stack, samples=2 if args.quick else 10)
+        measured["retries"] = retry_bench.run(stack, **sizes["retries"])
     step("5. the local stack end to end")
-    measured["e2e"] = e2e_bench.run(people=sizes.e2e_people, messages=sizes.e2e_messages)
+    measured["e2e"] = e2e_bench.run(**sizes["e2e"])
 
     step("6. cost")
     assumptions = cost.Assumptions(
