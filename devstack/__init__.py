@@ -13,13 +13,17 @@ Modules: ``devstack.fake_openai`` (FakeOpenAI), ``devstack.fake_whasp`` (FakeWha
 here, so that importing one never drags in another (moto is heavy).
 
 This module holds the small HTTP scaffolding the stand-ins share: `LoopbackServer`, `Request`
-and `Reply`.
+and `Reply`, and `RecordingServer`, the request log and hooks of the three fake services.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import threading
+import time
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
@@ -104,6 +108,50 @@ class LoopbackServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+class RecordingServer(LoopbackServer):
+    """A fake service that records every request it answers in `.requests` (method, path,
+    headers, the JSON body, status), failed ones too, and answers `.delay_seconds` late.
+
+    Subclasses implement `answer(request, record) -> Reply`; reading the body into
+    `record["json"]` is theirs, as each service reads its bodies its own way.
+    """
+
+    def __init__(self, *, delay_seconds: float = 0.0) -> None:
+        super().__init__()
+        self.delay_seconds = delay_seconds
+        self.requests: list[dict[str, Any]] = []
+
+    def answer(self, request: Request, record: dict[str, Any]) -> Reply:
+        raise NotImplementedError
+
+    def handle(self, request: Request) -> Reply:
+        if self.delay_seconds:
+            time.sleep(self.delay_seconds)
+        record: dict[str, Any] = {
+            "method": request.method,
+            "path": request.path,
+            "headers": request.headers,
+            "json": None,
+            "status": None,
+        }
+        with self._lock:
+            self.requests.append(record)
+        reply = self.answer(request, record)
+        record["status"] = reply.status
+        return reply
+
+
+def announce(on_send: Callable[[dict[str, Any]], None] | None, sent: dict[str, Any]) -> None:
+    """Call a stand-in's `on_send` hook (e.g. the local stack printing a reply) with a message it
+    accepted."""
+    if on_send is None:
+        return
+    try:
+        on_send(sent)
+    except Exception:  # a display bug must not turn an accepted send into a failure
+        traceback.print_exc(file=sys.stderr)
 
 
 def _handler_for(app: LoopbackServer) -> type[BaseHTTPRequestHandler]:

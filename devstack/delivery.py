@@ -33,7 +33,7 @@ import contextlib
 import json
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -74,8 +74,48 @@ class DeliveryStats:
     retry_delays: list[float] = field(default_factory=list)  # AWS seconds, failure -> next receive
     clock_jumps: float = 0.0  # AWS seconds skipped while idle (idle_jump)
 
+    def count(self, records: int, outcome: Outcome) -> None:
+        """One invocation with a batch of `records`."""
+        self.batches += 1
+        self.records += records
+        self.errors += 0 if outcome.ok else 1
+        self.durations_ms.append(outcome.duration_ms)
 
-class QueueDelivery:
+
+class _Delivery:
+    """What both mappings hold: the function's invoke, its batch size, an SQS client, progress
+    reports and counters, and the thread that runs the mapping's loop."""
+
+    def __init__(
+        self,
+        *,
+        invoke: Callable[[dict[str, Any]], Outcome],
+        batch_size: int,
+        sqs: Any,
+        report: Report,
+        label: str,
+    ):
+        self._invoke = invoke
+        self.batch_size = batch_size
+        self._sqs = sqs
+        self._report = report
+        self.label = label
+        self.stats = DeliveryStats()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _start_thread(self, loop: Callable[[], None], role: str) -> None:
+        self._thread = threading.Thread(target=loop, name=f"{self.label}-{role}", daemon=True)
+        self._thread.start()
+
+    def _stop_thread(self, timeout: float) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=timeout)
+
+
+class QueueDelivery(_Delivery):
     def __init__(
         self,
         *,
@@ -89,34 +129,23 @@ class QueueDelivery:
         report: Report = _quiet,
         label: str = "consumer",
     ):
-        self._sqs = sqs
+        super().__init__(invoke=invoke, batch_size=batch_size, sqs=sqs, report=report, label=label)
         self.queue_url = queue_url
         self.queue_arn = queue_arn
-        self._invoke = invoke
-        self.batch_size = batch_size
         self.concurrency = max(1, concurrency)
         self.idle_jump = idle_jump
-        self._report = report
         self._failed_at: dict[str, float] = {}  # message id -> AWS time its failure was reported
-        self.label = label
-        self.stats = DeliveryStats()
         self._slots = threading.Semaphore(self.concurrency)
-        self._lock = threading.Lock()
         self._in_flight_groups: dict[str, int] = {}
         self._in_flight = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
 
     def start(self) -> None:
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"{self.label}-batch")
-        self._thread = threading.Thread(target=self._poll, name=f"{self.label}-poller", daemon=True)
-        self._thread.start()
+        self._start_thread(self._poll, "poller")
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=10)
+        self._stop_thread(timeout=10)
         if self._pool:
             self._pool.shutdown(wait=True, cancel_futures=False)
 
@@ -253,12 +282,9 @@ class QueueDelivery:
             with self._lock:
                 self._failed_at.update({m["MessageId"]: failed_at for m in retry})
             with self._lock:
-                self.stats.batches += 1
-                self.stats.records += len(messages)
+                self.stats.count(len(messages), outcome)
                 self.stats.succeeded += len(done)
                 self.stats.retried += len(retry)
-                self.stats.errors += 0 if outcome.ok else 1
-                self.stats.durations_ms.append(outcome.duration_ms)
             self._report(
                 "batch",
                 f"{len(messages)} record(s), {len(groups)} group(s): "
@@ -288,14 +314,8 @@ class QueueDelivery:
                 self._in_flight_groups.pop(group, None)
 
     def _delete(self, messages: list[dict[str, Any]]) -> None:
-        for start in range(0, len(messages), 10):
-            chunk = messages[start : start + 10]
-            self._sqs.delete_message_batch(
-                QueueUrl=self.queue_url,
-                Entries=[
-                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)
-                ],
-            )
+        for entries in _batch_entries(messages):
+            self._sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
 
     def _next_retry(self) -> str:
         with contextlib.suppress(Exception):  # only a progress line
@@ -306,22 +326,21 @@ class QueueDelivery:
 
     def _release(self, messages: list[dict[str, Any]]) -> None:
         """Give back messages this poller must not deliver (their group is in flight)."""
-        for start in range(0, len(messages), 10):
-            chunk = messages[start : start + 10]
-            self._sqs.change_message_visibility_batch(
-                QueueUrl=self.queue_url,
-                Entries=[
-                    {
-                        "Id": str(i),
-                        "ReceiptHandle": m["ReceiptHandle"],
-                        "VisibilityTimeout": 0,
-                    }
-                    for i, m in enumerate(chunk)
-                ],
-            )
+        for entries in _batch_entries(messages, VisibilityTimeout=0):
+            self._sqs.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=entries)
 
 
-class StreamDelivery:
+def _batch_entries(messages: list[dict[str, Any]], **extra: Any) -> Iterator[list[dict[str, Any]]]:
+    """The messages as entries of SQS batch calls, which take at most 10 each."""
+    for start in range(0, len(messages), 10):
+        chunk = messages[start : start + 10]
+        yield [
+            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], **extra}
+            for i, m in enumerate(chunk)
+        ]
+
+
+class StreamDelivery(_Delivery):
     def __init__(
         self,
         *,
@@ -336,33 +355,21 @@ class StreamDelivery:
         report: Report = _quiet,
         label: str = "compactor",
     ):
+        super().__init__(invoke=invoke, batch_size=batch_size, sqs=sqs, report=report, label=label)
         self._tap = tap
-        self._invoke = invoke
-        self.batch_size = batch_size
         self.max_retries = max_retries
-        self._sqs = sqs
         self.failure_queue_url = failure_queue_url
         self.function_arn = function_arn
         self.poll_interval = poll_interval
-        self._report = report
-        self.label = label
-        self.stats = DeliveryStats()
-        self._lock = threading.Lock()
         self._cycles = 0
-        self._busy = False
         self._cycle_done = threading.Condition(self._lock)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         self._tap.skip_to_end()  # StartingPosition: LATEST
-        self._thread = threading.Thread(target=self._run, name=f"{self.label}-stream", daemon=True)
-        self._thread.start()
+        self._start_thread(self._run, "stream")
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=30)
+        self._stop_thread(timeout=30)
 
     @property
     def cycles(self) -> int:
@@ -402,10 +409,7 @@ class StreamDelivery:
             sequence = [r["dynamodb"]["SequenceNumber"] for r in pending]
             failed = failed_ids(outcome, sequence)
             with self._lock:
-                self.stats.batches += 1
-                self.stats.records += len(pending)
-                self.stats.errors += 0 if outcome.ok else 1
-                self.stats.durations_ms.append(outcome.duration_ms)
+                self.stats.count(len(pending), outcome)
             self._report(
                 "stream",
                 f"{len(pending)} record(s): "

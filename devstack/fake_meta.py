@@ -26,13 +26,11 @@ import hashlib
 import itertools
 import re
 import secrets
-import sys
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any
 
-from devstack import LoopbackServer, Reply, Request
+from devstack import RecordingServer, Reply, Request, announce
 
 MAX_TEXT_CHARS = 4096
 MAX_CALLBACK_DATA = 512
@@ -67,7 +65,7 @@ def error_reply(code: int, status: int = 400, message: str | None = None) -> Rep
     )
 
 
-class FakeGraph(LoopbackServer):
+class FakeGraph(RecordingServer):
     """The Graph API stand-in. See the module docstring."""
 
     def __init__(
@@ -85,7 +83,6 @@ class FakeGraph(LoopbackServer):
         self.url_ttl_seconds = url_ttl_seconds
         self.sent: list[dict[str, Any]] = []
         self.reads: list[dict[str, Any]] = []
-        self.requests: list[dict[str, Any]] = []
         self._media: dict[str, tuple[bytes, str]] = {}
         self._urls: dict[str, tuple[str, float]] = {}  # download token -> (media id, expiry)
         self._injected: list[tuple[str, Reply]] = []  # (kind: send | read | media, reply)
@@ -121,15 +118,11 @@ class FakeGraph(LoopbackServer):
 
     # ------------------------------------------------------------------ HTTP
 
-    def handle(self, request: Request) -> Reply:
-        record: dict[str, Any] = {"method": request.method, "path": request.path, "json": None}
-        with contextlib.suppress(ValueError):  # a body that is not JSON is refused below
-            record["json"] = request.json() if request.method == "POST" else None
-        with self._lock:
-            self.requests.append(record)
-        reply = self._route(request, record)
-        record["status"] = reply.status
-        return reply
+    def answer(self, request: Request, record: dict[str, Any]) -> Reply:
+        if request.method == "POST":
+            with contextlib.suppress(ValueError):  # a body that is not JSON is refused below
+                record["json"] = request.json()
+        return self._route(request, record)
 
     def _take(self, kind: str) -> Reply | None:
         with self._lock:
@@ -186,11 +179,7 @@ class FakeGraph(LoopbackServer):
                 "at": time.time(),
             }
             self.sent.append(sent)
-        if self.on_send:
-            try:
-                self.on_send(sent)
-            except Exception:  # a display bug must not turn an accepted send into a failure
-                traceback.print_exc(file=sys.stderr)
+        announce(self.on_send, sent)
         contact = {"input": target, "wa_id" if target == to else "user_id": target}
         return Reply.json(
             200,

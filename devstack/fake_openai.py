@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from devstack import LoopbackServer, Reply, Request
+from devstack import RecordingServer, Reply, Request
 
 RESPONSES = "/v1/responses"
 TRANSCRIPTIONS = "/v1/audio/transcriptions"
@@ -53,7 +53,7 @@ def error_reply(status: int, message: str, headers: dict[str, str] | None = None
     return Reply.json(status, body, headers)
 
 
-class FakeOpenAI(LoopbackServer):
+class FakeOpenAI(RecordingServer):
     """The OpenAI API stand-in. See the module docstring."""
 
     def __init__(
@@ -64,15 +64,13 @@ class FakeOpenAI(LoopbackServer):
         delay_seconds: float = 0.0,
         retry_after_ms: int | None = 10,
     ) -> None:
-        super().__init__()
+        super().__init__(delay_seconds=delay_seconds)
         self.responder: Responder = responder or offline_model
         self.transcriber: Transcriber = transcriber or offline_transcriber
-        self.delay_seconds = delay_seconds
         self.outage: Callable[[], int | None] | None = None
         # Injected failures carry `retry-after-ms` so the real client's retries (0.5 s, 1 s ...
         # backoff otherwise) keep tests fast. None sends no such header.
         self.retry_after_ms = retry_after_ms
-        self.requests: list[dict[str, Any]] = []
         self._failures: list[int] = []  # statuses for the next requests, in order
         self._ids = itertools.count(1)
 
@@ -100,18 +98,8 @@ class FakeOpenAI(LoopbackServer):
 
     # ------------------------------------------------------------------ HTTP
 
-    def handle(self, request: Request) -> Reply:
-        if self.delay_seconds:
-            time.sleep(self.delay_seconds)
-        record: dict[str, Any] = {
-            "method": request.method,
-            "path": request.path,
-            "headers": request.headers,
-            "json": None,
-            "status": None,
-        }
+    def answer(self, request: Request, record: dict[str, Any]) -> Reply:
         with self._lock:
-            self.requests.append(record)
             injected = self._failures.pop(0) if self._failures else None
         if injected is None and self.outage is not None:
             injected = self.outage()
@@ -131,7 +119,6 @@ class FakeOpenAI(LoopbackServer):
                 reply = self._transcribe(request, record["json"])
             else:
                 reply = error_reply(404, f"Invalid URL ({request.method} {request.path})")
-        record["status"] = reply.status
         return reply
 
     def _injected(self, status: int) -> Reply:

@@ -19,16 +19,15 @@ a client that drifts from the contract.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
-import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any
 
-from devstack import LoopbackServer, Reply, Request
+from devstack import RecordingServer, Reply, Request, announce
 
 MESSAGES = "/v1/messages"
 MEDIA = "/media/"
@@ -46,7 +45,7 @@ _ERRORS = {
 }
 
 
-class FakeWhasp(LoopbackServer):
+class FakeWhasp(RecordingServer):
     """The whasp API stand-in. See the module docstring."""
 
     def __init__(
@@ -57,13 +56,11 @@ class FakeWhasp(LoopbackServer):
         on_send: Callable[[dict[str, Any]], None] | None = None,
         delay_seconds: float = 0.0,
     ) -> None:
-        super().__init__()
+        super().__init__(delay_seconds=delay_seconds)
         self.api_key = api_key
         self.opted_out: set[str] = set(opted_out or ())
         self.on_send = on_send  # called with each accepted send, e.g. to print it
-        self.delay_seconds = delay_seconds
         self.sent: list[dict[str, Any]] = []
-        self.requests: list[dict[str, Any]] = []
         self._media: dict[str, tuple[bytes, str]] = {}
         self._expired: set[str] = set()  # media ids past their URL's life (410)
         self._results: dict[str, tuple[float, Reply]] = {}  # idempotency key -> first result
@@ -133,28 +130,11 @@ class FakeWhasp(LoopbackServer):
 
     # ------------------------------------------------------------------ HTTP
 
-    def handle(self, request: Request) -> Reply:
-        if self.delay_seconds:
-            time.sleep(self.delay_seconds)
-        record: dict[str, Any] = {
-            "method": request.method,
-            "path": request.path,
-            "headers": request.headers,
-            "json": None,
-            "status": None,
-            "replayed": False,
-        }
-        try:
-            record["json"] = request.json() if request.path == MESSAGES else None
-        except ValueError:
-            record["json"] = None
-        with self._lock:
-            self.requests.append(record)
-        reply = self._route(request, record)
-        record["status"] = reply.status
-        return reply
-
-    def _route(self, request: Request, record: dict[str, Any]) -> Reply:
+    def answer(self, request: Request, record: dict[str, Any]) -> Reply:
+        record["replayed"] = False
+        if request.path == MESSAGES:
+            with contextlib.suppress(ValueError):  # a body that is not JSON is refused below
+                record["json"] = request.json()
         if injected := self._take_injected(request.path):
             return injected
         if request.headers.get("authorization") != f"Bearer {self.api_key}":
@@ -212,11 +192,8 @@ class FakeWhasp(LoopbackServer):
                 self._results[key] = (time.time(), reply)
                 if sent:
                     self.sent.append(sent)
-        if sent and self.on_send:
-            try:
-                self.on_send(sent)
-            except Exception:  # a display bug must not turn an accepted send into a failure
-                traceback.print_exc(file=sys.stderr)
+        if sent:
+            announce(self.on_send, sent)
         return reply
 
 
