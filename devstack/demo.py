@@ -126,6 +126,11 @@ class Demo:
             call for call in self.model_calls()[since:] if "format" not in (call.get("text") or {})
         ]
 
+    def _check_same_memory(self, pk_before: str) -> None:
+        """Maya is still the person she was before her identifiers changed, summary and all."""
+        view = self.stack.view(MAYA)
+        self.check(view.pk == pk_before and bool(view.summary), "same person, same memory")
+
     # ------------------------------------------------------------------ the story
 
     def run(self) -> None:
@@ -246,9 +251,8 @@ class Demo:
             f"{len(replies)} replies: one to the opener, one to the three lines behind it",
         )
         calls = self._replies(calls_before)
-        last_input = [m.get("content") for m in (calls[-1].get("input") or [])] if calls else []
         self.check(
-            len(calls) == 2 and last_input[-3:] == BURST,
+            len(calls) == 2 and _last_input(calls)[-3:] == BURST,
             "one model call for the burst, its input ending with all three lines in order",
         )
 
@@ -262,12 +266,11 @@ class Demo:
         before = len(self.model_calls())
         first = self.talk("Is this still you? The chat looks different.")
         self.talk("Great. Talk tomorrow!")
-        view = self.stack.view(MAYA)
         self.check(
             first is not None and first["from"] == NEW_NUMBER,
             "the reply comes from the new number, the one that carried her message",
         )
-        self.check(view.pk == pk_before and bool(view.summary), "same person, same memory")
+        self._check_same_memory(pk_before)
         if self.offline:
             from memagent.context import NEW_NUMBER_LINE
 
@@ -290,15 +293,13 @@ class Demo:
         self.bsuid = MAYA_NEW_BSUID
         before = len(self.model_calls())
         reply = self.talk("Still me! How was my first week again?")
-        view = self.stack.view(MAYA)
         self.check(
             reply is not None and reply["to"] == MAYA_NEW_BSUID,
             "the reply goes to her new BSUID",
         )
-        self.check(view.pk == pk_before and bool(view.summary), "same person, same memory")
+        self._check_same_memory(pk_before)
         if self.offline:
-            calls = self._replies(before)
-            said = [m.get("content") for m in (calls[-1].get("input") or [])] if calls else []
+            said = _last_input(self._replies(before))
             self.check(
                 any("First week at the new job" in str(text) for text in said),
                 "the model's context under the new id holds what she said under the old ones",
@@ -356,6 +357,11 @@ class Demo:
             "Copies outside the table (stream records for 24 h, backups, logs with ids only) "
             "are listed in docs/privacy.md."
         )
+
+
+def _last_input(calls: list[dict[str, Any]]) -> list[Any]:
+    """What the last of these model calls was given: its input items' contents."""
+    return [m.get("content") for m in (calls[-1].get("input") or [])] if calls else []
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -147,14 +147,16 @@ META_NUMBER_ID = "1122334455667"  # the business number's phone_number_id
 META_DISPLAY_NUMBER = "14155550100"
 
 
+def _person(phone: str | None, bsuid: str | None, phone_field: str, bsuid_field: str) -> dict:
+    """Meta names a person by phone (without "+") and/or BSUID, under fields that differ from one
+    part of a notification to another."""
+    named = {phone_field: phone.removeprefix("+")} if phone else {}
+    return named | ({bsuid_field: bsuid} if bsuid else {})
+
+
 def meta_contact(*, phone: str | None = None, bsuid: str | None = None, name: str = "Maya"):
     """A `contacts[]` entry: `wa_id` (phone, no "+") and/or `user_id` (BSUID)."""
-    contact: dict[str, Any] = {"profile": {"name": name}}
-    if phone:
-        contact["wa_id"] = phone.removeprefix("+")
-    if bsuid:
-        contact["user_id"] = bsuid
-    return contact
+    return {"profile": {"name": name}} | _person(phone, bsuid, "wa_id", "user_id")
 
 
 def meta_message(
@@ -174,11 +176,7 @@ def meta_message(
         "type": kind,
         kind: body if body is not None else {"body": text or ""},
     }
-    if phone:
-        message["from"] = phone.removeprefix("+")
-    if bsuid:
-        message["from_user_id"] = bsuid
-    return message
+    return message | _person(phone, bsuid, "from", "from_user_id")
 
 
 def meta_status(
@@ -196,11 +194,8 @@ def meta_status(
         "id": wamid,
         "status": status,
         "timestamp": str(timestamp or int(time.time())),
+        **_person(phone, bsuid, "recipient_id", "recipient_user_id"),
     }
-    if phone:
-        entry["recipient_id"] = phone.removeprefix("+")
-    if bsuid:
-        entry["recipient_user_id"] = bsuid
     if callback:
         entry["biz_opaque_callback_data"] = callback
     if status != "failed":

@@ -830,7 +830,17 @@ class DevStack:
         chat out of sends and is followed by `chat.opted_out`. With provider meta, Meta posts a
         notification from `phone` and/or `bsuid` (no opt-out event: STOP is ours to honour)."""
         if self.meta:
-            return self.send_meta_message(text, phone=phone, bsuid=bsuid, at=at, wamid=event_id)
+            from devstack.events import meta_contact, meta_message, meta_notification
+
+            stamp = int((at or self.now()).timestamp())
+            message = meta_message(text, phone=phone, bsuid=bsuid, timestamp=stamp, wamid=event_id)
+            notification = meta_notification(
+                contacts=[meta_contact(phone=phone, bsuid=bsuid)],
+                messages=[message],
+                number_id=self.business_number,
+            )
+            self._expect_accepted(self.post_meta(notification))
+            return notification
         assert phone is not None
         event = self.message_event(phone, text, at=at, number=number, event_id=event_id)
         stop = text.strip().casefold() in STOP_WORDS
@@ -886,27 +896,6 @@ class DevStack:
         values = notification["entry"][0]["changes"][0]["value"]
         first = (values.get("messages") or values.get("statuses") or [{}])[0].get("id", "meta")
         return self._post_webhook(first, body, lambda: headers, attempts)
-
-    def send_meta_message(
-        self,
-        text: str,
-        *,
-        phone: str | None = None,
-        bsuid: str | None = None,
-        at: datetime | None = None,
-        wamid: str | None = None,
-    ) -> dict[str, Any]:
-        """A person writes `text` through Meta: from a phone, a BSUID, or both."""
-        from devstack.events import meta_contact, meta_message, meta_notification
-
-        stamp = int((at or self.now()).timestamp())
-        notification = meta_notification(
-            contacts=[meta_contact(phone=phone, bsuid=bsuid)],
-            messages=[meta_message(text, phone=phone, bsuid=bsuid, timestamp=stamp, wamid=wamid)],
-            number_id=self.business_number,
-        )
-        self._expect_accepted(self.post_meta(notification))
-        return notification
 
     def change_user_id(self, previous: str, new: str, *, at: datetime | None = None) -> dict:
         """Meta reports a regenerated BSUID: a `user_changed_user_id` system message."""
