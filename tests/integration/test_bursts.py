@@ -13,7 +13,17 @@ import pytest
 from memagent.person import person_key
 from memagent.provider import idempotency_key
 from tests.conftest import AGENT, BUSINESS, MAYA, load_function, sqs_batch, sqs_record
-from tests.integration.test_consumer import SAM, at, attempt, failures, message, rows, turns
+from tests.integration.faults import Crash, Died, crash_after
+from tests.integration.test_consumer import (
+    SAM,
+    at,
+    attempt,
+    failures,
+    media_message,
+    message,
+    rows,
+    turns,
+)
 
 
 def said(table_name: str, phone: str = MAYA) -> list[str]:
@@ -104,16 +114,7 @@ def test_a_voice_note_inside_a_burst_is_transcribed_and_joins_it(
 ):
     openai.transcriber = lambda audio: "running late, sorry"
     url = whasp.add_media(b"O" * 321, "audio/ogg")
-    voice = message(
-        "",
-        1,
-        message={
-            "id": "msg_v",
-            "type": "audio",
-            "timestamp": at(1),
-            "media": {"url": url, "mime_type": "audio/ogg", "size": 321},
-        },
-    )
+    voice = media_message("audio", url, "audio/ogg", 1, size=321)
     batch = sqs_batch(message("hi", 0), voice, message("see you at 10?", 2))
     assert failures(consumer.handler(batch, lambda_context)) == []
     lines = ["hi", "[voice note] running late, sorry", "see you at 10?"]
@@ -221,30 +222,6 @@ def test_anything_but_yes_first_keeps_the_memory_even_in_a_burst(
 
 
 # ------------------------------------------------------------------ crashes and redelivery
-
-
-class Crash(Exception):
-    """The record fails: Powertools reports it (and the rest of the person's group) failed."""
-
-
-class Died(BaseException):
-    """The invocation dies (a timeout, out of memory): no record is deleted, all come back."""
-
-
-def crash_after(obj: Any, name: str, monkeypatch, *, nth: int, fault: type[BaseException]):
-    """The `nth` call of `obj.name` from now on completes, then `fault` is raised (once)."""
-    original = getattr(obj, name)
-    calls = {"n": 0}
-
-    def crashing(*args, **kwargs):
-        result = original(*args, **kwargs)
-        calls["n"] += 1
-        if calls["n"] == nth:
-            monkeypatch.setattr(obj, name, original)
-            raise fault(f"after {name}")
-        return result
-
-    monkeypatch.setattr(obj, name, crashing)
 
 
 STEPS = [
@@ -402,16 +379,7 @@ def test_kept_media_of_an_event_from_before_an_erasure_is_discarded(
     from memagent.lifecycle import forget
 
     # given a voice note whose first attempt kept its file, and an erasure after it was sent
-    voice = message(
-        "",
-        0,
-        message={
-            "id": "msg_v",
-            "type": "audio",
-            "timestamp": at(0),
-            "media": {"url": whasp.add_media(b"O" * 99, "audio/ogg"), "mime_type": "audio/ogg"},
-        },
-    )
+    voice = media_message("audio", whasp.add_media(b"O" * 99, "audio/ogg"), "audio/ogg", 0)
     store, media = consumer.consumer.agent.store, consumer.consumer.agent.media
     forget(store, AGENT, MAYA, at=datetime.fromisoformat(at(10)))
     pk = person_key(AGENT, MAYA)

@@ -28,6 +28,7 @@ from tests.conftest import (
     sqs_record,
     whasp_message,
 )
+from tests.integration.faults import crash_after
 
 SAM = "+447700900456"
 
@@ -55,6 +56,25 @@ def at(minutes: float) -> str:
 
 def message(text: str, minute: float = 0, **kwargs: Any) -> dict[str, Any]:
     return whasp_message(text, created_at=at(minute), **kwargs)
+
+
+def media_message(
+    kind: str,
+    url: str,
+    mime_type: str,
+    minute: float = 0,
+    *,
+    size: int | None = None,
+    message_id: str = "msg_v",
+    **fields: Any,
+) -> dict[str, Any]:
+    """A message carrying media whasp hosts at `url` (audio, image, sticker), plus any `fields`
+    of its own (a caption)."""
+    media: dict[str, Any] = {"url": url, "mime_type": mime_type}
+    if size is not None:
+        media["size"] = size
+    body = {"id": message_id, "type": kind, "timestamp": at(minute), "media": media, **fields}
+    return message("", minute, message=body)
 
 
 def attempt(consumer, batch: dict, lambda_context) -> list[str]:
@@ -198,21 +218,6 @@ def test_redelivery_later_is_one_turn(consumer, resources, openai, whasp, lambda
 # ------------------------------------------------------------------ crash injection
 
 
-class Crash(Exception):
-    pass
-
-
-def crash_after(obj: Any, name: str, monkeypatch) -> None:
-    original = getattr(obj, name)
-
-    def crashing(*args, **kwargs):
-        original(*args, **kwargs)
-        monkeypatch.setattr(obj, name, original)  # crash once
-        raise Crash(f"crash after {name}")
-
-    monkeypatch.setattr(obj, name, crashing)
-
-
 @pytest.mark.parametrize(
     ("target", "method", "model_calls"),
     [
@@ -295,15 +300,7 @@ def test_voice_note_is_transcribed_and_stored_as_text(
 ):
     openai.transcriber = lambda audio: f"I ran {len(audio)} metres today"
     url = whasp.add_media(b"O" * 1234, "audio/ogg")
-    event = message(
-        "",
-        message={
-            "id": "msg_v",
-            "type": "audio",
-            "timestamp": at(0),
-            "media": {"url": url, "mime_type": "audio/ogg", "size": 1234},
-        },
-    )
+    event = media_message("audio", url, "audio/ogg", size=1234)
     assert failures(consumer.handler(sqs_batch(event), lambda_context)) == []
     assert turns(resources.table_name)[0] == ("user", "[voice note] I ran 1234 metres today")
     [transcription] = openai.calls("/v1/audio/transcriptions")
@@ -315,27 +312,10 @@ def test_image_with_caption_and_sticker(consumer, resources, openai, whasp, lamb
         "A running shoe on a track." if "input_image" in json.dumps(request["input"]) else "Nice!"
     )
     url = whasp.add_media(b"\x89PNG....", "image/png")
-    photo = message(
-        "",
-        0,
-        message={
-            "id": "m1",
-            "type": "image",
-            "caption": "my new shoes",
-            "timestamp": at(0),
-            "media": {"url": url, "mime_type": "image/png", "size": 8},
-        },
+    photo = media_message(
+        "image", url, "image/png", 0, size=8, message_id="m1", caption="my new shoes"
     )
-    sticker = message(
-        "",
-        1,
-        message={
-            "id": "m2",
-            "type": "sticker",
-            "timestamp": at(1),
-            "media": {"url": url, "mime_type": "image/webp", "size": 8},
-        },
-    )
+    sticker = media_message("sticker", url, "image/webp", 1, size=8, message_id="m2")
     assert failures(consumer.handler(sqs_batch(photo, sticker), lambda_context)) == []
     said = [t for r, t in turns(resources.table_name) if r == "user"]
     assert said == ["[photo: A running shoe on a track.] my new shoes", "[sent a sticker]"]
@@ -439,17 +419,7 @@ def test_a_photo_the_model_cannot_read_becomes_a_note(
     consumer, resources, openai, whasp, lambda_context
 ):
     url = whasp.add_media(b"HEIC....", "image/heic")
-    photo = message(
-        "",
-        0,
-        message={
-            "id": "m1",
-            "type": "image",
-            "caption": "look",
-            "timestamp": at(0),
-            "media": {"url": url, "mime_type": "image/heic", "size": 8},
-        },
-    )
+    photo = media_message("image", url, "image/heic", 0, size=8, message_id="m1", caption="look")
     openai.fail_next(1, status=400)  # the image description is refused
     assert failures(consumer.handler(sqs_batch(photo), lambda_context)) == []
     assert turns(resources.table_name)[0] == (
