@@ -25,6 +25,7 @@ from tests.conftest import (
     sqs_record,
     whasp_message,
 )
+from tests.integration.faults import crash_before
 
 SAM = "+447700900456"
 NEW_NUMBER = "+14155550199"
@@ -413,14 +414,8 @@ def test_erase_policy_finishes_a_stop_erasure_a_crash_interrupted(
     consumer.handler(
         sqs_batch(whasp_message("hi", created_at="2026-11-29T10:00:00Z")), lambda_context
     )
-    agent = consumer.consumer.agent
-    erase = agent._forget
-
-    def crash(*args, **kwargs):
-        monkeypatch.setattr(agent, "_forget", erase)
-        raise RuntimeError("the Lambda died after storing the STOP")
-
-    monkeypatch.setattr(agent, "_forget", crash)
+    died = RuntimeError("the Lambda died after storing the STOP")
+    crash_before(consumer.consumer.agent, "_forget", monkeypatch, died)
     stop = whasp_message("stop", created_at="2026-11-29T10:01:00Z")
     from devstack.lambda_harness import retried
 
@@ -583,13 +578,8 @@ def test_a_crash_after_a_reply_outlived_an_erasure_is_cleaned_by_the_redelivery(
         return "A reply composed before the erasure"
 
     openai.responder = answer_while_forgotten
-    original = store.finish_event
-
-    def crash(*args, **kwargs):
-        monkeypatch.setattr(store, "finish_event", original)
-        raise RuntimeError("crash before the turn could notice the erasure")
-
-    monkeypatch.setattr(store, "finish_event", crash)
+    died = RuntimeError("crash before the turn could notice the erasure")
+    crash_before(store, "finish_event", monkeypatch, died)
     event = whasp_message("hi")
     from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 

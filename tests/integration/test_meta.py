@@ -29,6 +29,7 @@ from devstack.events import (
 from devstack.lambda_harness import retried, sqs_message_record
 from memagent.person import person_key
 from tests.conftest import AGENT, load_function
+from tests.integration.faults import crash_after, crash_before
 
 APP_SECRET = "meta-test-app-secret"
 VERIFY_TOKEN = "meta-test-verify-token"
@@ -543,15 +544,9 @@ def test_a_closed_24_hour_window_parks_the_reply_with_a_metric_and_no_retry(
 def test_a_crash_after_meta_answered_then_a_sent_status_does_not_send_again(
     webhook, queue, consumer, graph, monkeypatch, lambda_context
 ):
+    # given Meta accepts and delivers the reply, and the Lambda dies before our bookkeeping
     provider = consumer.consumer.agent.provider
-    original = provider.send_text
-
-    def crash_after_meta_answered(**kwargs):
-        original(**kwargs)  # Meta accepted and delivered it...
-        monkeypatch.setattr(provider, "send_text", original)
-        raise RuntimeError("...and the Lambda died before our bookkeeping")
-
-    monkeypatch.setattr(provider, "send_text", crash_after_meta_answered)
+    crash_after(provider, "send_text", monkeypatch, fault=RuntimeError)
     post(webhook, text_from("Are you there?", phone=MAYA_PHONE, bsuid=MAYA_BSUID), lambda_context)
     assert queue.deliver(consumer, lambda_context) == 1  # the record failed; it will come back
     [sent] = graph.sent
@@ -579,14 +574,7 @@ def test_without_a_status_the_crash_window_resends_once(
     """The documented window: Meta has no idempotency key, so a crash between its answer and
     our bookkeeping, with no status webhook before the retry, repeats the reply once."""
     provider = consumer.consumer.agent.provider
-    original = provider.send_text
-
-    def crash_after_meta_answered(**kwargs):
-        original(**kwargs)
-        monkeypatch.setattr(provider, "send_text", original)
-        raise RuntimeError("crash")
-
-    monkeypatch.setattr(provider, "send_text", crash_after_meta_answered)
+    crash_after(provider, "send_text", monkeypatch, fault=RuntimeError)  # after Meta answered
     post(webhook, text_from("Are you there?", phone=MAYA_PHONE), lambda_context)
     queue.deliver(consumer, lambda_context)
     queue.release()
@@ -623,17 +611,8 @@ def test_a_long_reply_is_split_and_a_crash_between_parts_resends_only_the_rest(
 ):
     openai.responder = lambda request: " ".join(["stride"] * 1200)  # 8,399 characters
     provider = consumer.consumer.agent.provider
-    original = provider.send_text
-    calls = []
-
-    def crash_after_the_first_part(**kwargs):
-        calls.append(kwargs["key"])
-        result = original(**kwargs)
-        if len(calls) == 2:  # Meta took part 2 of 3; we die before recording it
-            raise RuntimeError("crash")
-        return result
-
-    monkeypatch.setattr(provider, "send_text", crash_after_the_first_part)
+    # Meta takes part 2 of 3; we die before recording it
+    crash_after(provider, "send_text", monkeypatch, nth=2, fault=RuntimeError)
     post(webhook, text_from("Tell me everything", phone=MAYA_PHONE), lambda_context)
     assert queue.deliver(consumer, lambda_context) == 1
     queue.release()
@@ -902,14 +881,8 @@ def test_a_crash_after_the_goodbye_erases_on_retry_without_a_second_goodbye(
 
     post(webhook, text_from("forget me", phone=MAYA_PHONE, at=NOW), lambda_context)
     queue.drain(consumer, lambda_context)
-    agent = consumer.consumer.agent
-    erase = agent._forget
-
-    def crash_before_erasing(*args, **kwargs):
-        monkeypatch.setattr(agent, "_forget", erase)
-        raise RuntimeError("the Lambda died after Meta took the goodbye")
-
-    monkeypatch.setattr(agent, "_forget", crash_before_erasing)
+    died = RuntimeError("the Lambda died after Meta took the goodbye")
+    crash_before(consumer.consumer.agent, "_forget", monkeypatch, died)
     post(webhook, text_from("yes", phone=MAYA_PHONE, at=NOW + 10), lambda_context)
     assert queue.deliver(consumer, lambda_context) == 1
     # when the confirmation is redelivered
