@@ -14,20 +14,11 @@ from openai import OpenAI
 from devstack.aws import MotoServer, aws_env
 from devstack.fake_openai import FakeOpenAI
 from devstack.fake_whasp import FakeWhasp
+from memagent.model import COMPACTION_SCHEMA  # the schema the compactor sends, not a copy
 
 API_KEY = "whasp-test-key"
 OUR_NUMBER = "+14155550100"
 MAYA = "+447700900123"
-
-COMPACTION_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "summary": {"type": "string"},
-        "facts": {"type": "array", "items": {"type": "string"}},
-    },
-    "required": ["summary", "facts"],
-    "additionalProperties": False,
-}
 
 
 @pytest.fixture
