@@ -11,6 +11,7 @@ import pytest
 
 from memagent.whasp import sign
 from tests.conftest import MAYA, TEST_SECRET, load_function, seed_turns
+from tests.integration.webhook_calls import webhook_env
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 WEBHOOK_EVENTS = sorted(EVENTS.glob("webhook-*.json"))
@@ -37,15 +38,7 @@ def test_every_function_has_sample_events():
 
 @pytest.mark.parametrize("path", WEBHOOK_EVENTS, ids=lambda p: p.name)
 def test_webhook_events(path, resources, monkeypatch, lambda_context):
-    webhook = load_function(
-        "webhook",
-        {
-            "QUEUE_URL": resources.queue_urls["EventQueue"],
-            "AGENT_ID": "coach",
-            "WEBHOOK_SECRET": TEST_SECRET,
-        },
-        monkeypatch,
-    )
+    webhook = load_function("webhook", webhook_env(resources), monkeypatch)
     response = webhook.handler(resigned(path), lambda_context)
     assert response["statusCode"] == 200
     queued = (
@@ -57,15 +50,7 @@ def test_webhook_events(path, resources, monkeypatch, lambda_context):
 
 
 def test_webhook_events_as_committed_are_refused_once_stale(resources, monkeypatch, lambda_context):
-    webhook = load_function(
-        "webhook",
-        {
-            "QUEUE_URL": resources.queue_urls["EventQueue"],
-            "AGENT_ID": "coach",
-            "WEBHOOK_SECRET": TEST_SECRET,
-        },
-        monkeypatch,
-    )
+    webhook = load_function("webhook", webhook_env(resources), monkeypatch)
     event = json.loads((EVENTS / "webhook-message-received.json").read_text())
     event["headers"]["webhook-timestamp"] = str(int(time.time()) - 3600)
     assert webhook.handler(event, lambda_context)["statusCode"] == 401

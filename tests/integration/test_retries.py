@@ -22,7 +22,8 @@ from devstack.delivery import QueueDelivery, in_process
 from devstack.lambda_harness import reported_failures as failures
 from devstack.resources import load_template, max_receive_count
 from memagent.person import person_key
-from tests.conftest import AGENT, MAYA, TEST_SECRET, load_function, sqs_batch, whasp_message
+from tests.conftest import AGENT, MAYA, load_function, sqs_batch, whasp_message
+from tests.integration.webhook_calls import webhook_env
 
 SAM = "+447700900456"
 ALEX = "+447700900789"
@@ -58,15 +59,15 @@ class Pipeline:
         assert response["statusCode"] == 200
 
     def dead_letters(self) -> int:
-        attributes = boto3.client("sqs").get_queue_attributes(
-            QueueUrl=self.resources.queue_urls["EventDeadLetterQueue"],
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        return sum(int(v) for v in attributes.values())
+        return self._messages_in("EventDeadLetterQueue")
 
     def waiting(self) -> int:
+        return self._messages_in("EventQueue")
+
+    def _messages_in(self, queue: str) -> int:
+        """The template queue's messages, visible or in flight."""
         attributes = boto3.client("sqs").get_queue_attributes(
-            QueueUrl=self.resources.queue_urls["EventQueue"],
+            QueueUrl=self.resources.queue_urls[queue],
             AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
         )["Attributes"]
         return sum(int(v) for v in attributes.values())
@@ -74,15 +75,7 @@ class Pipeline:
 
 @pytest.fixture
 def pipeline(resources, consumer_env, monkeypatch, lambda_context, signed_event) -> Pipeline:
-    webhook = load_function(
-        "webhook",
-        {
-            "AGENT_ID": AGENT,
-            "QUEUE_URL": resources.queue_urls["EventQueue"],
-            "WEBHOOK_SECRET": TEST_SECRET,
-        },
-        monkeypatch,
-    )
+    webhook = load_function("webhook", webhook_env(resources), monkeypatch)
     # the template's model retries: one in-process retry, then the queue's backoff
     consumer = load_function("consumer", {**consumer_env, "OPENAI_MAX_RETRIES": "1"}, monkeypatch)
     return Pipeline(webhook, consumer, resources, lambda_context, signed_event)

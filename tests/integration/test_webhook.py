@@ -27,19 +27,12 @@ from tests.conftest import (
     to_bytes,
     whasp_message,
 )
+from tests.integration.webhook_calls import call, post_signed, webhook_env
 
 
 @pytest.fixture
 def webhook(resources, monkeypatch) -> Any:
-    return load_function(
-        "webhook",
-        {
-            "QUEUE_URL": resources.queue_urls["EventQueue"],
-            "AGENT_ID": AGENT,
-            "WEBHOOK_SECRET": TEST_SECRET,
-        },
-        monkeypatch,
-    )
+    return load_function("webhook", webhook_env(resources), monkeypatch)
 
 
 @pytest.fixture
@@ -64,22 +57,14 @@ def queued(resources) -> Any:
     return read
 
 
-def call(webhook, event, lambda_context) -> tuple[int, dict]:
-    response = webhook.handler(event, lambda_context)
-    return response["statusCode"], json.loads(response["body"] or "{}")
-
-
 # ------------------------------------------------------------------ accepted
 
 
 def test_valid_signature_queues_one_message_per_person(webhook, queued, lambda_context):
     # given a message.received event signed with our secret
     event = whasp_message(event_id="evt_2f9c1d7e5a")
-    body = to_bytes(event)
     # when whasp delivers it
-    status, answer = call(
-        webhook, http_event(body, signed_headers(body, event["id"])), lambda_context
-    )
+    status, answer = post_signed(webhook, event, lambda_context)
     # then it is accepted and queued once, grouped by the hashed person, deduplicated by event id
     assert (status, answer) == (200, {"ok": True})
     [message] = queued()
@@ -125,23 +110,11 @@ def test_second_of_two_signatures_matching_is_accepted(webhook, queued, lambda_c
 
 def test_two_configured_secrets_accept_either(resources, queued, monkeypatch, lambda_context):
     # given we are rotating: both secrets configured, whitespace separated
-    webhook = load_function(
-        "webhook",
-        {
-            "QUEUE_URL": resources.queue_urls["EventQueue"],
-            "AGENT_ID": AGENT,
-            "WEBHOOK_SECRET": f"{OTHER_SECRET} {TEST_SECRET}",
-        },
-        monkeypatch,
-    )
+    env = webhook_env(resources, secret=f"{OTHER_SECRET} {TEST_SECRET}")
+    webhook = load_function("webhook", env, monkeypatch)
+    # when whasp signs with either, then both are accepted
     for secret in (TEST_SECRET, OTHER_SECRET):
-        event = whasp_message()
-        body = to_bytes(event)
-        status, _ = call(
-            webhook,
-            http_event(body, signed_headers(body, event["id"], secret=secret)),
-            lambda_context,
-        )
+        status, _ = post_signed(webhook, whasp_message(), lambda_context, secret=secret)
         assert status == 200
     assert len(queued()) == 2
 
@@ -172,8 +145,7 @@ def test_number_replaced_gets_a_group_of_its_own(webhook, queued, lambda_context
         "created_at": "2026-11-29T10:00:00Z",
         "data": {"old_number": "+14155550100", "new_number": "+14155550199", "label": "Coach"},
     }
-    body = to_bytes(event)
-    status, _ = call(webhook, http_event(body, signed_headers(body, event["id"])), lambda_context)
+    status, _ = post_signed(webhook, event, lambda_context)
     assert status == 200
     [message] = queued()
     assert message["Attributes"]["MessageGroupId"] == agent_key(AGENT)
@@ -186,8 +158,7 @@ def test_opt_out_is_queued_in_the_persons_group(webhook, queued, lambda_context)
         "created_at": "2026-11-29T11:00:00Z",
         "data": {"number": "+14155550100", "chat": MAYA},
     }
-    body = to_bytes(event)
-    status, _ = call(webhook, http_event(body, signed_headers(body, event["id"])), lambda_context)
+    status, _ = post_signed(webhook, event, lambda_context)
     assert status == 200
     assert queued()[0]["Attributes"]["MessageGroupId"] == person_key(AGENT, MAYA)
 
@@ -199,8 +170,7 @@ def test_unknown_type_is_acknowledged_and_not_queued(webhook, queued, lambda_con
         "created_at": "2026-11-29T10:00:00Z",
         "data": {"status": "delivered"},
     }
-    body = to_bytes(event)
-    status, _ = call(webhook, http_event(body, signed_headers(body, event["id"])), lambda_context)
+    status, _ = post_signed(webhook, event, lambda_context)
     assert status == 200
     assert queued() == []
 
@@ -282,8 +252,7 @@ def test_only_v1a_entries_with_a_valid_v1_digest_are_still_refused(webhook, queu
 
 def test_oversized_body_gets_400(webhook, queued, lambda_context):
     event = whasp_message("x" * (256 * 1024))
-    body = to_bytes(event)
-    status, _ = call(webhook, http_event(body, signed_headers(body, event["id"])), lambda_context)
+    status, _ = post_signed(webhook, event, lambda_context)
     assert status == 400
     assert queued() == []
 
@@ -309,11 +278,7 @@ def test_sqs_outage_gets_503_so_whasp_retries(webhook, lambda_context, monkeypat
         raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
 
     monkeypatch.setattr(webhook.queue._sqs, "send_message", outage)
-    event = whasp_message()
-    body = to_bytes(event)
-    status, answer = call(
-        webhook, http_event(body, signed_headers(body, event["id"])), lambda_context
-    )
+    status, answer = post_signed(webhook, whasp_message(), lambda_context)
     assert status == 503
     assert answer == {"error": "temporarily unavailable"}
 
@@ -323,19 +288,16 @@ def test_unreadable_secret_fails_closed_with_503(
 ):
     # given the secret lives in SSM, which is unreachable (the client's retries do not wait)
     monkeypatch.delenv("WEBHOOK_SECRET", raising=False)
-    webhook = load_function(
-        "webhook",
-        {
-            "QUEUE_URL": resources.queue_urls["EventQueue"],
-            "AGENT_ID": AGENT,
-            "WEBHOOK_SECRET_PARAM": "/whasp-agent/webhook-secret",
-            "AWS_ENDPOINT_URL_SSM": "http://127.0.0.1:9",
-        },
-        monkeypatch,
+    env = webhook_env(
+        resources,
+        secret=None,
+        WEBHOOK_SECRET_PARAM="/whasp-agent/webhook-secret",
+        AWS_ENDPOINT_URL_SSM="http://127.0.0.1:9",
     )
-    event = whasp_message()
-    body = to_bytes(event)
-    status, _ = call(webhook, http_event(body, signed_headers(body, event["id"])), lambda_context)
+    webhook = load_function("webhook", env, monkeypatch)
+    # when whasp delivers a signed message
+    status, _ = post_signed(webhook, whasp_message(), lambda_context)
+    # then it is refused for now (whasp retries), and nothing is queued
     assert status == 503
     assert queued() == []
 
@@ -350,18 +312,11 @@ def test_secret_read_from_ssm_parameter(resources, queued, monkeypatch, lambda_c
         Overwrite=True,
     )
     monkeypatch.delenv("WEBHOOK_SECRET", raising=False)
-    webhook = load_function(
-        "webhook",
-        {
-            "QUEUE_URL": resources.queue_urls["EventQueue"],
-            "AGENT_ID": AGENT,
-            "WEBHOOK_SECRET_PARAM": "/whasp-agent/test/webhook-secret",
-        },
-        monkeypatch,
+    env = webhook_env(
+        resources, secret=None, WEBHOOK_SECRET_PARAM="/whasp-agent/test/webhook-secret"
     )
-    event = whasp_message()
-    body = to_bytes(event)
-    status, _ = call(webhook, http_event(body, signed_headers(body, event["id"])), lambda_context)
+    webhook = load_function("webhook", env, monkeypatch)
+    status, _ = post_signed(webhook, whasp_message(), lambda_context)
     assert status == 200
     assert len(queued()) == 1
 

@@ -14,26 +14,10 @@ import boto3
 import pytest
 
 from memagent.errors import ConfigurationError
-from tests.conftest import (
-    AGENT,
-    TEST_SECRET,
-    http_event,
-    load_function,
-    signed_headers,
-    to_bytes,
-    whasp_message,
-)
-from tests.integration.test_webhook import call
+from tests.conftest import TEST_SECRET, http_event, load_function, to_bytes, whasp_message
+from tests.integration.webhook_calls import call, post_signed, signed_request, webhook_env
 
 STRONG = "whsec_" + base64.b64encode(b"k" * 32).decode()
-
-
-def webhook_env(resources: Any, secret: str) -> dict[str, str]:
-    return {
-        "QUEUE_URL": resources.queue_urls["EventQueue"],
-        "AGENT_ID": AGENT,
-        "WEBHOOK_SECRET": secret,
-    }
 
 
 @pytest.fixture
@@ -50,12 +34,11 @@ def queued(resources) -> Any:
 
 @pytest.fixture
 def webhook(resources, monkeypatch) -> Any:
-    return load_function("webhook", webhook_env(resources, STRONG), monkeypatch)
+    return load_function("webhook", webhook_env(resources, secret=STRONG), monkeypatch)
 
 
 def signed(event: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    body = to_bytes(event)
-    return http_event(body, signed_headers(body, event["id"], secret=STRONG, **kwargs))
+    return signed_request(event, secret=STRONG, **kwargs)
 
 
 # ------------------------------------------------------------------ secrets at cold start
@@ -76,7 +59,7 @@ def test_cold_start_refuses_a_weak_secret_naming_the_setting(
     resources, monkeypatch, secret, problem
 ):
     with pytest.raises(ConfigurationError, match="WEBHOOK_SECRET") as refused:
-        load_function("webhook", webhook_env(resources, secret), monkeypatch)
+        load_function("webhook", webhook_env(resources, secret=secret), monkeypatch)
     message = str(refused.value)
     assert re.search(problem, message)
     key = secret.split()[-1].removeprefix("whsec_")
@@ -88,7 +71,7 @@ def test_cold_start_refuses_the_test_only_secret_outside_a_local_run(resources, 
     monkeypatch.delenv("MEMAGENT_LOCAL_STACK", raising=False)
     monkeypatch.delenv("AWS_SAM_LOCAL", raising=False)
     with pytest.raises(ConfigurationError, match=r"WEBHOOK_SECRET.*test-only"):
-        load_function("webhook", webhook_env(resources, TEST_SECRET), monkeypatch)
+        load_function("webhook", webhook_env(resources, secret=TEST_SECRET), monkeypatch)
 
 
 @pytest.mark.parametrize("flag", ["MEMAGENT_LOCAL_STACK", "AWS_SAM_LOCAL"])
@@ -96,11 +79,9 @@ def test_the_test_only_secret_works_in_a_local_run(
     resources, queued, monkeypatch, lambda_context, flag
 ):
     monkeypatch.delenv("MEMAGENT_LOCAL_STACK", raising=False)
-    env = {**webhook_env(resources, TEST_SECRET), flag: "true"}
+    env = webhook_env(resources, secret=TEST_SECRET, **{flag: "true"})
     webhook = load_function("webhook", env, monkeypatch)
-    event = whasp_message()
-    body = to_bytes(event)
-    status, _ = call(webhook, http_event(body, signed_headers(body, event["id"])), lambda_context)
+    status, _ = post_signed(webhook, whasp_message(), lambda_context)
     assert status == 200
     assert len(queued()) == 1
 
@@ -113,13 +94,10 @@ def test_a_weak_secret_in_ssm_fails_closed_naming_the_parameter(
     weak = "whsec_" + base64.b64encode(b"s" * 16).decode()
     boto3.client("ssm").put_parameter(Name=name, Value=weak, Type="SecureString")
     monkeypatch.delenv("WEBHOOK_SECRET", raising=False)
-    env = {**webhook_env(resources, ""), "WEBHOOK_SECRET_PARAM": name}
+    env = webhook_env(resources, secret="", WEBHOOK_SECRET_PARAM=name)
     webhook = load_function("webhook", env, monkeypatch)
-    event = whasp_message()
-    body = to_bytes(event)
-    headers = signed_headers(body, event["id"], secret=weak)
     # when whasp delivers, then the answer is a 503 (whasp retries once the secret is fixed)
-    status, _ = call(webhook, http_event(body, headers), lambda_context)
+    status, _ = post_signed(webhook, whasp_message(), lambda_context, secret=weak)
     assert status == 503
     assert queued() == []
     # and the log names the parameter and the reason, not the value
@@ -132,7 +110,7 @@ def test_a_weak_secret_in_ssm_fails_closed_naming_the_parameter(
 def test_cheap_checks_run_before_the_secret_is_read(resources, monkeypatch, lambda_context):
     # given a secret parameter that cannot be read (every read would be a 503)
     monkeypatch.delenv("WEBHOOK_SECRET", raising=False)
-    env = {**webhook_env(resources, ""), "WEBHOOK_SECRET_PARAM": "/missing/webhook-secret"}
+    env = webhook_env(resources, secret="", WEBHOOK_SECRET_PARAM="/missing/webhook-secret")
     webhook = load_function("webhook", env, monkeypatch)
     event = whasp_message()
     stale = signed(event, timestamp=int(time.time()) - 3600)
@@ -150,9 +128,8 @@ def test_cheap_checks_run_before_the_secret_is_read(resources, monkeypatch, lamb
 def test_a_webhook_id_other_than_the_bodys_id_is_a_401(webhook, queued, lambda_context):
     # given a correctly signed request whose header id is not the event's id (a replay of the
     # body under a fresh id would otherwise dodge the dedupe on the id)
-    event = whasp_message()
-    body = to_bytes(event)
-    request = http_event(body, signed_headers(body, "evt_someone_else", secret=STRONG))
+    request = signed(whasp_message(), webhook_id="evt_someone_else")
+    # then it is refused as unsigned, and nothing is queued
     assert call(webhook, request, lambda_context) == (401, {"error": "invalid signature"})
     assert queued() == []
 
