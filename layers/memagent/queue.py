@@ -6,19 +6,20 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from memagent.errors import QueueUnavailable
 from memagent.person import agent_key, person_key
+from memagent.sqs import SqsSender
 
 if TYPE_CHECKING:  # any provider's envelope: an id, the person's identity (chat), the raw event
     from memagent.whasp import Envelope
 
 # The webhook must answer whasp within its 10 s deadline (and its 10 s Lambda timeout): fail
 # fast with a 503 and let whasp retry. Worst case: 2 attempts in all (total_max_attempts counts
-# the first) x (0.5 s connect + 1 s read) + one backoff (standard mode: under 1 s) = 4 s; with
+# the first) x (0.5 s connect + 1 s read) + one backoff (standard mode: under 1 s) = 4 s, for
+# the webhook's own sender (memagent.sqs, which reads these values) as for a boto3 client; with
 # the secret's read on a cold start (settings.SSM_CONFIG, the same 4 s), 8 s. SendMessage takes
 # tens of milliseconds in a region, so these cut only a failing call short.
 DEADLINE_CONFIG = Config(
@@ -43,9 +44,13 @@ def deduplication_id(event_id: str) -> str:
 
 
 class EventQueue:
+    """The webhook's side: sends with memagent.sqs.SqsSender, not a boto3 client (the client
+    would cost the webhook's cold start about 130 ms; see that module). `client` may be any
+    object with boto3's send_message and send_message_batch, a boto3 client included."""
+
     def __init__(self, queue_url: str, client: Any | None = None):
         self.queue_url = queue_url
-        self._sqs = client or boto3.client("sqs", config=_CONFIG)
+        self._sqs = client or SqsSender(queue_url, config=_CONFIG)
 
     def enqueue(self, agent: str, envelope: Envelope) -> str:
         """Queue one whasp event; return the SQS message id or raise QueueUnavailable."""
@@ -112,6 +117,8 @@ class RetryQueue:
     visibility on its receipt handle brings it back after our backoff instead."""
 
     def __init__(self, queue_url: str, client: Any | None = None):
+        import boto3  # the consumer's: not on the webhook's cold path
+
         self.queue_url = queue_url
         self._sqs = client or boto3.client("sqs", config=_CONFIG)
 
@@ -141,6 +148,8 @@ class ParkingQueue:
     (with their reason) for an operator to inspect, instead of being dropped or retried."""
 
     def __init__(self, queue_url: str, client: Any | None = None):
+        import boto3  # the consumer's: not on the webhook's cold path
+
         self.queue_url = queue_url
         self._sqs = client or boto3.client("sqs")
 

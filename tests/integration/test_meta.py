@@ -907,13 +907,25 @@ def many_messages(count: int) -> dict:
     )
 
 
-def test_a_post_of_twelve_messages_is_queued_in_two_batch_calls(webhook, queue, lambda_context):
+def test_a_post_of_twelve_messages_is_queued_in_two_batch_calls(
+    webhook, queue, monkeypatch, lambda_context
+):
     calls: list[str] = []
-    webhook.queue._sqs.meta.events.register(
-        "before-call.sqs.*", lambda model, **_: calls.append(model.name)
-    )
+    sqs = webhook.queue._sqs  # the webhook's own sender (memagent.sqs): boto3's call shapes
+
+    def counting(name: str) -> Any:
+        send = getattr(sqs, name)
+
+        def counted(**members: Any) -> Any:
+            calls.append(name)
+            return send(**members)
+
+        return counted
+
+    for name in ("send_message", "send_message_batch"):
+        monkeypatch.setattr(sqs, name, counting(name))
     assert post(webhook, many_messages(12), lambda_context) == 200
-    assert calls == ["SendMessageBatch", "SendMessageBatch"]
+    assert calls == ["send_message_batch", "send_message_batch"]
     assert len(queue.peek()) == 12
 
 

@@ -377,9 +377,10 @@ def test_arbitrary_requests_never_500_and_never_enqueue_unsigned(
     assert queued() == []
 
 
-def test_the_webhook_cold_path_loads_no_model_code_no_pydantic_and_no_xray_sdk():
+def test_the_webhook_cold_path_loads_no_model_code_no_pydantic_no_xray_sdk_and_no_boto3_client():
     # given a fresh interpreter in a Lambda-like environment (a cold start; with
-    # AWS_LAMBDA_FUNCTION_NAME set, a Powertools Tracer would load the X-Ray SDK and patch botocore)
+    # AWS_LAMBDA_FUNCTION_NAME set, a Powertools Tracer would load the X-Ray SDK and patch
+    # botocore; the role's credentials in the environment, where Lambda puts them)
     import subprocess
     import sys
     from pathlib import Path
@@ -389,7 +390,7 @@ def test_the_webhook_cold_path_loads_no_model_code_no_pydantic_and_no_xray_sdk()
         "import importlib.util, sys;"
         f"spec = importlib.util.spec_from_file_location('app', {str(app)!r});"
         "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module);"
-        "print(sorted({m.split('.')[0] for m in sys.modules}))"
+        "print(sorted(sys.modules))"
     )
     env = {
         "PATH": "/usr/bin:/bin",
@@ -398,6 +399,9 @@ def test_the_webhook_cold_path_loads_no_model_code_no_pydantic_and_no_xray_sdk()
         "WEBHOOK_SECRET": TEST_SECRET,
         "MEMAGENT_LOCAL_STACK": "1",
         "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "ASIAPROBEONLY0000000",
+        "AWS_SECRET_ACCESS_KEY": "probe-only",
+        "AWS_SESSION_TOKEN": "probe-only",
         "AWS_LAMBDA_FUNCTION_NAME": "whasp-agent-WebhookFunction",
         "AWS_EXECUTION_ENV": "AWS_Lambda_python3.13",
         "LAMBDA_TASK_ROOT": str(app.parent),
@@ -406,11 +410,17 @@ def test_the_webhook_cold_path_loads_no_model_code_no_pydantic_and_no_xray_sdk()
     result = subprocess.run(  # noqa: S603 (our own interpreter and code)
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
-    loaded = set(eval(result.stdout))  # noqa: S307 (a list of names printed by our own code)
+    modules = set(eval(result.stdout))  # noqa: S307 (a list of names printed by our own code)
+    loaded = {m.split(".")[0] for m in modules}
     # then neither the model client and its HTTP stack, nor pydantic, nor the X-Ray SDK is loaded
-    assert "memagent" in loaded and "boto3" in loaded  # the probe saw the real module load
+    assert "memagent.sqs" in modules  # the probe saw the real module load
     for heavy in ("openai", "httpx", "httpx2", "pydantic", "pydantic_core", "aws_xray_sdk"):
         assert heavy not in loaded, f"the webhook's cold path imports {heavy}"
+    # and no boto3 client is built: SQS is reached with botocore's signer alone (memagent.sqs),
+    # without boto3, botocore's client and session, or its endpoint and service data
+    assert "botocore.auth" in modules
+    for machinery in ("boto3", "botocore.client", "botocore.session", "botocore.regions"):
+        assert machinery not in modules, f"the webhook's cold path imports {machinery}"
 
 
 def test_a_request_to_another_route_is_a_404_and_queues_nothing(webhook, queued, lambda_context):

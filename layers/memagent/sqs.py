@@ -1,0 +1,196 @@
+"""SendMessage and SendMessageBatch without a boto3 client: the webhook's cold start.
+
+`boto3.client("sqs")` costs a cold start about 130 ms on top of `import boto3` (botocore loads
+its 1.25 MB endpoint table, the SQS service model and the endpoint ruleset), and the webhook,
+whose cold start a person waits on, needs two operations of it. So the webhook speaks SQS's
+AWS JSON 1.0 protocol itself: a POST with `X-Amz-Target: AmazonSQS.<Operation>` and the
+operation's members as a JSON object. Everything that is not that mapping stays botocore's: the
+credential chain (botocore.credentials), the SigV4 signer (botocore.auth), the HTTP session
+(botocore.httpsession: urllib3, botocore's CA bundle, proxies from the environment) and its
+exceptions, so callers catch BotoCoreError and ClientError exactly as with a client.
+The consumer and the other functions keep boto3.
+
+Measured with bench/import_time.py: see bench/results.md, figure 1, and docs/cost.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.config import Config
+from botocore.credentials import Credentials, EnvProvider
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionError,
+    HTTPClientError,
+    NoCredentialsError,
+    NoRegionError,
+)
+from botocore.httpsession import URLLib3Session
+from botocore.utils import get_environ_proxies
+
+SERVICE = "sqs"  # the SigV4 signing name
+CONTENT_TYPE = "application/x-amz-json-1.0"
+# What is safe to send again (a FIFO queue drops a resent message by its deduplication id, and
+# the batch call is all-or-nothing on these): what botocore's standard mode retries, for the
+# codes SQS answers with. Anything else (a bad queue URL, denied access) fails at once.
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+RETRY_CODES = frozenset({"RequestThrottled", "ThrottlingException", "Throttling", "KmsThrottled"})
+RETRY_EXCEPTIONS = (ConnectionError, HTTPClientError)  # connect/read timeouts, resets, DNS
+
+
+class UnreadableResponse(BotoCoreError):
+    fmt = "SQS answered {operation} with HTTP {status} and a body that is not its JSON"
+
+
+class ClientMeta:
+    """The part of a boto3 client's `meta` that describes how it sends: its Config (timeouts,
+    attempts), region and endpoint."""
+
+    def __init__(self, config: Config, region_name: str, endpoint_url: str):
+        self.config = config
+        self.region_name = region_name
+        self.endpoint_url = endpoint_url
+
+
+def region_from_env(env: Mapping[str, str]) -> str:
+    """AWS_REGION (set by Lambda), else AWS_DEFAULT_REGION, as botocore reads them."""
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    if not region:
+        raise NoRegionError()
+    return region
+
+
+def endpoint_for(queue_url: str, region: str, env: Mapping[str, str]) -> str:
+    """Where to send: AWS_ENDPOINT_URL_SQS, then AWS_ENDPOINT_URL (boto3's own overrides: moto
+    in tests and the local stack), else the queue URL's origin. A queue URL is SQS's own name
+    for the queue (`!Ref` in template.yaml): https://sqs.<region>.<partition's domain>/<account>
+    /<name>, so its origin is the regional endpoint in every partition (amazonaws.com,
+    amazonaws.com.cn, the ISO and EU sovereign ones) without a table of domains to keep up to
+    date. A legacy URL (https://queue.amazonaws.com/..., https://<region>.queue.amazonaws.com/
+    ...) names no JSON endpoint: it gets the commercial partition's regional one, as before."""
+    override = env.get("AWS_ENDPOINT_URL_SQS") or env.get("AWS_ENDPOINT_URL")
+    if override:
+        return override.rstrip("/")
+    parts = urlsplit(queue_url)
+    if parts.scheme == "https" and (parts.hostname or "").startswith("sqs."):
+        return f"https://{parts.netloc}"
+    return f"https://sqs.{region}.amazonaws.com"
+
+
+def resolve_credentials() -> Credentials | None:
+    """botocore's credential chain. Its first link, the environment, is where Lambda puts the
+    function's role credentials (with their session token): read by botocore's EnvProvider
+    without building a session. Anywhere else (a profile, SSO, container or instance
+    credentials) goes through botocore's whole resolver, at init like the rest: that imports
+    botocore.session, the cost this module avoids, only where the environment has no keys.
+    None if nothing is found: each send then fails with NoCredentialsError, as a client would."""
+    found = EnvProvider().load()
+    if found is not None:
+        return found
+    import botocore.session
+
+    return botocore.session.get_session().get_credentials()
+
+
+class SqsSender:
+    """The two calls, shaped like a boto3 SQS client's: `send_message(QueueUrl=...,
+    MessageBody=..., ...)` and `send_message_batch(QueueUrl=..., Entries=[...])` take the same
+    keyword arguments, return the same dicts (MessageId; Successful and Failed) and raise the
+    same exceptions (ClientError with the SQS error code, BotoCoreError subclasses for the
+    network), after the attempts and timeouts in `config`."""
+
+    def __init__(
+        self,
+        queue_url: str,
+        *,
+        config: Config,
+        env: Mapping[str, str] | None = None,
+        credentials: Credentials | None = None,
+        pause: Callable[[float], None] = time.sleep,
+    ):
+        env = os.environ if env is None else env
+        region = region_from_env(env)
+        self.meta = ClientMeta(config, region, endpoint_for(queue_url, region, env))
+        # Credentials, or RefreshableCredentials (container, SSO, AWS_CREDENTIAL_EXPIRATION):
+        # frozen again for each request, so a refreshed set is used as soon as botocore has it
+        self._credentials = credentials if credentials is not None else resolve_credentials()
+        self._http = URLLib3Session(
+            verify=env.get("AWS_CA_BUNDLE") or True,
+            proxies=get_environ_proxies(self.meta.endpoint_url),
+            timeout=(config.connect_timeout, config.read_timeout),
+        )
+        self._pause = pause  # between attempts; tests record instead of waiting
+
+    def send_message(self, **members: Any) -> dict[str, Any]:
+        return self._call("SendMessage", members)
+
+    def send_message_batch(self, **members: Any) -> dict[str, Any]:
+        return self._call("SendMessageBatch", members)
+
+    def _call(self, operation: str, members: dict[str, Any]) -> dict[str, Any]:
+        """The members are the operation's JSON body as they are (the JSON protocol names them
+        as boto3 does, and these two operations' members are strings, numbers and lists of
+        such objects). Retries what RETRY_* allow, with botocore standard mode's pause."""
+        body = json.dumps(members, separators=(",", ":")).encode()
+        attempts = self.meta.config.retries["total_max_attempts"]
+        attempt = 1
+        while True:
+            try:
+                response = self._http.send(self._signed(operation, body))
+            except RETRY_EXCEPTIONS:
+                if attempt >= attempts:
+                    raise
+            else:
+                status = response.status_code
+                answer = _json(response.content)
+                if status == 200 and answer is not None:
+                    return answer
+                if answer is None and status < 300:
+                    raise UnreadableResponse(operation=operation, status=status)
+                error = _client_error(operation, status, answer or {})
+                retryable = status in RETRY_STATUS or error.response["Error"]["Code"] in RETRY_CODES
+                if attempt >= attempts or not retryable:
+                    raise error
+            # botocore standard mode: a random pause up to 1 s x 2^(attempt - 1)
+            self._pause(random.random() * 2 ** (attempt - 1))
+            attempt += 1
+
+    def _signed(self, operation: str, body: bytes) -> Any:
+        """A fresh request each attempt: SigV4 signs the time and the current credentials."""
+        if self._credentials is None:
+            raise NoCredentialsError()
+        request = AWSRequest(
+            method="POST",
+            url=self.meta.endpoint_url + "/",
+            data=body,
+            headers={"Content-Type": CONTENT_TYPE, "X-Amz-Target": f"AmazonSQS.{operation}"},
+        )
+        frozen = self._credentials.get_frozen_credentials()
+        SigV4Auth(frozen, SERVICE, self.meta.region_name).add_auth(request)
+        return request.prepare()
+
+
+def _json(content: bytes) -> dict[str, Any] | None:
+    try:
+        answer = json.loads(content or b"{}")
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
+def _client_error(operation: str, status: int, answer: dict[str, Any]) -> ClientError:
+    """SQS's JSON error: {"__type": "com.amazonaws.sqs#QueueDoesNotExist", "message": ...}."""
+    code = str(answer.get("__type") or answer.get("code") or f"HTTP{status}").rpartition("#")[2]
+    message = str(answer.get("message") or answer.get("Message") or "")
+    error = {"Code": code, "Message": message}
+    return ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": status}}, operation)
