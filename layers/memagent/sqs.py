@@ -19,7 +19,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -116,7 +116,6 @@ class SqsSender:
         config: Config,
         env: Mapping[str, str] | None = None,
         credentials: Credentials | None = None,
-        pause: Callable[[float], None] = time.sleep,
     ):
         env = os.environ if env is None else env
         region = region_from_env(env)
@@ -129,7 +128,6 @@ class SqsSender:
             proxies=get_environ_proxies(self.meta.endpoint_url),
             timeout=(config.connect_timeout, config.read_timeout),
         )
-        self._pause = pause  # between attempts; tests record instead of waiting
 
     def send_message(self, **members: Any) -> dict[str, Any]:
         return self._call("SendMessage", members)
@@ -162,7 +160,7 @@ class SqsSender:
                 if attempt >= attempts or not retryable:
                     raise error
             # botocore standard mode: a random pause up to 1 s x 2^(attempt - 1)
-            self._pause(random.random() * 2 ** (attempt - 1))
+            pause(random.random() * 2 ** (attempt - 1))
             attempt += 1
 
     def _signed(self, operation: str, body: bytes) -> Any:
@@ -178,6 +176,11 @@ class SqsSender:
         frozen = self._credentials.get_frozen_credentials()
         SigV4Auth(frozen, SERVICE, self.meta.region_name).add_auth(request)
         return request.prepare()
+
+
+def pause(seconds: float) -> None:
+    """The wait between attempts (looked up at each call: tests record it instead)."""
+    time.sleep(seconds)
 
 
 def _json(content: bytes) -> dict[str, Any] | None:
