@@ -1,0 +1,52 @@
+"""Where the webhook's SQS sender sends (memagent.sqs.endpoint_for): boto3's endpoint
+overrides first, else the queue URL's own origin, which is right in every partition."""
+
+from __future__ import annotations
+
+import pytest
+from botocore.exceptions import NoRegionError
+
+from memagent.sqs import endpoint_for, region_from_env
+
+QUEUE = "https://sqs.eu-west-1.amazonaws.com/123456789012/whasp-agent-EventQueue.fifo"
+
+
+@pytest.mark.parametrize(
+    ("queue_url", "env", "endpoint"),
+    [
+        (QUEUE, {}, "https://sqs.eu-west-1.amazonaws.com"),
+        (
+            "https://sqs.cn-north-1.amazonaws.com.cn/123456789012/q.fifo",
+            {},
+            "https://sqs.cn-north-1.amazonaws.com.cn",
+        ),
+        # a legacy queue URL names no JSON endpoint: the region's own
+        (
+            "https://queue.amazonaws.com/123456789012/q.fifo",
+            {},
+            "https://sqs.eu-west-1.amazonaws.com",
+        ),
+        # boto3's overrides (moto in tests, the local stack): the service's own first
+        (QUEUE, {"AWS_ENDPOINT_URL": "http://127.0.0.1:5000/"}, "http://127.0.0.1:5000"),
+        (
+            QUEUE,
+            {
+                "AWS_ENDPOINT_URL": "http://127.0.0.1:5000",
+                "AWS_ENDPOINT_URL_SQS": "http://sqs.local",
+            },
+            "http://sqs.local",
+        ),
+    ],
+    ids=["aws", "china", "legacy", "override", "service-override"],
+)
+def test_the_endpoint(queue_url, env, endpoint):
+    assert endpoint_for(queue_url, "eu-west-1", env) == endpoint
+
+
+def test_the_region_is_lambdas_then_the_default_and_never_guessed():
+    assert region_from_env({"AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "us-east-1"}) == (
+        "eu-west-1"
+    )
+    assert region_from_env({"AWS_DEFAULT_REGION": "us-east-1"}) == "us-east-1"
+    with pytest.raises(NoRegionError):
+        region_from_env({})
