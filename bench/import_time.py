@@ -4,17 +4,21 @@ consumer and the compactor, `import openai` (the floor of any function that call
 
 Each sample is a fresh interpreter, so nothing is warm but the OS file cache and the bytecode
 cache. What is timed is what Lambda's init phase does: import the handler module by its file path
-(as the runtime does from /var/task)
-and run its module-level code (settings, the AWS clients, the Powertools Logger/Metrics; the
-consumer and compactor also import the OpenAI client there, so that with SnapStart it is in the
-snapshot). The rows are sampled in turns (one of each, then again), so that a change in the
-machine's load hits every row alike. The environment mirrors Lambda's:
+(as the runtime does from /var/task) and run its module-level code (settings, the AWS clients,
+the Powertools Logger/Metrics; the consumer and compactor also import the OpenAI client there,
+so that with SnapStart it is in the snapshot). The webhook builds no boto3 client: its SQS sender
+(memagent.sqs) resolves the credentials and sets up botocore's HTTP session at init, so its first
+request loads nothing more of ours or botocore's than a client's first call would (the
+connection itself, as with any client). The rows are sampled in turns (one of each, then
+again), so that a change in the machine's load hits every row alike. The environment mirrors
+Lambda's:
 
 - LAMBDA_TASK_ROOT and AWS_LAMBDA_FUNCTION_NAME are set, as in AWS (a Powertools Tracer, if one
   came back, would then load the X-Ray SDK and patch botocore at import, as it would in AWS:
   outside Lambda it disables itself, which would flatter the result).
-- Credentials and region are fixed dummies, and instance metadata is off, so creating the boto3
-  client never looks beyond this machine.
+- Credentials and region are fixed dummies in the environment, as Lambda puts the role's there,
+  and instance metadata is off, so creating a boto3 client (or the webhook's sender) never looks
+  beyond this machine.
 - Libraries this virtualenv has but Lambda does not (awscrt, pyOpenSSL and requests come with
   the SAM CLI; botocore and X-Ray load them when present) are hidden from the child.
 
