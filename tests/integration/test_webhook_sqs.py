@@ -24,16 +24,8 @@ from devstack import LoopbackServer, Reply, Request
 from devstack.events import meta_body, meta_contact, meta_headers, meta_message, meta_notification
 from memagent.person import person_key
 from memagent.queue import deduplication_id
-from tests.conftest import (
-    AGENT,
-    MAYA,
-    TEST_SECRET,
-    http_event,
-    load_function,
-    signed_headers,
-    to_bytes,
-    whasp_message,
-)
+from tests.conftest import AGENT, MAYA, TEST_SECRET, http_event, load_function, whasp_message
+from tests.integration.webhook_calls import call, signed_request
 
 APP_SECRET = "meta-test-app-secret"
 AWS_QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/whasp-agent-EventQueue.fifo"
@@ -135,9 +127,7 @@ def meta_webhook(queue_url: str, monkeypatch) -> Any:
 
 
 def post_whasp(webhook, event: dict[str, Any], lambda_context) -> int:
-    body = to_bytes(event)
-    request = http_event(body, signed_headers(body, event["id"]))
-    return webhook.handler(request, lambda_context)["statusCode"]
+    return call(webhook, signed_request(event), lambda_context)[0]
 
 
 def post_meta(webhook, notification: dict[str, Any], lambda_context) -> int:
