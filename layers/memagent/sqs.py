@@ -35,6 +35,7 @@ from botocore.exceptions import (
     NoCredentialsError,
     NoRegionError,
 )
+from botocore.hooks import HierarchicalEmitter
 from botocore.httpsession import URLLib3Session
 from botocore.utils import get_environ_proxies
 
@@ -54,12 +55,13 @@ class UnreadableResponse(BotoCoreError):
 
 class ClientMeta:
     """The part of a boto3 client's `meta` that describes how it sends: its Config (timeouts,
-    attempts), region and endpoint."""
+    attempts), region and endpoint, and its event emitter."""
 
     def __init__(self, config: Config, region_name: str, endpoint_url: str):
         self.config = config
         self.region_name = region_name
         self.endpoint_url = endpoint_url
+        self.events = HierarchicalEmitter()
 
 
 def region_from_env(env: Mapping[str, str]) -> str:
@@ -107,7 +109,11 @@ class SqsSender:
     MessageBody=..., ...)` and `send_message_batch(QueueUrl=..., Entries=[...])` take the same
     keyword arguments, return the same dicts (MessageId; Successful and Failed) and raise the
     same exceptions (ClientError with the SQS error code, BotoCoreError subclasses for the
-    network), after the attempts and timeouts in `config`."""
+    network), after the attempts and timeouts in `config`. Each call emits botocore's
+    `before-call.sqs.<Operation>` (params, context) and, when it succeeds,
+    `after-call.sqs.<Operation>` (parsed, context) on `meta.events`, at a client's points (the
+    body built; the answer parsed), so what times or counts a client's calls (the benchmarks)
+    reads this sender too."""
 
     def __init__(
         self,
@@ -138,8 +144,16 @@ class SqsSender:
     def _call(self, operation: str, members: dict[str, Any]) -> dict[str, Any]:
         """The members are the operation's JSON body as they are (the JSON protocol names them
         as boto3 does, and these two operations' members are strings, numbers and lists of
-        such objects). Retries what RETRY_* allow, with botocore standard mode's pause."""
+        such objects)."""
         body = json.dumps(members, separators=(",", ":")).encode()
+        context: dict[str, Any] = {}
+        self.meta.events.emit(f"before-call.sqs.{operation}", params=members, context=context)
+        answer = self._send(operation, body)
+        self.meta.events.emit(f"after-call.sqs.{operation}", parsed=answer, context=context)
+        return answer
+
+    def _send(self, operation: str, body: bytes) -> dict[str, Any]:
+        """One call: retries what RETRY_* allow, with botocore standard mode's pause."""
         attempts = self.meta.config.retries["total_max_attempts"]
         attempt = 1
         while True:

@@ -180,6 +180,30 @@ def test_a_whasp_event_lands_in_the_fifo_queue_in_the_persons_group(
     assert message["Attributes"]["MessageDeduplicationId"] == deduplication_id("evt_sender_1")
 
 
+def test_each_send_emits_botocores_before_and_after_call_events(
+    resources, monkeypatch, lambda_context
+):
+    # what times or counts a boto3 client's calls (bench/webhook_bench.py) reads the sender too
+    webhook = whasp_webhook(resources.queue_urls["EventQueue"], monkeypatch)
+    seen: list[tuple[str, Any]] = []
+    events = webhook.queue._sqs.meta.events
+    events.register(
+        "before-call.sqs",
+        lambda event_name, params, **_: seen.append((event_name, params["QueueUrl"])),
+    )
+    events.register(
+        "after-call.sqs",
+        lambda event_name, parsed, **_: seen.append((event_name, parsed["MessageId"])),
+    )
+    assert post_whasp(webhook, whasp_message(), lambda_context) == 200
+    [(before, queue_url), (after, message_id)] = seen
+    assert (before, queue_url) == (
+        "before-call.sqs.SendMessage",
+        resources.queue_urls["EventQueue"],
+    )
+    assert after == "after-call.sqs.SendMessage" and message_id
+
+
 def test_a_redelivered_event_is_dropped_by_its_deduplication_id(
     resources, monkeypatch, lambda_context
 ):
