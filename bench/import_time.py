@@ -123,44 +123,51 @@ class Result:
         return statistics.quantiles(self.samples, n=10, method="inclusive")[-1]
 
 
+# The environment every function gets here, as Lambda would set it: the runtime's variables,
+# dummy credentials and region (Lambda puts the role's there), Powertools' and our settings.
+LAMBDA_ENV = {
+    "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256",
+    "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+    "AWS_EXECUTION_ENV": "AWS_Lambda_python3.13",
+    "AWS_REGION": "us-east-1",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "ASIABENCHMARKONLY000",
+    "AWS_SECRET_ACCESS_KEY": "bench-only-not-a-secret",
+    "AWS_SESSION_TOKEN": "bench-only",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_XRAY_DAEMON_ADDRESS": "127.0.0.1:2000",
+    "AWS_XRAY_CONTEXT_MISSING": "IGNORE_ERROR",
+    "POWERTOOLS_SERVICE_NAME": "whasp-agent",
+    "POWERTOOLS_METRICS_NAMESPACE": "WhaspAgent",
+    "POWERTOOLS_LOG_LEVEL": "INFO",
+    "QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/whasp-agent-EventQueue.fifo",
+    "AGENT_ID": "coach",
+    "WEBHOOK_SECRET": TEST_SECRET,
+    "MEMAGENT_LOCAL_STACK": "1",  # the published test secret is accepted in local runs only
+    # the consumer's and compactor's settings (keys as plain local values: no secret is read at
+    # init either way)
+    "TABLE_NAME": "whasp-agent-MemoryTable-bench",
+    "WHASP_API_URL": "https://api.whasp.example",
+    "WHASP_API_KEY": "whasp-bench-key",
+    "OPENAI_API_KEY": "sk-bench",
+    "OPENAI_MODEL": "gpt-6-luna",
+    "PARKING_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/dlq.fifo",
+}
+
+
 def lambda_like_env(home: str, function: str = "webhook") -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("AWS_", "POWERTOOLS_", "PYTHON", "LAMBDA_", "_X_AMZN"))
     }
+    env.update(LAMBDA_ENV)
     env.update(
         HOME=home,
         LAMBDA_TASK_ROOT=str(ROOT / "functions" / function),
         AWS_LAMBDA_FUNCTION_NAME=f"whasp-agent-{function.title()}Function-bench",
-        AWS_LAMBDA_FUNCTION_MEMORY_SIZE="256",
-        AWS_LAMBDA_FUNCTION_VERSION="$LATEST",
-        AWS_EXECUTION_ENV="AWS_Lambda_python3.13",
-        AWS_REGION="us-east-1",
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_ACCESS_KEY_ID="ASIABENCHMARKONLY000",
-        AWS_SECRET_ACCESS_KEY="bench-only-not-a-secret",
-        AWS_SESSION_TOKEN="bench-only",
-        AWS_CONFIG_FILE=os.devnull,
-        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
-        AWS_EC2_METADATA_DISABLED="true",
-        AWS_XRAY_DAEMON_ADDRESS="127.0.0.1:2000",
-        AWS_XRAY_CONTEXT_MISSING="IGNORE_ERROR",
-        POWERTOOLS_SERVICE_NAME="whasp-agent",
-        POWERTOOLS_METRICS_NAMESPACE="WhaspAgent",
-        POWERTOOLS_LOG_LEVEL="INFO",
-        QUEUE_URL="https://sqs.us-east-1.amazonaws.com/123456789012/whasp-agent-EventQueue.fifo",
-        AGENT_ID="coach",
-        WEBHOOK_SECRET=TEST_SECRET,
-        MEMAGENT_LOCAL_STACK="1",  # the published test secret is accepted in local runs only
-        # the consumer's and compactor's settings (keys as plain local values: no secret is
-        # read at init either way)
-        TABLE_NAME="whasp-agent-MemoryTable-bench",
-        WHASP_API_URL="https://api.whasp.example",
-        WHASP_API_KEY="whasp-bench-key",
-        OPENAI_API_KEY="sk-bench",
-        OPENAI_MODEL="gpt-6-luna",
-        PARKING_QUEUE_URL="https://sqs.us-east-1.amazonaws.com/123456789012/dlq.fifo",
     )
     return env
 
