@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cfnlint.api import ManualArgs, lint_file
 from moto.events.models import EventPattern
 from samtranslator.translator.arn_generator import ArnGenerator
 from samtranslator.translator.transform import transform
@@ -259,12 +258,37 @@ def flagged_record() -> dict[str, Any]:
 # =========================================================================== tests
 
 
-def test_cfn_lint_reports_no_errors() -> None:
+@pytest.fixture(scope="module")
+def lint_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+    """cfn-lint's errors (every rule, including SAM's) for the template as written ("as written")
+    and with the SnapStart parameter on ("snapstart on", what `sam validate --lint` lints then),
+    from one cfn-lint run: its rules load once. cfn-lint is imported here, not at collection:
+    only the worker running these tests pays for it."""
+    from cfnlint.api import ManualArgs, lint_by_config
+
+    text = TEMPLATE.read_text(encoding="utf-8")
+    switched = re.sub(
+        r'(\n  SnapStart:\n    Type: String\n    Default: )"false"', r'\1"true"', text, count=1
+    )
+    assert switched != text, "the SnapStart parameter's default moved; update this test"
+    on = tmp_path_factory.mktemp("snapstart-on") / "template.yaml"
+    on.write_text(switched, encoding="utf-8")
+    shapes = {str(TEMPLATE): "as written", str(on): "snapstart on"}
+    matches = lint_by_config(ManualArgs(templates=list(shapes), regions=["us-east-1", "eu-west-1"]))
+    errors: dict[str, list[str]] = {shape: [] for shape in shapes.values()}
+    for match in matches:
+        if match.rule.severity == "error":
+            # an error cfn-lint cannot place in either file (a bad option) fails both tests
+            errors.setdefault(shapes.get(match.filename or ""), []).append(str(match))
+    unplaced = errors.pop(None, [])
+    return {shape: found + unplaced for shape, found in errors.items()}
+
+
+@pytest.mark.xdist_group("cfn-lint")  # one lint run for both tests: one worker
+def test_cfn_lint_reports_no_errors(lint_errors: dict[str, list[str]]) -> None:
     # given the template as written
-    # when cfn-lint checks it (every rule, including SAM's)
-    matches = lint_file(TEMPLATE, config=ManualArgs(regions=["us-east-1", "eu-west-1"]))
-    # then it reports no error
-    errors = [str(m) for m in matches if m.rule.severity == "error"]
+    # when cfn-lint checks it (every rule, including SAM's), then it reports no error
+    errors = lint_errors["as written"]
     assert not errors, "\n".join(errors)
 
 
@@ -713,16 +737,9 @@ def test_snapstart_is_offered_for_the_consumer_and_the_compactor_only(cfn: Templ
         assert driving_parameters(cfn, apply_on) == {"SnapStart"}
 
 
-def test_cfn_lint_reports_no_errors_with_snapstart_on(tmp_path: Path) -> None:
+@pytest.mark.xdist_group("cfn-lint")
+def test_cfn_lint_reports_no_errors_with_snapstart_on(lint_errors: dict[str, list[str]]) -> None:
     # given the template with the SnapStart parameter on (what `sam validate --lint` lints)
-    text = TEMPLATE.read_text(encoding="utf-8")
-    switched = re.sub(
-        r'(\n  SnapStart:\n    Type: String\n    Default: )"false"', r'\1"true"', text, count=1
-    )
-    assert switched != text, "the SnapStart parameter's default moved; update this test"
-    on = tmp_path / "template.yaml"
-    on.write_text(switched, encoding="utf-8")
     # when cfn-lint checks it, then it reports no error
-    matches = lint_file(on, config=ManualArgs(regions=["us-east-1", "eu-west-1"]))
-    errors = [str(m) for m in matches if m.rule.severity == "error"]
+    errors = lint_errors["snapstart on"]
     assert not errors, "\n".join(errors)
