@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import threading
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import boto3
 import pytest
 
 from devstack.fake_openai import FakeOpenAI
-from devstack.resources import load_template
+from devstack.resources import create_all, load_template
 from devstack.stack import DevStack
 from memagent.store import ledger_sk
 
@@ -54,21 +55,30 @@ def stand_in_responder(calls: list[dict[str, Any]]):
 
 
 @pytest.mark.parametrize(
-    ("people", "messages"),
+    ("people", "messages", "compaction"),
     [
-        # make test: enough people and messages for every person to be compacted once
-        pytest.param(4, 24, id="4x24"),
-        # the full run, in the slow tier (make test-slow, run by CI): about 4 minutes on 2 cores
-        pytest.param(PEOPLE, MESSAGES, id="20x60", marks=pytest.mark.slow),
+        # make test: more people than consumer environments, each compacted while still writing
+        # (threshold 10 / keep 4, 24 turns each: folds race the next messages), in half the
+        # messages the default compaction needs to fold once
+        pytest.param(4, 12, (10, 4), id="4x12"),
+        # the full run with the default compaction (40 / keep 20), in the slow tier
+        # (make test-slow, run by CI): about 4 minutes on 2 cores
+        pytest.param(PEOPLE, MESSAGES, (None, None), id="20x60", marks=pytest.mark.slow),
     ],
 )
-def test_many_people_many_messages_each_with_duplicates(tmp_path, people, messages):
-    # given the local stack with the offline model and the default compaction (40 / keep 20)
+def test_many_people_many_messages_each_with_duplicates(tmp_path, people, messages, compaction):
+    # given the local stack with the offline model and that compaction (threshold / keep)
     # One reply per message (COALESCE_BURSTS=false): this run checks that each message is
     # answered once and in order; a burst answered once is checked in tests/integration.
     one_each = {"COALESCE_BURSTS": "false"}
+    threshold, keep = compaction
     with DevStack(
-        env={}, extra_env=one_each, level="quiet", log_path=tmp_path / "stack.log"
+        env={},
+        extra_env=one_each,
+        compact_threshold=threshold,
+        compact_keep=keep,
+        level="quiet",
+        log_path=tmp_path / "stack.log",
     ) as stack:
         said = {
             phone(i): [f"message {n} from person {i}" for n in range(messages)]
@@ -133,6 +143,12 @@ def stand_in():
 
 
 PARK_AFTER = 5  # receives before the stand-in stack's queue parks a message
+# The stand-in stack's other changes to template.yaml, which the stack must create as written
+# (test_changing_the_template_changes_what_the_stack_creates). The consumer still has more
+# than RECORD_TIME_BUDGET_SECONDS (300) to run, or it would defer every record, and the queue
+# still hides a message for six times that (AWS's advice for SQS event sources).
+CONSUMER_TIMEOUT = 360
+VISIBILITY_TIMEOUT = 6 * CONSUMER_TIMEOUT
 
 
 @pytest.fixture(scope="module")
@@ -141,9 +157,10 @@ def stand_in_stack(stand_in, tmp_path_factory):
     # The redrive works the same after 5 receives as after the template's 100 (sized for a
     # 12-hour outage); each receive is a consumer invocation, so 5 keeps this test at seconds.
     template = load_template()
-    template["Resources"]["EventQueue"]["Properties"]["RedrivePolicy"]["maxReceiveCount"] = (
-        PARK_AFTER
-    )
+    queue = template["Resources"]["EventQueue"]["Properties"]
+    queue["RedrivePolicy"]["maxReceiveCount"] = PARK_AFTER
+    queue["VisibilityTimeout"] = VISIBILITY_TIMEOUT
+    template["Resources"]["ConsumerFunction"]["Properties"]["Timeout"] = CONSUMER_TIMEOUT
     with DevStack(
         env=env,
         template=template,
@@ -202,8 +219,38 @@ def test_a_message_failing_every_time_is_parked_after_max_receives(stand_in_stac
 # ------------------------------------------------------------------ template.yaml is the source
 
 
-def test_changing_the_template_changes_what_the_stack_creates(tmp_path):
-    # given a copy of template.yaml with other key names, visibility timeout and function timeout
+@pytest.mark.xdist_group("stand-in-stack")
+def test_changing_the_template_changes_what_the_stack_creates(stand_in_stack):
+    # given the stand-in stack, started from a copy of template.yaml with another redrive
+    # count, visibility timeout and consumer timeout (stand_in_stack)
+    stack = stand_in_stack
+    changed = (PARK_AFTER, VISIBILITY_TIMEOUT, CONSUMER_TIMEOUT)
+    # (each one unlike template.yaml's, so none can have come from the file itself)
+    assert all(ours != written for ours, written in zip(changed, _as_written(), strict=True))
+    # when we read what it created
+    attributes = boto3.client("sqs").get_queue_attributes(
+        QueueUrl=stack.resources.queue_urls["EventQueue"], AttributeNames=["All"]
+    )["Attributes"]
+    # then the queue and the function are what the copy says
+    assert attributes["VisibilityTimeout"] == str(VISIBILITY_TIMEOUT)
+    assert json.loads(attributes["RedrivePolicy"])["maxReceiveCount"] == PARK_AFTER
+    assert attributes["FifoQueue"] == "true"
+    assert stack.functions["ConsumerFunction"].timeout == CONSUMER_TIMEOUT
+
+
+def _as_written() -> tuple[int, int, int]:
+    """template.yaml's redrive count, visibility timeout and consumer timeout."""
+    resources = load_template()["Resources"]
+    queue = resources["EventQueue"]["Properties"]
+    return (
+        int(queue["RedrivePolicy"]["maxReceiveCount"]),
+        int(queue["VisibilityTimeout"]),
+        int(resources["ConsumerFunction"]["Properties"]["Timeout"]),
+    )
+
+
+def test_changing_the_table_in_the_template_changes_the_table_created(moto_server):
+    # given a copy of template.yaml with other key names
     template = copy.deepcopy(load_template())
     table = next(r for r in template["Resources"].values() if r["Type"] == "AWS::DynamoDB::Table")[
         "Properties"
@@ -211,45 +258,42 @@ def test_changing_the_template_changes_what_the_stack_creates(tmp_path):
     renamed = {"pk": "person", "sk": "item"}
     for field in table["AttributeDefinitions"] + table["KeySchema"]:
         field["AttributeName"] = renamed[field["AttributeName"]]
-    template["Resources"]["EventQueue"]["Properties"]["VisibilityTimeout"] = 42
-    template["Resources"]["ConsumerFunction"]["Properties"]["Timeout"] = 7
-    # when the local stack starts from it
-    with DevStack(env={}, template=template, level="quiet", log_path=tmp_path / "s.log") as stack:
-        described = boto3.client("dynamodb").describe_table(TableName=stack.resources.table_name)[
-            "Table"
-        ]
-        attributes = boto3.client("sqs").get_queue_attributes(
-            QueueUrl=stack.resources.queue_urls["EventQueue"], AttributeNames=["All"]
-        )["Attributes"]
-        consumer_timeout = stack.functions["ConsumerFunction"].timeout
-    # then the table, the queue and the function are what the copy says
+    # when the stack's resources are created from it (DevStack.start creates them this way, from
+    # its template: the test above shows the queue following its copy)
+    created = create_all(f"t{uuid.uuid4().hex[:10]}", template)
+    # then the table is what the copy says
+    described = boto3.client("dynamodb").describe_table(TableName=created.table_name)["Table"]
     assert {k["AttributeName"]: k["KeyType"] for k in described["KeySchema"]} == {
         "person": "HASH",
         "item": "RANGE",
     }
     assert described["StreamSpecification"]["StreamViewType"] == "NEW_IMAGE"
-    assert attributes["VisibilityTimeout"] == "42"
-    assert attributes["FifoQueue"] == "true"
-    assert consumer_timeout == 7
 
 
 # ------------------------------------------------------------------ make demo
 
 
-@pytest.mark.slow
-def test_the_demo_runs_end_to_end_offline_and_exits_0(tmp_path):
-    # given no key and no model server: a fresh process, as `make demo` starts it
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AWS_"))}
-    # when the demo runs
-    result = subprocess.run(  # noqa: S603 (our interpreter, our module)
+def run_demo(
+    tmp_path: Path, *, without: tuple[str, ...], **env: str
+) -> subprocess.CompletedProcess[str]:
+    """`make demo` in a fresh process, with none of our variables starting with `without`."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(without)}
+    return subprocess.run(  # noqa: S603 (our interpreter, our module)
         [sys.executable, "-m", "devstack.demo", "--log", str(tmp_path / "demo.log")],
         cwd=ROOT,
-        env={**env, "NO_COLOR": "1"},
+        env={**inherited, "NO_COLOR": "1", **env},
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
+
+
+@pytest.mark.slow
+def test_the_demo_runs_end_to_end_offline_and_exits_0(tmp_path):
+    # given no key and no model server: a fresh process, as `make demo` starts it
+    # when the demo runs
+    result = run_demo(tmp_path, without=("OPENAI_", "AWS_"))
     # then it passed every check, showing the compaction and the offline label
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "OFFLINE STAND-IN" in result.stdout
@@ -263,16 +307,7 @@ def test_the_demo_runs_end_to_end_offline_and_exits_0(tmp_path):
 @pytest.mark.slow
 def test_the_meta_demo_runs_end_to_end_offline_and_exits_0(tmp_path):
     # given no key, no model server and no network: `make demo PROVIDER=meta` in a fresh process
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AWS_", "META_"))}
-    result = subprocess.run(  # noqa: S603 (our interpreter, our module)
-        [sys.executable, "-m", "devstack.demo", "--log", str(tmp_path / "demo.log")],
-        cwd=ROOT,
-        env={**env, "NO_COLOR": "1", "PROVIDER": "meta"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = run_demo(tmp_path, without=("OPENAI_", "AWS_", "META_"), PROVIDER="meta")
     # then the same story passes through Meta payloads and the Graph API stand-in, identity
     # changes included, and erasure by BSUID leaves only marks
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
