@@ -33,6 +33,10 @@ gives AWS's behaviour. The clock and the speed-ups below correct nothing, so the
 Speed (`make_dynamodb_faster`). A Query on the table's key reads only the queried partition
 (moto sorts the whole table first), and item results and stream records are written as plain
 JSON, which is what moto's shape-driven serializer produces for them, at a fraction of the cost.
+`make_server_dispatch_faster`: for every request, moto's server lists its own package directory
+(about 150 stat calls, twice) to find the service and lists the response class's methods with
+inspect to find the action; both answers are fixed for the process, so they are computed once
+(a third of the server's CPU per request).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ _SQS_LOCK = threading.RLock()  # moto's receive is not atomic either
 _applied = False
 _fast_applied = False
 _sqs_applied = False
+_dispatch_applied = False
 # Operations whose results moto already holds in wire format (DynamoDB JSON): item operations
 # and the stream's records.
 _PLAIN_JSON_OPERATIONS = frozenset(
@@ -135,7 +140,25 @@ def apply() -> None:
     """Every fix above, once per process."""
     make_dynamodb_thread_safe()
     make_dynamodb_faster()
+    make_server_dispatch_faster()
     make_sqs_faithful()
+
+
+def make_server_dispatch_faster() -> None:
+    """Compute once what moto's server recomputes on every request (see the module docstring)."""
+    global _dispatch_applied
+    with _LOCK:
+        if _dispatch_applied:
+            return
+        import moto.backends
+        import moto.core.responses
+
+        modules = tuple(moto.backends.list_of_moto_modules())  # moto's own folders: fixed
+        _patch(moto.backends, "list_of_moto_modules", lambda: modules)
+        # keyed by response class; moto (and this module) never adds methods to those at run time
+        methods = functools.cache(moto.core.responses.method_names_from_class)
+        _patch(moto.core.responses, "method_names_from_class", methods)
+        _dispatch_applied = True
 
 
 def make_sqs_faithful() -> None:
