@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import boto3
 
@@ -124,9 +125,11 @@ def create_queues(
         name = f"{prefix}-{logical_id}" + (".fifo" if props.get("FifoQueue") else "")
         url = client.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
         urls[logical_id] = url
-        arns[logical_id] = client.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])[
-            "Attributes"
-        ]["QueueArn"]
+        # The ARN is the region, the account and the name; the URL (https://sqs.<region>.
+        # amazonaws.com/<account>/<name>, moto's alike) holds the last two: no second request
+        # (the tests create queues for every test). A wrong ARN fails the redrive policy above.
+        account, queue_name = urlsplit(url).path.strip("/").split("/")[-2:]
+        arns[logical_id] = f"arn:aws:sqs:{client.meta.region_name}:{account}:{queue_name}"
 
     for logical_id in queues:
         create(logical_id)
