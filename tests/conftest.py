@@ -4,6 +4,7 @@ Lambda handlers loaded from functions/<name>/app.py exactly as the runtime loads
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import time
@@ -59,6 +60,23 @@ def _guarded_sleep(seconds: float) -> None:
 
 
 time.sleep = _guarded_sleep
+
+
+# ------------------------------------------------------------------ no TLS here
+
+
+# No test speaks TLS: moto and the stand-ins for OpenAI, whasp and Meta are plain HTTP on
+# loopback. Yet every OpenAI client (made at each handler's import: one or more per test) builds
+# an SSL context and loads the system's CA bundle into it, ~28 ms of CPU each time. One context,
+# built on first use, serves them all in this process (each one a function runs in the local
+# stack's environments still builds its own).
+def _share_the_tls_context() -> None:
+    import httpcore2  # the openai client's HTTP stack (layers/requirements.txt)
+
+    httpcore2.default_ssl_context = functools.cache(httpcore2.default_ssl_context)
+
+
+_share_the_tls_context()
 
 
 @pytest.fixture(autouse=True)
@@ -186,12 +204,18 @@ def whasp(whasp_server) -> Any:
     return whasp_server
 
 
-@pytest.fixture
-def consumer_env(resources, openai, whasp) -> dict[str, str]:
+@functools.cache
+def _s3(_endpoint: str) -> Any:
+    """The tests' own S3 client, one per moto server (an S3 client takes ~12 ms to make)."""
     import boto3
 
+    return boto3.client("s3")
+
+
+@pytest.fixture
+def consumer_env(resources, openai, whasp) -> dict[str, str]:
     media_bucket = f"{resources.table_name}-media"  # the template's MediaBucket
-    boto3.client("s3").create_bucket(Bucket=media_bucket)
+    _s3(os.environ["AWS_ENDPOINT_URL"]).create_bucket(Bucket=media_bucket)
     return {
         "TABLE_NAME": resources.table_name,
         "AGENT_ID": AGENT,
