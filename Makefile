@@ -36,7 +36,8 @@ $(STAMP): pyproject.toml layers/requirements.txt
 # One pytest-xdist worker per core; `--dist loadgroup` (pyproject.toml's addopts) keeps tests
 # that share a module-scoped fixture (a local stack, a sam build) on one worker. The slow tier
 # (end-to-end runs in subprocesses: sam build, the demo, the bench smoke, the full 20 x 60 stack
-# run) is its own target; CI runs both (.ci/run). Run one test the plain way: .venv/bin/python -m pytest tests/path.py::name
+# run) is its own target; CI runs both (.ci/run).
+# Run one test the plain way: .venv/bin/python -m pytest tests/path.py::name
 PYTEST_PARALLEL := -n auto
 
 test: $(STAMP)
