@@ -198,10 +198,20 @@ def openai(openai_server) -> Any:
     return openai_server
 
 
-@pytest.fixture
-def whasp(whasp_server) -> Any:
-    whasp_server.reset()
-    return whasp_server
+def reset_for_each_test(server_fixture: str, *, name: str) -> Any:
+    """A fixture `name`: the session's `server_fixture` (a stand-in server), reset before each
+    test so that it sees only its own requests."""
+
+    @pytest.fixture(name=name)
+    def fresh(request: pytest.FixtureRequest) -> Any:
+        server = request.getfixturevalue(server_fixture)
+        server.reset()
+        return server
+
+    return fresh
+
+
+whasp = reset_for_each_test("whasp_server", name="whasp")
 
 
 @functools.cache

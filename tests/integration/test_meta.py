@@ -28,7 +28,7 @@ from devstack.events import (
 )
 from devstack.lambda_harness import retried, sqs_message_record
 from memagent.person import person_key
-from tests.conftest import AGENT, load_function
+from tests.conftest import AGENT, load_function, reset_for_each_test
 from tests.integration.faults import crash_after, crash_before
 
 APP_SECRET = "meta-test-app-secret"
@@ -50,10 +50,7 @@ def graph_server() -> Any:
         yield server
 
 
-@pytest.fixture
-def graph(graph_server) -> Any:
-    graph_server.reset()
-    return graph_server
+graph = reset_for_each_test("graph_server", name="graph")
 
 
 @pytest.fixture
