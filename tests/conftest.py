@@ -19,7 +19,7 @@ import pytest
 from devstack import events, lambda_harness
 from devstack.aws import MotoServer, aws_env
 from devstack.events import http_event, sqs_batch, sqs_record  # noqa: F401 (for the tests)
-from devstack.resources import LocalResources, create_all
+from devstack.resources import LocalResources, create_all, load_template
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_SECRET = "whsec_" + base64.b64encode(b"memagent-test-only-secret-do-not-use").decode()
@@ -125,10 +125,17 @@ def moto_server() -> Iterator[MotoServer]:
                 os.environ[key] = value
 
 
+@functools.cache
+def _template() -> dict[str, Any]:
+    """template.yaml, parsed once, for reading only (load_template gives a copy to change: a deep
+    copy per test costs ~10 ms)."""
+    return load_template()
+
+
 @pytest.fixture
 def resources(moto_server: MotoServer) -> LocalResources:
     """A fresh table and fresh queues per test, created from template.yaml."""
-    return create_all(f"t{uuid.uuid4().hex[:10]}")
+    return create_all(f"t{uuid.uuid4().hex[:10]}", _template())
 
 
 def load_function(name: str, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Any:
@@ -275,10 +282,9 @@ def tap(resources) -> Any:
     """The memory table's stream from now on, as the compactor's event source mapping reads it:
     in Lambda's record shape, through the template's filter (`tap.matching()`)."""
     from devstack.lambda_harness import stream_filters
-    from devstack.resources import load_template
     from devstack.streams import StreamTap
 
-    tap = StreamTap(resources.stream_arn, stream_filters(load_template()))
+    tap = StreamTap(resources.stream_arn, stream_filters(_template()))
     tap.skip_to_end()
     return tap
 
