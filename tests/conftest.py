@@ -40,6 +40,27 @@ os.environ.update(
 )
 
 
+# ------------------------------------------------------------------ xdist groups
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Make `--dist loadgroup` group again under pytest 9.2 (pytest-xdist issue #1386).
+
+    xdist tells the scheduler a test's xdist_group by appending "@group" to the test's id in
+    `item._nodeid`; pytest 9.2 reads ids from `item._id`, so the suffix is lost and every test is
+    scheduled alone: a module's shared local stack, sam build or cfn-lint run then starts on each
+    worker. Until an xdist release fixes it (pytest-xdist PR #1388), copy the suffixed id over."""
+    if not getattr(config.option, "loadgroup", False):
+        return  # not an xdist worker under --dist loadgroup
+    from _pytest.nodeid import NodeId  # only pytest >= 9.2 has it: older ones need no help
+
+    for item in items:
+        suffixed = getattr(item, "_nodeid", None)
+        if isinstance(suffixed, str) and "@" in suffixed and item.nodeid != suffixed:
+            item._id = NodeId.parse(suffixed)
+
+
 # ------------------------------------------------------------------ no real waiting
 
 # AWS's clock is not the test's: a retry schedule, a Retry-After or a poll is scaled or replaced
