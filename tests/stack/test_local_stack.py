@@ -253,7 +253,10 @@ def _as_written() -> tuple[int, int, int]:
     )
 
 
-def test_changing_the_table_in_the_template_changes_the_table_created(moto_server):
+@pytest.mark.xdist_group("stand-in-stack")
+def test_changing_the_table_in_the_template_changes_the_table_created(stand_in_stack):
+    # (the stand-in stack's moto: the session's moto_server fixture would change the AWS
+    # environment under the module's stack, which puts back its own when it stops)
     # given a copy of template.yaml with other key names
     template = copy.deepcopy(load_template())
     table = next(r for r in template["Resources"].values() if r["Type"] == "AWS::DynamoDB::Table")[
