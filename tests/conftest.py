@@ -53,7 +53,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     worker. Until an xdist release fixes it (pytest-xdist PR #1388), copy the suffixed id over."""
     if not getattr(config.option, "loadgroup", False):
         return  # not an xdist worker under --dist loadgroup
-    from _pytest.nodeid import NodeId  # only pytest >= 9.2 has it: older ones need no help
+    try:
+        from _pytest.nodeid import NodeId  # only pytest >= 9.2 has it: older ones need no help
+    except ImportError:
+        return
 
     for item in items:
         suffixed = getattr(item, "_nodeid", None)
