@@ -62,6 +62,8 @@ class EventQueue:
             )
         except (BotoCoreError, ClientError) as error:
             raise QueueUnavailable(type(error).__name__) from None
+        if not response.get("MessageId"):  # an answer that does not say it was taken
+            raise QueueUnavailable("SendMessage answered without a MessageId")
         return response["MessageId"]
 
     def enqueue_all(self, agent: str, envelopes: list[Envelope]) -> int:
@@ -81,6 +83,9 @@ class EventQueue:
             if failed:
                 codes = sorted({str(f.get("Code")) for f in failed})
                 raise QueueUnavailable(f"{len(failed)} entries refused: {', '.join(codes)}")
+            taken = {str(s.get("Id")) for s in response.get("Successful") or []}
+            if len(taken) != len(chunk):  # an answer that accounts for fewer entries than sent
+                raise QueueUnavailable(f"{len(chunk) - len(taken)} entries unaccounted for")
         return len(envelopes)
 
     @staticmethod

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+import botocore
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
@@ -42,6 +43,7 @@ from botocore.httpsession import URLLib3Session
 from botocore.utils import get_environ_proxies
 
 SERVICE = "sqs"  # the SigV4 signing name
+USER_AGENT = f"memagent-webhook Botocore/{botocore.__version__}"  # names us in CloudTrail
 CONTENT_TYPE = "application/x-amz-json-1.0"
 # What is safe to send again (within 5 minutes a FIFO queue drops a resent message, batch entries
 # included, by its deduplication id) and worth it: what botocore's standard mode retries, for the
@@ -67,7 +69,8 @@ class ClientMeta:
 
 
 def region_from_env(env: Mapping[str, str]) -> str:
-    """AWS_REGION (set by Lambda), else AWS_DEFAULT_REGION, as botocore reads them."""
+    """AWS_REGION, else AWS_DEFAULT_REGION (Lambda sets both). botocore would also read a
+    profile's region from ~/.aws/config; this does not: outside Lambda, set one of the two."""
     region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
     if not region:
         raise NoRegionError()
@@ -89,6 +92,18 @@ def endpoint_for(queue_url: str, region: str, env: Mapping[str, str]) -> str:
     if parts.scheme == "https" and (parts.hostname or "").startswith("sqs."):
         return f"https://{parts.netloc}"
     return f"https://sqs.{region}.amazonaws.com"
+
+
+def signing_region(queue_url: str, env: Mapping[str, str]) -> str:
+    """The region the request is signed for: the queue's own (sqs.<region>.<domain>) when the
+    request goes to the queue URL's origin, so a queue in another region than the function's
+    is still reached; else the environment's (an override such as moto, or a legacy URL)."""
+    if not (env.get("AWS_ENDPOINT_URL_SQS") or env.get("AWS_ENDPOINT_URL")):
+        parts = urlsplit(queue_url)
+        labels = (parts.hostname or "").split(".")
+        if parts.scheme == "https" and len(labels) > 3 and labels[0] == "sqs":
+            return labels[1]
+    return region_from_env(env)
 
 
 def resolve_credentials() -> Credentials | None:
@@ -126,7 +141,7 @@ class SqsSender:
         credentials: Credentials | None = None,
     ):
         env = os.environ if env is None else env
-        region = region_from_env(env)
+        region = signing_region(queue_url, env)
         self.meta = ClientMeta(config, region, endpoint_for(queue_url, region, env))
         # Credentials, or RefreshableCredentials (container, SSO, AWS_CREDENTIAL_EXPIRATION):
         # frozen again for each request, so a refreshed set is used as soon as botocore has it
@@ -156,7 +171,7 @@ class SqsSender:
 
     def _send(self, operation: str, body: bytes) -> dict[str, Any]:
         """One call: retries what RETRY_* allow, with botocore standard mode's pause."""
-        attempts = self.meta.config.retries["total_max_attempts"]
+        attempts = _attempts(self.meta.config)
         attempt = 1
         while True:
             try:
@@ -171,8 +186,12 @@ class SqsSender:
                     return answer
                 if answer is None and status < 300:
                     raise UnreadableResponse(operation=operation, status=status)
-                error = _client_error(operation, status, answer or {})
-                retryable = status in RETRY_STATUS or error.response["Error"]["Code"] in RETRY_CODES
+                error = _client_error(operation, status, answer or {}, response.headers)
+                codes = {
+                    error.response["Error"]["Code"],
+                    error.response["Error"].get("QueryErrorCode"),
+                }
+                retryable = status in RETRY_STATUS or bool(codes & RETRY_CODES)
                 if attempt >= attempts or not retryable:
                     raise error
             # botocore standard mode: a random pause up to 1 s x 2^(attempt - 1)
@@ -187,7 +206,12 @@ class SqsSender:
             method="POST",
             url=self.meta.endpoint_url + "/",
             data=body,
-            headers={"Content-Type": CONTENT_TYPE, "X-Amz-Target": f"AmazonSQS.{operation}"},
+            headers={
+                "Content-Type": CONTENT_TYPE,
+                "X-Amz-Target": f"AmazonSQS.{operation}",
+                "x-amzn-query-mode": "true",  # as botocore sends it to query-compatible services
+                "User-Agent": USER_AGENT,
+            },
         )
         frozen = self._credentials.get_frozen_credentials()
         SigV4Auth(frozen, SERVICE, self.meta.region_name).add_auth(request)
@@ -207,9 +231,29 @@ def _json(content: bytes) -> dict[str, Any] | None:
     return answer if isinstance(answer, dict) else None
 
 
-def _client_error(operation: str, status: int, answer: dict[str, Any]) -> ClientError:
-    """SQS's JSON error: {"__type": "com.amazonaws.sqs#QueueDoesNotExist", "message": ...}."""
-    code = str(answer.get("__type") or answer.get("code") or f"HTTP{status}").rpartition("#")[2]
+def _attempts(config: Config) -> int:
+    """Attempts in all, from a Config's retries as botocore reads them (max_attempts counts the
+    retries only); botocore's standard-mode default, 3, when it names neither."""
+    retries = config.retries or {}
+    if "total_max_attempts" in retries:
+        return int(retries["total_max_attempts"])
+    if "max_attempts" in retries:
+        return int(retries["max_attempts"]) + 1
+    return 3
+
+
+def _client_error(
+    operation: str, status: int, answer: dict[str, Any], headers: Mapping[str, str]
+) -> ClientError:
+    """SQS's JSON error, read as botocore reads it: the shape's name from `__type`
+    ("com.amazonaws.sqs#QueueDoesNotExist"), and, where SQS adds the query-compatible header
+    `x-amzn-query-error: AWS.SimpleQueueService.NonExistentQueue;Sender`, that code as `Code`
+    with the shape's name kept as `QueryErrorCode` (what a boto3 client's ClientError holds)."""
+    shape = str(answer.get("__type") or answer.get("code") or f"HTTP{status}")
+    shape = shape.split(":", 1)[0].rpartition("#")[2]
     message = str(answer.get("message") or answer.get("Message") or "")
-    error = {"Code": code, "Message": message}
+    error = {"Code": shape, "Message": message}
+    code, _, kind = (headers.get("x-amzn-query-error") or "").partition(";")
+    if code and kind:
+        error.update(Code=code, QueryErrorCode=shape, Type=kind)
     return ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": status}}, operation)

@@ -17,6 +17,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
+from botocore.exceptions import ClientError
 
 import memagent.queue
 import memagent.sqs
@@ -55,12 +56,16 @@ class StandInSqs(LoopbackServer):
         super().stop()
 
 
-def sqs_error(status: int, code: str) -> Reply:
-    """SQS's AWS JSON 1.0 error: the shape's id in __type, the text in message."""
+def sqs_error(status: int, code: str, query_error: str | None = None) -> Reply:
+    """SQS's AWS JSON 1.0 error: the shape's id in __type, the text in message, and (as SQS
+    sends it) the query-compatible code in x-amzn-query-error."""
+    headers = {"Content-Type": "application/x-amz-json-1.0"}
+    if query_error:
+        headers["x-amzn-query-error"] = query_error
     return Reply(
         status,
         json.dumps({"__type": f"com.amazonaws.sqs#{code}", "message": code}).encode(),
-        {"Content-Type": "application/x-amz-json-1.0"},
+        headers,
     )
 
 
@@ -308,6 +313,57 @@ def test_an_error_a_retry_cannot_fix_is_a_503_at_once(
     assert pauses == []
 
 
+def test_a_batch_answer_that_leaves_entries_unaccounted_for_is_a_503(
+    stand_in, monkeypatch, lambda_context, pauses
+):
+    # given SQS answers 200 to a batch of three but names only two entries, neither failed
+    ok = {"MD5OfMessageBody": "x", "SequenceNumber": "1"}
+    stand_in(
+        sqs_ok(
+            {
+                "Successful": [
+                    {"Id": "0", "MessageId": "m0", **ok},
+                    {"Id": "1", "MessageId": "m1", **ok},
+                ],
+                "Failed": [],
+            }
+        )
+    )
+    webhook = meta_webhook(AWS_QUEUE_URL, monkeypatch)
+    # when Meta posts three messages, then the third is not taken for queued: Meta retries
+    assert post_meta(webhook, messages_from(people(3)), lambda_context) == 503
+
+
+@pytest.mark.parametrize(
+    ("code", "query_error"),
+    [
+        ("QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue;Sender"),
+        ("InvalidAddress", None),
+        ("ThrottlingException", "AWS.SimpleQueueService.RequestThrottled;Sender"),
+    ],
+    ids=["query-compatible", "json-only", "throttled"],
+)
+def test_an_error_answer_raises_what_a_boto3_client_raises(
+    stand_in, monkeypatch, pauses, code, query_error
+):
+    # given SQS answers an error, as its JSON protocol writes it
+    stand_in(sqs_error(400, code, query_error))
+    sender = memagent.sqs.SqsSender(AWS_QUEUE_URL, config=Config(retries={"total_max_attempts": 1}))
+    client = boto3.client(
+        "sqs", region_name="us-east-1", config=Config(retries={"total_max_attempts": 1})
+    )
+    # when the sender and a boto3 client make the same call
+    raised = []
+    for caller in (sender, client):
+        with pytest.raises(ClientError) as error:
+            caller.send_message(QueueUrl=AWS_QUEUE_URL, MessageBody="x", MessageGroupId="g")
+        raised.append(error.value.response["Error"])
+    # then the error carries the same code, query code and kind (what callers compare against)
+    ours, theirs = raised
+    for key in ("Code", "QueryErrorCode", "Type"):
+        assert ours.get(key) == theirs.get(key), key
+
+
 def test_an_unreachable_endpoint_is_tried_twice_then_a_503(
     stand_in, monkeypatch, lambda_context, pauses
 ):
@@ -357,6 +413,8 @@ def test_the_request_is_signed_with_sigv4_for_sqs_with_the_session_token(
     assert request.headers["x-amz-security-token"] == "stand-in-session-token"
     assert request.headers["x-amz-target"] == "AmazonSQS.SendMessage"
     assert request.headers["content-type"] == "application/x-amz-json-1.0"
+    assert request.headers["x-amzn-query-mode"] == "true"  # as botocore sends it to SQS
+    assert request.headers["user-agent"].startswith("memagent-webhook Botocore/")
     assert request.json()["QueueUrl"] == AWS_QUEUE_URL
     credentials = Credentials("ASIASTANDIN000000000", "stand-in-secret", "stand-in-session-token")
     assert signature_checks_out(request, credentials, "us-east-1")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import NoRegionError
 
-from memagent.sqs import endpoint_for, region_from_env
+from memagent.sqs import endpoint_for, region_from_env, signing_region
 
 QUEUE = "https://sqs.eu-west-1.amazonaws.com/123456789012/whasp-agent-EventQueue.fifo"
 
@@ -50,3 +50,16 @@ def test_the_region_is_lambdas_then_the_default_and_never_guessed():
     assert region_from_env({"AWS_DEFAULT_REGION": "us-east-1"}) == "us-east-1"
     with pytest.raises(NoRegionError):
         region_from_env({})
+
+
+def test_the_signature_names_the_queues_own_region():
+    # a queue in another region than the function's is signed for the queue's region
+    env = {"AWS_REGION": "us-east-1"}
+    assert signing_region(QUEUE, env) == "eu-west-1"
+    china = "https://sqs.cn-north-1.amazonaws.com.cn/123456789012/q.fifo"
+    assert signing_region(china, env) == "cn-north-1"
+    # an override (moto, the local stack) or a legacy URL: the environment's region
+    assert (
+        signing_region(QUEUE, {**env, "AWS_ENDPOINT_URL": "http://127.0.0.1:5000"}) == "us-east-1"
+    )
+    assert signing_region("https://queue.amazonaws.com/123456789012/q.fifo", env) == "us-east-1"
