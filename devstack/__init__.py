@@ -123,6 +123,11 @@ class RecordingServer(LoopbackServer):
         self.delay_seconds = delay_seconds
         self.requests: list[dict[str, Any]] = []
 
+    def read(self, request: Request) -> dict[str, Any]:
+        """Fields the record holds from the start (e.g. the parsed body), so that whoever
+        reads `requests` while the answer is being made sees them."""
+        return {}
+
     def answer(self, request: Request, record: dict[str, Any]) -> Reply:
         raise NotImplementedError
 
@@ -135,6 +140,7 @@ class RecordingServer(LoopbackServer):
             "headers": request.headers,
             "json": None,
             "status": None,
+            **self.read(request),
         }
         with self._lock:
             self.requests.append(record)

@@ -118,10 +118,13 @@ class FakeGraph(RecordingServer):
 
     # ------------------------------------------------------------------ HTTP
 
-    def answer(self, request: Request, record: dict[str, Any]) -> Reply:
+    def read(self, request: Request) -> dict[str, Any]:
         if request.method == "POST":
-            with contextlib.suppress(ValueError):  # a body that is not JSON is refused below
-                record["json"] = request.json()
+            with contextlib.suppress(ValueError):  # a body that is not JSON is refused later
+                return {"json": request.json()}
+        return {}
+
+    def answer(self, request: Request, record: dict[str, Any]) -> Reply:
         return self._route(request, record)
 
     def _take(self, kind: str) -> Reply | None:

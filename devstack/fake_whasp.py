@@ -130,11 +130,14 @@ class FakeWhasp(RecordingServer):
 
     # ------------------------------------------------------------------ HTTP
 
-    def answer(self, request: Request, record: dict[str, Any]) -> Reply:
-        record["replayed"] = False
+    def read(self, request: Request) -> dict[str, Any]:
+        record: dict[str, Any] = {"replayed": False}
         if request.path == MESSAGES:
-            with contextlib.suppress(ValueError):  # a body that is not JSON is refused below
+            with contextlib.suppress(ValueError):  # a body that is not JSON is refused later
                 record["json"] = request.json()
+        return record
+
+    def answer(self, request: Request, record: dict[str, Any]) -> Reply:
         if injected := self._take_injected(request.path):
             return injected
         if request.headers.get("authorization") != f"Bearer {self.api_key}":
