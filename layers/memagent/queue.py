@@ -61,7 +61,7 @@ class EventQueue:
                 QueueUrl=self.queue_url, **self._entry(agent, envelope)
             )
         except (BotoCoreError, ClientError) as error:
-            raise QueueUnavailable(type(error).__name__) from None
+            raise QueueUnavailable(_reason(error)) from None
         if not response.get("MessageId"):  # an answer that does not say it was taken
             raise QueueUnavailable("SendMessage answered without a MessageId")
         return response["MessageId"]
@@ -78,7 +78,7 @@ class EventQueue:
                     Entries=[{"Id": str(i), **entry} for i, entry in enumerate(chunk)],
                 )
             except (BotoCoreError, ClientError) as error:
-                raise QueueUnavailable(type(error).__name__) from None
+                raise QueueUnavailable(_reason(error)) from None
             failed = response.get("Failed") or []
             if failed:
                 codes = sorted({str(f.get("Code")) for f in failed})
@@ -95,6 +95,14 @@ class EventQueue:
             "MessageGroupId": group_id(agent, envelope),
             "MessageDeduplicationId": deduplication_id(envelope.id),
         }
+
+
+def _reason(error: Exception) -> str:
+    """What the log says of a failed send: the error's class, and SQS's code when it answered
+    (throttling passes; a denied access or a missing queue needs an operator)."""
+    if isinstance(error, ClientError):
+        return f"{type(error).__name__}: {error.response.get('Error', {}).get('Code')}"
+    return type(error).__name__
 
 
 BATCH_ENTRIES = 10  # SQS's cap on entries per SendMessageBatch
