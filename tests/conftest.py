@@ -10,7 +10,7 @@ import os
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -192,15 +192,6 @@ def whasp_message(
 
 def to_bytes(event: dict[str, Any]) -> bytes:
     return json.dumps(event).encode()
-
-
-@pytest.fixture
-def signed_event() -> Callable[..., dict[str, Any]]:
-    def make(event: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        body = to_bytes(event)
-        return http_event(body, signed_headers(body, event["id"], **kwargs))
-
-    return make
 
 
 @pytest.fixture(scope="session")

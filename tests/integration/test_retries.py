@@ -23,7 +23,7 @@ from devstack.lambda_harness import reported_failures as failures
 from devstack.resources import load_template, max_receive_count
 from memagent.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, sqs_batch, whasp_message
-from tests.integration.webhook_calls import webhook_env
+from tests.integration.webhook_calls import signed_request, webhook_env
 
 SAM = "+447700900456"
 ALEX = "+447700900789"
@@ -33,12 +33,11 @@ HOUR = 3600.0
 class Pipeline:
     """whasp -> webhook -> SQS FIFO (moto) -> event source mapping -> consumer, in-process."""
 
-    def __init__(self, webhook, consumer, resources, lambda_context, signed_event):
+    def __init__(self, webhook, consumer, resources, lambda_context):
         self.webhook = webhook
         self.consumer = consumer
         self.resources = resources
         self.context = lambda_context
-        self.signed_event = signed_event
         self.delivery = QueueDelivery(
             sqs=boto3.client("sqs"),
             queue_url=resources.queue_urls["EventQueue"],
@@ -55,7 +54,7 @@ class Pipeline:
         self.delivery._invoke = in_process(consumer.handler, self.context)
 
     def post(self, event: dict[str, Any]) -> None:
-        response = self.webhook.handler(self.signed_event(event), self.context)
+        response = self.webhook.handler(signed_request(event), self.context)
         assert response["statusCode"] == 200
 
     def dead_letters(self) -> int:
@@ -74,11 +73,11 @@ class Pipeline:
 
 
 @pytest.fixture
-def pipeline(resources, consumer_env, monkeypatch, lambda_context, signed_event) -> Pipeline:
+def pipeline(resources, consumer_env, monkeypatch, lambda_context) -> Pipeline:
     webhook = load_function("webhook", webhook_env(resources), monkeypatch)
     # the template's model retries: one in-process retry, then the queue's backoff
     consumer = load_function("consumer", {**consumer_env, "OPENAI_MAX_RETRIES": "1"}, monkeypatch)
-    return Pipeline(webhook, consumer, resources, lambda_context, signed_event)
+    return Pipeline(webhook, consumer, resources, lambda_context)
 
 
 def written(seconds_ago: float, text: str, chat: str = MAYA) -> dict[str, Any]:
