@@ -77,6 +77,11 @@ def region_from_env(env: Mapping[str, str]) -> str:
     return region
 
 
+def _endpoint_override(env: Mapping[str, str]) -> str | None:
+    """boto3's endpoint overrides, the service's own first."""
+    return env.get("AWS_ENDPOINT_URL_SQS") or env.get("AWS_ENDPOINT_URL") or None
+
+
 def endpoint_for(queue_url: str, region: str, env: Mapping[str, str]) -> str:
     """Where to send: AWS_ENDPOINT_URL_SQS, then AWS_ENDPOINT_URL (boto3's own overrides: moto
     in tests and the local stack), else the queue URL's origin. A queue URL is SQS's own name
@@ -85,7 +90,7 @@ def endpoint_for(queue_url: str, region: str, env: Mapping[str, str]) -> str:
     amazonaws.com.cn, the ISO and EU sovereign ones) without a table of domains to keep up to
     date. A legacy URL (https://queue.amazonaws.com/..., https://<region>.queue.amazonaws.com/
     ...) names no JSON endpoint: it gets the commercial partition's regional one, as boto3's."""
-    override = env.get("AWS_ENDPOINT_URL_SQS") or env.get("AWS_ENDPOINT_URL")
+    override = _endpoint_override(env)
     if override:
         return override.rstrip("/")
     parts = urlsplit(queue_url)
@@ -98,7 +103,7 @@ def signing_region(queue_url: str, env: Mapping[str, str]) -> str:
     """The region the request is signed for: the queue's own (sqs.<region>.<domain>) when the
     request goes to the queue URL's origin, so a queue in another region than the function's
     is still reached; else the environment's (an override such as moto, or a legacy URL)."""
-    if not (env.get("AWS_ENDPOINT_URL_SQS") or env.get("AWS_ENDPOINT_URL")):
+    if not _endpoint_override(env):
         parts = urlsplit(queue_url)
         labels = (parts.hostname or "").split(".")
         if parts.scheme == "https" and len(labels) > 3 and labels[0] == "sqs":
