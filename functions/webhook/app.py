@@ -12,7 +12,13 @@ import json
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from memagent.errors import BadRequest, InvalidSignature, QueueUnavailable, SecretUnavailable
+from memagent.errors import (
+    BadRequest,
+    BodyTooLarge,
+    InvalidSignature,
+    QueueUnavailable,
+    SecretUnavailable,
+)
 from memagent.observability import logger, metrics
 from memagent.queue import EventQueue
 from memagent.settings import WebhookSettings
@@ -45,9 +51,11 @@ def _rejected(reason: str, status: int, message: str) -> dict:
     return _json(status, {"error": message})
 
 
-def _raw_body(body: str | None, is_base64: bool) -> bytes:
+def _raw_body(body: str | None, is_base64: bool, max_bytes: int) -> bytes:
     """The exact bytes the provider signed; a body we cannot turn back into bytes cannot be
-    verified."""
+    verified. One too long to be under the cap is refused before it is even decoded."""
+    if len(body or "") > (max_bytes * 4 // 3 + 4 if is_base64 else max_bytes):
+        raise BodyTooLarge("body too large")
     try:
         if is_base64:
             return base64.b64decode(body or "", validate=True)
@@ -61,7 +69,7 @@ def webhook(event: dict) -> dict:
         settings,
         queue,
         event.get("headers") or {},
-        _raw_body(event.get("body"), bool(event.get("isBase64Encoded"))),
+        _raw_body(event.get("body"), bool(event.get("isBase64Encoded")), settings.max_body_bytes),
     )
     logger.info(
         "webhook accepted",
@@ -108,6 +116,8 @@ def respond(event: dict) -> dict:
         return route(event)
     except InvalidSignature:
         return _rejected("signature", 401, "invalid signature")
+    except BodyTooLarge:
+        return _rejected("too_large", 413, "body too large")
     except BadRequest as error:
         return _rejected("bad_request", 400, str(error))
     except SecretUnavailable as error:

@@ -21,6 +21,10 @@ class BadRequest(AgentError):
     """A signed webhook request whose body we cannot accept (too big, not JSON, no envelope)."""
 
 
+class BodyTooLarge(BadRequest):
+    """A webhook body over the configured cap, refused before its signature is computed."""
+
+
 class QueueUnavailable(AgentError):
     """SQS did not accept the message; the sender should retry."""
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from memagent.errors import BadRequest
+from memagent.errors import BadRequest, BodyTooLarge
 
 MAX_TEXT_CHARS = 4096  # both whasp and Meta cap a text message at 4,096 characters
 MAX_SEND_KEY = 255  # whasp's Idempotency-Key limit (Meta's biz_opaque_callback_data takes 512)
@@ -151,13 +151,20 @@ def header(headers: Mapping[str, str] | None, name: str) -> str | None:
 
 
 def json_body(body: bytes, *, max_bytes: int) -> Any:
-    """The parsed JSON of a verified webhook body; BadRequest when too large or not JSON."""
-    if len(body) > max_bytes:
-        raise BadRequest("body too large")
+    """The parsed JSON of a verified webhook body; BadRequest when too large, not JSON, or
+    nested deeper than the parser's recursion limit (a RecursionError, which is no ValueError)."""
+    check_size(body, max_bytes=max_bytes)
     try:
         return json.loads(body)
-    except (UnicodeDecodeError, ValueError):
-        raise BadRequest("body is not JSON") from None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise BadRequest("body is not JSON we accept") from None
+
+
+def check_size(body: bytes, *, max_bytes: int) -> None:
+    """The first check of a webhook body, before any signature is computed: hashing an unsigned
+    6 MiB body only to refuse it is what a flood would make us do."""
+    if len(body) > max_bytes:
+        raise BodyTooLarge("body too large")
 
 
 def split_text(text: str, limit: int = MAX_TEXT_CHARS) -> list[str]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -82,32 +83,48 @@ def _endpoint_override(env: Mapping[str, str]) -> str | None:
     return env.get("AWS_ENDPOINT_URL_SQS") or env.get("AWS_ENDPOINT_URL") or None
 
 
+# SQS's regional host in each partition's DNS domain (commercial, China, the ISO ones, the EU
+# sovereign cloud): sqs.<region>.<domain>. A queue URL's host is trusted only when it is one of
+# these; `sqs.evil.example` merely starts like one, and signed requests must not go there.
+SQS_HOST = re.compile(
+    r"sqs\.(?P<region>[a-z]{2}(?:-[a-z]+)+-[0-9]{1,2})\."
+    r"(?:amazonaws\.com|amazonaws\.com\.cn|c2s\.ic\.gov|sc2s\.sgov\.gov|cloud\.adc-e\.uk"
+    r"|csp\.hci\.ic\.gov|amazonaws\.eu)\Z"
+)
+
+
+def _queue_host(queue_url: str) -> re.Match[str] | None:
+    """The queue URL's host when it is SQS's own (https, no credentials, no other port)."""
+    parts = urlsplit(queue_url.strip())
+    if parts.scheme != "https" or parts.username or parts.password or parts.port not in (None, 443):
+        return None
+    return SQS_HOST.fullmatch(parts.hostname or "")
+
+
 def endpoint_for(queue_url: str, region: str, env: Mapping[str, str]) -> str:
     """Where to send: AWS_ENDPOINT_URL_SQS, then AWS_ENDPOINT_URL (boto3's own overrides: moto
-    in tests and the local stack), else the queue URL's origin. A queue URL is SQS's own name
-    for the queue (`!Ref` in template.yaml): https://sqs.<region>.<partition's domain>/<account>
-    /<name>, so its origin is the regional endpoint in every partition (amazonaws.com,
-    amazonaws.com.cn, the ISO and EU sovereign ones) without a table of domains to keep up to
-    date. A legacy URL (https://queue.amazonaws.com/..., https://<region>.queue.amazonaws.com/
-    ...) names no JSON endpoint: it gets the commercial partition's regional one, as boto3's."""
+    in tests and the local stack), else the queue URL's host when it is SQS's regional host in
+    a partition's domain (SQS_HOST: `!Ref` in template.yaml gives https://sqs.<region>.<domain>
+    /<account>/<name>). Any other URL (a legacy https://queue.amazonaws.com/... one, or a host
+    that only starts with `sqs.`) gets the commercial partition's regional endpoint, as boto3
+    derives it, never the URL's own host."""
     override = _endpoint_override(env)
     if override:
         return override.rstrip("/")
-    parts = urlsplit(queue_url)
-    if parts.scheme == "https" and (parts.hostname or "").startswith("sqs."):
-        return f"https://{parts.netloc}"
+    found = _queue_host(queue_url)
+    if found:
+        return f"https://{found.group(0)}"
     return f"https://sqs.{region}.amazonaws.com"
 
 
 def signing_region(queue_url: str, env: Mapping[str, str]) -> str:
     """The region the request is signed for: the queue's own (sqs.<region>.<domain>) when the
-    request goes to the queue URL's origin, so a queue in another region than the function's
-    is still reached; else the environment's (an override such as moto, or a legacy URL)."""
+    request goes to the queue URL's host, so a queue in another region than the function's
+    is still reached; else the environment's (an override such as moto, or any other URL)."""
     if not _endpoint_override(env):
-        parts = urlsplit(queue_url)
-        labels = (parts.hostname or "").split(".")
-        if parts.scheme == "https" and len(labels) > 3 and labels[0] == "sqs":
-            return labels[1]
+        found = _queue_host(queue_url)
+        if found:
+            return found["region"]
     return region_from_env(env)
 
 

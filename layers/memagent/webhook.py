@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from memagent.errors import InvalidSignature
+from memagent.provider import check_size
 from memagent.queue import EventQueue
 from memagent.settings import WebhookSettings
 
@@ -32,6 +33,7 @@ def receive(
 ) -> Receipt:
     """Accept one provider delivery. Raises InvalidSignature, BadRequest, SecretUnavailable or
     QueueUnavailable; returns only once the events are safely queued (or deliberately ignored)."""
+    check_size(body, max_bytes=settings.max_body_bytes)  # before any HMAC is computed
     if settings.provider == "meta":
         return _receive_meta(settings, queue, headers, body)
     from memagent.whasp import check_signature_headers, parse_envelope, verify_signed

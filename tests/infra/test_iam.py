@@ -20,6 +20,7 @@ from tests.infra.test_template import (
     RESOURCE_STAR_ONLY,
     Template,
     as_list,
+    evaluate,
     policy_statements,
     resolve_all,
     resources,
@@ -190,3 +191,30 @@ def test_every_bucket_refuses_plain_http(sam_template: Template) -> None:
                 if covered >= {f"{bucket}.Arn", f"${{{bucket}.Arn}}/*"}:
                     denied.add(bucket)
     assert denied == set(buckets)
+
+
+def test_only_the_webhooks_role_may_send_to_the_event_queue(sam_template: Template) -> None:
+    # given the stack with and without a redrive role of the operator's
+    redrive = "arn:aws:iam::123456789012:role/ops"
+    for extra, allowed in (({}, {"WebhookRole"}), ({"QueueRedriveRoleArn": redrive}, None)):
+        parameters = {**PARAMETERS, **extra}
+        cfn = sam_transform(sam_template, parameters)
+        (policy,) = [
+            p["Properties"]
+            for p in resources(cfn, "AWS::SQS::QueuePolicy").values()
+            if [target(q) for q in p["Properties"]["Queues"]] == ["EventQueue"]
+        ]
+        (deny,) = policy_statements(policy["PolicyDocument"])
+        # then every other principal is refused SendMessage on the queue
+        assert (deny["Effect"], deny["Principal"], deny["Action"]) == (
+            "Deny",
+            "*",
+            "sqs:SendMessage",
+        )
+        assert target(deny["Resource"]) == "EventQueue"
+        principals = deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]
+        exempt = [
+            evaluate(cfn, e, parameters) for e in as_list(evaluate(cfn, principals, parameters))
+        ]
+        names = {target(e) or e for e in exempt}
+        assert names == (allowed or {"WebhookRole", redrive})

@@ -63,3 +63,23 @@ def test_the_signature_names_the_queues_own_region():
         signing_region(QUEUE, {**env, "AWS_ENDPOINT_URL": "http://127.0.0.1:5000"}) == "us-east-1"
     )
     assert signing_region("https://queue.amazonaws.com/123456789012/q.fifo", env) == "us-east-1"
+
+
+@pytest.mark.parametrize(
+    "queue_url",
+    [
+        "https://sqs.evil.example/123456789012/q.fifo",
+        "https://sqs.eu-west-1.amazonaws.com.evil.example/123456789012/q.fifo",
+        "https://sqs.eu-west-1.amazonaws.com@evil.example/123456789012/q.fifo",
+        "https://user@sqs.eu-west-1.amazonaws.com/123456789012/q.fifo",
+        "https://sqs.eu-west-1.amazonaws.com:8443/123456789012/q.fifo",
+        "http://sqs.eu-west-1.amazonaws.com/123456789012/q.fifo",
+    ],
+    ids=["other-domain", "suffix", "userinfo-host", "credentials", "port", "plain-http"],
+)
+def test_a_queue_url_that_only_looks_like_sqs_gets_the_regions_own_endpoint(queue_url):
+    # given a queue URL whose host merely starts with "sqs." (or carries credentials or a port)
+    env = {"AWS_REGION": "eu-west-1"}
+    # then the signed requests go to the region's real endpoint, signed for its region
+    assert endpoint_for(queue_url, "eu-west-1", env) == "https://sqs.eu-west-1.amazonaws.com"
+    assert signing_region(queue_url, {"AWS_REGION": "us-east-1"}) == "us-east-1"
