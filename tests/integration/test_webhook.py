@@ -250,10 +250,10 @@ def test_only_v1a_entries_with_a_valid_v1_digest_are_still_refused(webhook, queu
 # ------------------------------------------------------------------ rejected: 400 and 503
 
 
-def test_oversized_body_gets_400(webhook, queued, lambda_context):
+def test_oversized_body_gets_413(webhook, queued, lambda_context):
     event = whasp_message("x" * (256 * 1024))
     status, _ = post_signed(webhook, event, lambda_context)
-    assert status == 400
+    assert status == 413
     assert queued() == []
 
 
