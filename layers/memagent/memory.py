@@ -54,7 +54,7 @@ class PersonState:
     opted_out_at: datetime | None = None
     erased_at: datetime | None = None  # set by forget(); older events are never stored again
     forget_pending: bool = False  # the person asked to be forgotten; we asked them to confirm
-    alias_of: str | None = None  # this identifier's person lives under another key (see turn.py)
+    alias_of: str | None = None  # this identifier's person lives under another key (identity.py)
     # the event ids of the person's messages stored since the last reply, oldest first: the
     # next reply answers all of them at once (a burst of lines gets one answer)
     awaiting: tuple[str, ...] = ()

@@ -21,7 +21,7 @@ Identity
     messages ``user_changed_number`` / ``user_changed_user_id`` move a person to new identifiers.
 Sending
     ``POST {graph}/{phone_number_id}/messages`` with a Bearer token; ``to`` a phone or
-    ``recipient`` a BSUID. No idempotency key exists: a repeat sends twice (see turn.py for how
+    ``recipient`` a BSUID. No idempotency key exists: a repeat sends twice (see delivery.py for how
     we shrink that window). Errors are decided on ``error.code``, not the HTTP status.
 Read receipt and typing indicator
     The same endpoint, ``{"status": "read", "message_id", "typing_indicator": {"type": "text"}}``.
@@ -267,7 +267,7 @@ def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
                 continue
             one = _one(entry, change, value, statuses=[status], contacts=contacts[:1])
             # a group apart from the person's messages: a status must not wait behind the
-            # redelivery of the very message whose reply it confirms (see turn.py)
+            # redelivery of the very message whose reply it confirms (see delivery.py)
             envelopes.append(
                 Envelope(id=f"{wamid}:{state}", type=STATUS, chat=f"status:{who}", raw=one)
             )

@@ -12,6 +12,12 @@ OpenTelemetry with the ADOT layer (docs/observability.md).
 """
 
 from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
 
 logger = Logger()
 metrics = Metrics()
+
+
+def count(name: str, value: float = 1) -> None:
+    """Add `value` to the count metric `name`."""
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)

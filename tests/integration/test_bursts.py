@@ -199,7 +199,7 @@ def test_forget_me_then_yes_inside_one_batch_erases(
 ):
     batch = sqs_batch(message("hello", 0), message("forget me", 1), message("yes", 2))
     assert failures(consumer.handler(batch, lambda_context)) == []
-    from memagent.turn import FORGET_QUESTION, FORGOTTEN_REPLY
+    from memagent.keywords import FORGET_QUESTION, FORGOTTEN_REPLY
 
     replies = whasp.texts_to(MAYA)
     assert replies[1:] == [FORGET_QUESTION, FORGOTTEN_REPLY]

@@ -410,7 +410,7 @@ def test_a_turn_the_model_refuses_gets_one_fallback_reply(consumer, openai, whas
     response = consumer.handler(sqs_batch(message("something the model refuses")), lambda_context)
     assert failures(response) == []
     assert len(whasp.sent) == 1
-    from memagent.turn import FALLBACK_REPLY
+    from memagent.reply import FALLBACK_REPLY
 
     assert whasp.sent[0]["text"] == FALLBACK_REPLY
 

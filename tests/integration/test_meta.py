@@ -874,7 +874,7 @@ def test_no_memory_is_started_in_a_key_linked_to_another_person(resources):
 def test_a_crash_after_the_goodbye_erases_on_retry_without_a_second_goodbye(
     webhook, queue, consumer, graph, resources, monkeypatch, lambda_context
 ):
-    from memagent.turn import FORGOTTEN_REPLY
+    from memagent.keywords import FORGOTTEN_REPLY
 
     post(webhook, text_from("forget me", phone=MAYA_PHONE, at=NOW), lambda_context)
     queue.drain(consumer, lambda_context)

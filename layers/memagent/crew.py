@@ -1,0 +1,42 @@
+"""What an agent (persona) answers with: its settings, the memory store, the model, the
+provider, kept media and the transcript archive; built once (consumer.Consumer.from_settings)
+and handed to every step of a turn. The turn itself is memagent/turn.py."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from memagent.lifecycle import forget_key
+
+if TYPE_CHECKING:
+    from memagent.archive import KeptMedia, TranscriptArchive
+    from memagent.lifecycle import Receipt
+    from memagent.model import ModelClient
+    from memagent.provider import Provider
+    from memagent.settings import ConsumerSettings
+    from memagent.store import MemoryStore
+
+
+class Crew:
+    def __init__(
+        self,
+        settings: ConsumerSettings,
+        store: MemoryStore,
+        model: ModelClient,
+        provider: Provider,
+        archive: TranscriptArchive | None = None,
+        media: KeptMedia | None = None,
+    ):
+        self.settings = settings
+        self.archive = archive
+        self.media = media  # voice notes and photos kept between attempts
+        self.store = store
+        self.model = model
+        self.provider = provider
+        self.ledger_ttl = timedelta(days=settings.ledger_ttl_days)
+
+    def _forget(self, pk: str, *, at: datetime | None = None) -> Receipt:
+        """Erase a person (memagent.lifecycle), with this agent's archive and kept media. Every
+        step of a turn erases through here, so a test can strike a crash into it."""
+        return forget_key(self.store, pk, archive=self.archive, at=at, media=self.media)

@@ -1,0 +1,101 @@
+"""The person's message to text, then remembered: stored once, keyed by the provider's event id,
+with its ledger entry and the state, in one transaction (memagent/store.py remember_inbound).
+Storing it reserves the next seq for its reply; a message that waits for its answer joins the
+state's `awaiting` list (memagent/bursts.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from memagent.delivery import show_typing
+from memagent.inbound import message_text
+from memagent.keywords import cancels_forget, is_stop, stopped_at
+from memagent.memory import Memory, Turn
+from memagent.observability import count, logger
+
+if TYPE_CHECKING:
+    from memagent.crew import Crew
+    from memagent.provider import InboundMessage
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """A message stored for the first time. `stop`: it was a STOP; `held`: it was written
+    before a standing opt-out (kept, never answered). Else `memory` holds it, awaiting."""
+
+    memory: Memory
+    stop: bool
+    held: bool
+
+
+def to_text(crew: Crew, pk: str, message: InboundMessage) -> str:
+    """The message as text: voice notes transcribed, photos described, other media noted."""
+    provider = crew.provider
+    if crew.media is not None and message.media is not None:
+        # downloaded once, on the first attempt; a retry hours later reads the kept copy
+        provider = crew.media.fetching_once(crew.provider, pk, message.event_id)
+    return message_text(
+        message,
+        provider=provider,
+        model=crew.model,
+        max_media_bytes=crew.settings.media_max_bytes,
+    )
+
+
+def remember(
+    crew: Crew, pk: str, memory: Memory, message: InboundMessage, text: str
+) -> Remembered | None:
+    """Store the message; None if it was stored before (a repeat)."""
+    state = memory.state
+    stop = is_stop(message, text)
+    # a STOP's opt-out lifts only with a message written after it (events arrive out of
+    # order, and a burst may hold lines from both sides of a STOP)
+    stopped = stopped_at(memory)
+    held = not stop and stopped is not None and message.sent_at < stopped
+    extra = {}
+    if cancels_forget(text, state):
+        extra["forget_pending"] = False  # anything but "yes" keeps the memory
+    turn = Turn(
+        seq=memory.next_seq,
+        role="user",
+        text=text,
+        at=message.sent_at,
+        number=message.number,
+        event_id=message.event_id,
+    )
+    # counted with the reply, whose seq is reserved here: the one state write per turn
+    last_seq = turn.seq if stop or held else turn.seq + 1
+    stored = crew.store.remember_inbound(
+        pk,
+        previous=state,
+        turn=turn,
+        event_time=message.created_at,
+        compact=last_seq - state.marker >= crew.settings.compact_threshold,
+        ledger_ttl=crew.ledger_ttl,
+        opted_out=stop,
+        held=held,
+        extra_set=extra or None,
+        reserve_reply=not (stop or held),
+    )
+    if crew.media is not None and message.media is not None:
+        crew.media.discard(pk, message.event_id)  # its text is stored now
+    if not stored:
+        count("DuplicateEvents")
+        return None
+    count("MessagesRemembered")
+    logger.info("message remembered", extra={"seq": turn.seq, "kind": message.kind})
+    if message.kind == "text" and not stop and not held:
+        show_typing(crew, message)  # once per turn: a duplicate never gets here
+    now_state = dataclasses.replace(
+        state,
+        last_seq=turn.seq + 1,  # the reply's slot is reserved
+        last_number=message.number,
+        last_inbound_at=message.sent_at,
+        opted_out=False,
+        forget_pending=state.forget_pending and not extra,
+        awaiting=(*state.awaiting, message.event_id),
+    )
+    memory = dataclasses.replace(memory, state=now_state, turns=(*memory.turns, turn))
+    return Remembered(memory, stop=stop, held=held)

@@ -1,0 +1,104 @@
+"""The reply to the message being answered: a keyword's (memagent/keywords.py) or the model's,
+from the context (memagent/context.py, store=false); remembered in the slot its message
+reserved, then sent (memagent/delivery.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from memagent.context import build_context
+from memagent.delivery import say_goodbye_and_forget, send
+from memagent.errors import ModelRejected
+from memagent.keywords import keyword
+from memagent.memory import Turn
+from memagent.observability import count, logger
+
+if TYPE_CHECKING:
+    from memagent.crew import Crew
+    from memagent.memory import Memory
+    from memagent.provider import InboundMessage
+
+FALLBACK_REPLY = "Sorry, I couldn't take that in. Could you say it another way?"
+
+
+def reply(
+    crew: Crew,
+    pk: str,
+    message: InboundMessage,
+    memory: Memory,
+    answering: Turn,
+    *,
+    previous_inbound_at: datetime | None,
+    new_number: str | None,
+    about: str | None = None,
+) -> str:
+    """Answer `answering` (with `about`: the burst's lines it answers together)."""
+    settings = crew.settings
+    asked = keyword(answering.text, memory, settings.forget_keyword)
+    if asked.erase:
+        return say_goodbye_and_forget(crew, pk, message, answering)
+    if asked.reply is not None:
+        return remember_and_send(crew, pk, message, memory, answering, asked.reply, asked.flags)
+
+    context = build_context(
+        memory,
+        answering,
+        system_prompt=settings.system_prompt,
+        max_messages=settings.context_max_messages,
+        max_chars=settings.context_max_chars,
+        max_facts=settings.context_max_facts,
+        previous_inbound_at=previous_inbound_at,
+        new_number=new_number,
+        about=about,
+    )
+    logger.info(
+        "context built",
+        extra={
+            "turns": context.turns_used,
+            "chars": context.chars_used,
+            "facts": context.facts_used,
+        },
+    )
+    try:
+        text = crew.model.reply(context)
+    except ModelRejected as error:
+        # the model will never accept this request (a refusal, an unsupported input):
+        # the person still gets exactly one reply, and the operator a metric
+        count("ModelRejected")
+        logger.error("model refused the turn; fallback reply", extra={"error": str(error)})
+        text = FALLBACK_REPLY
+    return remember_and_send(crew, pk, message, memory, answering, text, asked.flags)
+
+
+def remember_and_send(
+    crew: Crew,
+    pk: str,
+    message: InboundMessage,
+    memory: Memory,
+    answering: Turn,
+    text: str,
+    flags: dict,
+) -> str:
+    """Store the reply to `answering` (and to every message awaiting with it), then send it."""
+    assert answering.event_id is not None
+    sender = answering.number or message.number
+    turn = Turn(
+        seq=answering.seq + 1,  # the slot reserved when the message was stored
+        role="assistant",
+        text=text,
+        at=datetime.now(UTC),
+        number=sender,
+    )
+    crew.store.remember_reply(
+        pk,
+        event_id=answering.event_id,
+        turn=turn,
+        # the answered message's time: the record at hand may be a late event from
+        # before an erasure that ends a burst written after it
+        event_time=max(message.created_at, answering.at),
+        extra_set=flags or None,
+        covered=memory.state.awaiting,
+        ledger_ttl=crew.ledger_ttl,
+    )
+    return send(crew, pk, message, answering.event_id, sender, text, reply_seq=turn.seq)
