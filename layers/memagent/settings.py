@@ -22,6 +22,8 @@ from functools import partial
 from typing import TypeVar
 
 from memagent.errors import ConfigurationError, SecretUnavailable
+from memagent.origins import parse_media_origins
+from memagent.signing import check_signing_secrets, is_local_stack
 
 _T = TypeVar("_T")
 
@@ -266,8 +268,6 @@ class WebhookSettings:
         meta = provider == "meta"
         check = None
         if not meta:
-            from memagent.whasp import check_signing_secrets, is_local_stack
-
             check = partial(
                 check_signing_secrets, allow_test_secret=is_local_stack(read.environment)
             )
@@ -426,17 +426,13 @@ class ConsumerSettings(ModelSettings):
 
     @property
     def media_origins(self) -> frozenset[tuple[str, str, int]]:
-        """whasp media may come only from these origins (memagent.whasp.Origin)."""
-        from memagent.whasp import parse_media_origins
-
+        """whasp media may come only from these origins (memagent.origins.Origin)."""
         return parse_media_origins(self.whasp_media_origins, self.whasp_api_url or "")
 
 
 def _media_origins(read: Environment) -> str | None:
     value = read.optional("WHASP_MEDIA_ORIGINS")
     if value is not None:
-        from memagent.whasp import parse_media_origins
-
         try:
             parse_media_origins(value, "https://unused.example")  # names the bad entry
         except ValueError as error:

@@ -51,13 +51,13 @@ from urllib.parse import urljoin
 
 from memagent.errors import (
     BadRequest,
-    ConfigurationError,
     InvalidSignature,
     MalformedEvent,
     OptedOut,
     SendRejected,
     TransientError,
 )
+from memagent.origins import Origin, url_origin
 from memagent.provider import (  # noqa: F401 (split_text, idempotency_key: re-exported)
     MAX_TEXT_CHARS,
     ChatOptedOut,
@@ -69,6 +69,7 @@ from memagent.provider import (  # noqa: F401 (split_text, idempotency_key: re-e
     json_body,
     split_text,
 )
+from memagent.signing import SECRET_PREFIX
 
 if TYPE_CHECKING:
     from memagent.settings import Secret
@@ -76,7 +77,6 @@ if TYPE_CHECKING:
 HEADER_ID = "webhook-id"
 HEADER_TIMESTAMP = "webhook-timestamp"
 HEADER_SIGNATURE = "webhook-signature"
-SECRET_PREFIX = "whsec_"  # noqa: S105 (a prefix, not a secret)
 SIGNATURE_VERSION = "v1"
 
 MESSAGE_RECEIVED = "message.received"
@@ -91,47 +91,7 @@ MAX_EVENT_ID = 255
 # before a trailing newline), so `.match` and `.fullmatch` agree.
 E164 = re.compile(r"\+[1-9][0-9]{6,14}\Z")
 
-# The secret the tests, sample events and local stack sign with. It is public (README), so a stack
-# using it accepts anybody's events: refused unless the process says it is a local run.
-TEST_ONLY_SECRET = "whsec_bWVtYWdlbnQtdGVzdC1vbmx5LXNlY3JldC1kby1ub3QtdXNl"  # noqa: S105
-# `sam local invoke` sets AWS_SAM_LOCAL; the local stack and the tests set MEMAGENT_LOCAL_STACK.
-LOCAL_STACK_FLAGS = ("MEMAGENT_LOCAL_STACK", "AWS_SAM_LOCAL")
-# Standard Webhooks secrets carry 24 to 64 bytes of key; fewer can be guessed offline from one
-# signed request.
-MIN_SECRET_BYTES = 24
-
-
 # --------------------------------------------------------------------------- signature
-
-
-def is_local_stack(env: Mapping[str, str]) -> bool:
-    """True when the environment says this is a local run (never set in the deployed template)."""
-    return any(env.get(name, "").lower() in ("1", "true") for name in LOCAL_STACK_FLAGS)
-
-
-def check_signing_secrets(value: str, *, setting: str, allow_test_secret: bool) -> list[str]:
-    """Validate a configured signing secret (space-separated during rotation) and return the
-    secrets; raise ConfigurationError naming `setting` (never the value). Pure, so any settings
-    reader can call it, at cold start for a plain value and on first read for a stored one."""
-    secrets = value.split()
-    if not secrets:
-        raise ConfigurationError(f"{setting} is empty")
-    for position, secret in enumerate(secrets, start=1):
-        where = f"{setting} (secret {position} of {len(secrets)})"
-        try:
-            key = base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
-        except (binascii.Error, ValueError):
-            raise ConfigurationError(f"{where} is not whsec_ followed by base64") from None
-        if len(key) < MIN_SECRET_BYTES:
-            raise ConfigurationError(
-                f"{where} holds {len(key)} bytes of key; at least {MIN_SECRET_BYTES} are needed"
-            )
-        if secret == TEST_ONLY_SECRET and not allow_test_secret:
-            raise ConfigurationError(
-                f"{where} is the published test-only secret; it is accepted only in a local run "
-                f"({' or '.join(LOCAL_STACK_FLAGS)} set)"
-            )
-    return secrets
 
 
 def _keys(secrets: Iterable[str]) -> list[bytes]:
@@ -311,38 +271,8 @@ def parse_event(raw: Mapping[str, Any]) -> WhaspEvent:
 # --------------------------------------------------------------------------- outbound
 
 
-Origin = tuple[str, str, int]  # (scheme, host, port), lower-cased, port explicit
 MEDIA_REDIRECTS = 3
 MEDIA_CHUNK = 64 * 1024
-
-
-def url_origin(url: str) -> Origin | None:
-    """The origin of an http(s) URL, parsed by urllib3 itself (so the check and the request
-    cannot read the URL differently); None for anything else, or a URL carrying credentials."""
-    from urllib3.exceptions import LocationParseError
-    from urllib3.util import parse_url
-
-    try:
-        parsed = parse_url(url.strip())
-    except (LocationParseError, ValueError):
-        return None
-    scheme = (parsed.scheme or "").lower()
-    if scheme not in ("http", "https") or not parsed.host or parsed.auth is not None:
-        return None
-    return scheme, parsed.host.lower(), parsed.port or (443 if scheme == "https" else 80)
-
-
-def parse_media_origins(value: str | None, api_url: str) -> frozenset[Origin]:
-    """The allow-list for media downloads: WHASP_API_URL's origin, or the configured origins
-    (space- or comma-separated); raise ValueError for an entry that is not an http(s) origin."""
-    entries = (value or "").replace(",", " ").split() or [api_url]
-    origins = set()
-    for entry in entries:
-        origin = url_origin(entry)
-        if origin is None:
-            raise ValueError(f"{entry!r} is not an http(s) origin such as https://media.example")
-        origins.add(origin)
-    return frozenset(origins)
 
 
 class WhaspClient:
