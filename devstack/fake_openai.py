@@ -9,6 +9,9 @@ Endpoints:
   is labelled as such in every reply and is never presented as real AI.
 - ``POST /v1/audio/transcriptions``: multipart upload; the text comes from
   `transcriber(audio_bytes) -> str` (default `offline_transcriber`).
+- ``POST /openai/v1/responses``: the same, as Amazon Bedrock's bedrock-runtime serves it. It takes
+  only a short-term Bedrock API key, unexpired and signed by `bedrock_key_id` (any key if None),
+  and only what bedrock-runtime takes (`bedrock_problems`): 401 or 400 otherwise.
 
 Every request is recorded in `.requests` (failed ones too); `.calls(path)` gives the JSON bodies
 sent to one path. `.fail_next(n, status)` and `.delay_seconds` inject failures and slowness;
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import calendar
 import itertools
 import json
 import math
@@ -31,6 +35,8 @@ from typing import Any
 from devstack import RecordingServer, Reply, Request
 
 RESPONSES = "/v1/responses"
+BEDROCK_RESPONSES = "/openai/v1/responses"
+DATE = "%Y%m%dT%H%M%SZ"  # SigV4's X-Amz-Date
 TRANSCRIPTIONS = "/v1/audio/transcriptions"
 OFFLINE = "[offline model]"
 
@@ -63,6 +69,7 @@ class FakeOpenAI(RecordingServer):
         *,
         delay_seconds: float = 0.0,
         retry_after_ms: int | None = 10,
+        bedrock_key_id: str | None = None,
     ) -> None:
         super().__init__(delay_seconds=delay_seconds)
         self.responder: Responder = responder or offline_model
@@ -71,6 +78,7 @@ class FakeOpenAI(RecordingServer):
         # Injected failures carry `retry-after-ms` so the real client's retries (0.5 s, 1 s ...
         # backoff otherwise) keep tests fast. None sends no such header.
         self.retry_after_ms = retry_after_ms
+        self.bedrock_key_id = bedrock_key_id
         self._failures: list[int] = []  # statuses for the next requests, in order
         self._ids = itertools.count(1)
 
@@ -115,6 +123,14 @@ class FakeOpenAI(RecordingServer):
                 reply = self._injected(injected)
             elif request.method == "POST" and request.path == RESPONSES:
                 reply = self._respond(record["json"])
+            elif request.method == "POST" and request.path == BEDROCK_RESPONSES:
+                token = request.headers.get("authorization", "").removeprefix("Bearer ")
+                if refused := bedrock_token_problem(token, self.bedrock_key_id):
+                    reply = error_reply(401, refused)
+                elif problems := bedrock_problems(record["json"], request.headers):
+                    reply = error_reply(400, "; ".join(problems))
+                else:
+                    reply = self._respond(record["json"])
             elif request.method == "POST" and request.path == TRANSCRIPTIONS:
                 reply = self._transcribe(request, record["json"])
             else:
@@ -191,6 +207,53 @@ class FakeOpenAI(RecordingServer):
         if form.get("response_format") in ("text", "srt", "vtt"):
             return Reply(200, text.encode(), {"Content-Type": "text/plain; charset=utf-8"})
         return Reply.json(200, {"text": text})
+
+
+# ---------------------------------------------------------------------- Bedrock
+
+
+def bedrock_token_problem(token: str, key_id: str | None) -> str | None:
+    """Why bedrock-runtime would refuse `token`, or None: a base64 presigned
+    `POST bedrock.amazonaws.com/?Action=CallWithBearerToken` (SigV4, service bedrock) that has not
+    expired, signed by `key_id`."""
+    from urllib.parse import parse_qs, urlsplit
+
+    try:
+        url = base64.b64decode(token.removeprefix("bedrock-api-key-"), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return "not a Bedrock API key"
+    query = {k: v[0] for k, v in parse_qs(urlsplit(f"https://{url}").query).items()}
+    credential = query.get("X-Amz-Credential", "").split("/")
+    if not token.startswith("bedrock-api-key-") or not url.startswith("bedrock.amazonaws.com/?"):
+        return "not a Bedrock API key"
+    if query.get("Action") != "CallWithBearerToken" or query.get("Version") != "1":
+        return "not a bearer-token presign"
+    if len(credential) != 5 or credential[3:] != ["bedrock", "aws4_request"]:
+        return "not signed for bedrock"
+    if key_id is not None and credential[0] != key_id:
+        return "signed by another access key"
+    signed = calendar.timegm(time.strptime(query.get("X-Amz-Date", "19700101T000000Z"), DATE))
+    if signed + int(query.get("X-Amz-Expires", "0")) < time.time():
+        return "the bearer token has expired"
+    return None
+
+
+def bedrock_problems(body: Any, headers: dict[str, str]) -> list[str]:
+    """What bedrock-runtime's Responses API rejects in a request (AWS's list of its
+    differences): background mode, server-side tools, a project other than the default one, an
+    application inference profile as the model, a missing model."""
+    problems = []
+    if not isinstance(body, dict) or not body.get("model"):
+        return ["model is required on every request"]
+    if body.get("background"):
+        problems.append("background=true: requests are always synchronous")
+    if any(t.get("type") not in ("function", "custom") for t in body.get("tools") or []):
+        problems.append("server-side tools are not available")
+    if headers.get("openai-project", "default") != "default":
+        problems.append("only the default project is supported")
+    if ":application-inference-profile/" in body["model"]:
+        problems.append("application inference profiles are not supported")
+    return problems
 
 
 # ---------------------------------------------------------------------- multipart

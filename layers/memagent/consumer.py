@@ -198,7 +198,12 @@ class Consumer:
     @classmethod
     def from_settings(cls, settings: ConsumerSettings) -> Consumer:
         provider, parse_event = provider_from_settings(settings)
-        model = ModelClient(settings, transcription_model=settings.transcription_model)
+        transcription = None
+        if settings.transcription_base_url:  # a separate endpoint for voice notes
+            transcription = (settings.transcription_base_url, settings.transcription_api_key)
+        model = ModelClient(
+            settings, transcription_model=settings.transcription_model, transcription=transcription
+        )
         archive = TranscriptArchive(settings.archive_bucket) if settings.archive_bucket else None
         media = KeptMedia(settings.media_bucket) if settings.media_bucket else None
         agent = Agent(

@@ -18,6 +18,8 @@ NOTES = {
     "location": "[shared a location]",
     "contact": "[shared a contact]",
     "audio": "[sent a voice note that could not be played]",
+    # ModelProvider=bedrock without a transcription endpoint: the audio never leaves the account
+    "unheard": "[sent a voice note; voice notes are not transcribed here]",
     "image": "[sent a photo that could not be opened]",
 }
 
@@ -44,6 +46,8 @@ def message_text(
         try:
             if message.kind == "audio":
                 transcript = model.transcribe(data, mime_type)
+                if transcript is None:
+                    return _with_caption(NOTES["unheard"], message.caption)
                 return f"[voice note] {transcript}" if transcript else NOTES["audio"]
             description = model.describe_image(data, mime_type)
         except ModelRejected as error:  # e.g. a format the model does not take

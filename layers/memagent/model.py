@@ -1,6 +1,10 @@
-"""OpenAI: the only module that talks to the model (Responses API, always store=false).
+"""The model: the only module that talks to it (Responses API, always store=false).
 
-Any OpenAI-compatible endpoint works through OPENAI_BASE_URL. Retries with backoff on 429, 5xx
+Any OpenAI-compatible endpoint works through OPENAI_BASE_URL, with an API key; with
+MODEL_PROVIDER=bedrock the endpoint is bedrock-runtime's (memagent.bedrock) and the key is the
+function role's short-term bearer token. One request builder (`_respond`) serves both; for
+Bedrock its output goes through `bedrock_subset`, which drops what bedrock-runtime does not
+take. Retries with backoff on 429, 5xx
 and connection errors are the openai client's own (max_retries); timeouts stay well under the
 Lambda timeout so a slow model fails the attempt and the queue retries it.
 """
@@ -16,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from memagent.errors import ModelRejected, TransientError
-from memagent.observability import metrics
+from memagent.observability import logger, metrics
 from memagent.settings import DEFAULT_TRANSCRIPTION_MODEL
 
 if TYPE_CHECKING:
@@ -63,8 +67,8 @@ class Folded:
 
 
 def _classified(error: Exception, what: str) -> Exception:
-    """Permanent refusals (a bad or unsupported input) vs everything a retry may fix. 401/403
-    count as retryable: they fail every message until the key is fixed, then the redrive works."""
+    """Permanent refusals (a bad or unsupported input) vs everything a retry may fix: 429, 5xx,
+    timeouts, Bedrock's throttling and service errors (its 424 model error and 503 too)."""
     status = getattr(error, "status_code", None)
     message = f"{what} failed: {type(error).__name__} {status or ''}".strip()
     if status in PERMANENT_STATUSES:
@@ -74,17 +78,97 @@ def _classified(error: Exception, what: str) -> Exception:
 
 PERMANENT_STATUSES = frozenset({400, 404, 413, 415, 422})
 
+# What bedrock-runtime's Responses API does not take (AWS's "Using the Responses API on the
+# bedrock-runtime endpoint"): requests are always synchronous (background=true is a 400),
+# server-side tools (web search and the other hosted ones) are unavailable, and with store=false
+# nothing is kept, so previous_response_id cannot continue anything. Only client-side tools stay.
+BEDROCK_DROPS = frozenset({"background", "previous_response_id", "conversation"})
+CLIENT_SIDE_TOOLS = frozenset({"function", "custom"})
 
-class ModelClient:
-    def __init__(self, settings: ModelSettings, *, transcription_model: str | None = None):
-        self._settings = settings
-        self._transcription_model = transcription_model
+
+def bedrock_subset(request: dict[str, Any]) -> dict[str, Any]:
+    """The request as bedrock-runtime takes it: the one builder's output, filtered."""
+    kept = {key: value for key, value in request.items() if key not in BEDROCK_DROPS}
+    if "tools" in kept:
+        kept["tools"] = [t for t in kept["tools"] if t.get("type") in CLIENT_SIDE_TOOLS]
+        if not kept["tools"]:
+            del kept["tools"]
+            kept.pop("tool_choice", None)
+    return kept
+
+
+class _Endpoint:
+    """One OpenAI-compatible endpoint and the credential it takes (an API key read through its
+    cache, or the role's Bedrock token), with a client made again whenever the credential
+    changes (a rotated key, a renewed token)."""
+
+    def __init__(self, base_url: str | None, credential: Any, *, timeout: float, retries: int):
+        self.base_url = base_url
+        self._credential = credential  # .get(fresh=...) -> str; Secret or BearerToken
+        self._timeout, self._retries = timeout, retries
         self._client: Any = None
         self._key: str | None = None
 
+    def client(self, *, fresh: bool = False) -> Any:
+        key = self._credential.get(fresh=fresh)
+        if self._client is None or key != self._key:
+            from openai import OpenAI  # heavy: imported only by the functions that call the model
+
+            self._key = key
+            self._client = OpenAI(
+                api_key=key,
+                base_url=self.base_url,
+                timeout=self._timeout,
+                max_retries=self._retries,
+            )
+        return self._client
+
     def renew(self) -> None:
-        """Drop the OpenAI client and its connections (after a SnapStart restore)."""
         self._client, self._key = None, None
+        renew = getattr(self._credential, "renew", None)
+        if renew is not None:
+            renew()
+
+
+class ModelClient:
+    def __init__(
+        self,
+        settings: ModelSettings,
+        *,
+        transcription_model: str | None = None,
+        transcription: tuple[str, Any] | None = None,
+        credentials: Any = None,
+    ):
+        """`transcription`: (base URL, key) of the endpoint voice notes go to, when it is not the
+        model's own; with ModelProvider=bedrock and none given, voice notes are not transcribed.
+        `credentials`: AWS credentials for the Bedrock token (default: botocore's chain)."""
+        self._settings = settings
+        self._transcription_model = transcription_model
+        self.bedrock = settings.model_provider == "bedrock"
+        if self.bedrock:
+            from memagent.bedrock import BearerToken
+
+            assert settings.bedrock_region  # checked by ModelSettings.from_env
+            credential: Any = BearerToken(settings.bedrock_region, credentials=credentials)
+        else:
+            credential = settings.openai_api_key
+        self._model = self._endpoint(settings.openai_base_url, credential)
+        self._transcriber: _Endpoint | None = None if self.bedrock else self._model
+        if transcription is not None:
+            self._transcriber = self._endpoint(*transcription)
+
+    def _endpoint(self, base_url: str | None, credential: Any) -> _Endpoint:
+        s = self._settings
+        return _Endpoint(
+            base_url, credential, timeout=s.openai_timeout_seconds, retries=s.openai_max_retries
+        )
+
+    def renew(self) -> None:
+        """Drop the clients, their connections and the Bedrock token (after a SnapStart
+        restore): a restored copy signs its own with its own credentials."""
+        self._model.renew()
+        if self._transcriber is not None:
+            self._transcriber.renew()
 
     def preload(self) -> None:
         """Import the OpenAI client at init, not on the first message: init runs with Lambda's
@@ -93,29 +177,50 @@ class ModelClient:
 
     @property
     def client(self) -> Any:
-        key = self._settings.openai_api_key.get()  # cached; a rotated key shows up within 5 min
-        if self._client is None or key != self._key:
-            from openai import OpenAI  # heavy: imported only by the functions that call the model
+        return self._model.client()
 
-            self._key = key
-            self._client = OpenAI(
-                api_key=key,
-                base_url=self._settings.openai_base_url,
-                timeout=self._settings.openai_timeout_seconds,
-                max_retries=self._settings.openai_max_retries,
-            )
-        return self._client
-
-    def _respond(self, purpose: str, **request: Any) -> Any:
+    def _call(self, endpoint: _Endpoint, what: str, call: Any) -> Any:
+        """`call(client)`; a refused credential (401/403) is read again past its cache (a
+        rotated key, a token signed afresh) and tried once more; refused again, it is alarmed
+        (ModelAuthFailed) and retried on the queue's backoff, like a refused whasp key."""
         import openai
 
-        started = time.monotonic()
-        try:
-            response = self.client.responses.create(
-                model=self._settings.openai_model, store=False, **request
+        for fresh in (False, True):
+            try:
+                return call(endpoint.client(fresh=fresh))
+            except (openai.AuthenticationError, openai.PermissionDeniedError) as error:
+                refused = error
+            except openai.APIError as error:
+                raise _classified(error, what) from None
+        metrics.add_metric(name="ModelAuthFailed", unit=MetricUnit.Count, value=1)
+        logger.error(
+            "the model's endpoint refused our credentials",
+            extra={
+                "provider": self._settings.model_provider,
+                "model": self._settings.openai_model,
+                "status": refused.status_code,
+                "action": self._what_to_fix(endpoint),
+            },
+        )
+        raise TransientError(f"{what} refused our credentials (HTTP {refused.status_code})")
+
+    def _what_to_fix(self, endpoint: _Endpoint) -> str:
+        if self.bedrock and endpoint is self._model:
+            model, region = self._settings.openai_model, self._settings.bedrock_region
+            return (
+                f"enable access to {model} in Amazon Bedrock ({region}), and check that the "
+                "function role may bedrock:InvokeModel it and bedrock:CallWithBearerToken"
             )
-        except openai.APIError as error:
-            raise _classified(error, "model call") from None
+        return f"renew the API key of {endpoint.base_url or 'api.openai.com'}"
+
+    def _respond(self, purpose: str, **fields: Any) -> Any:
+        request = {"model": self._settings.openai_model, "store": False, **fields}
+        if self.bedrock:
+            request = bedrock_subset(request)
+        started = time.monotonic()
+        response = self._call(
+            self._model, "model call", lambda client: client.responses.create(**request)
+        )
         metrics.add_metric(  # the dashboard's model latency (client retries included)
             name="ModelLatency",
             unit=MetricUnit.Milliseconds,
@@ -155,19 +260,22 @@ class ModelClient:
         )
         return (response.output_text or "").strip()
 
-    def transcribe(self, data: bytes, mime_type: str) -> str:
-        import openai
-
+    def transcribe(self, data: bytes, mime_type: str) -> str | None:
+        """The voice note's text; None when this stack does not transcribe (ModelProvider=
+        bedrock without a TRANSCRIPTION_BASE_URL): nothing leaves the account."""
+        if self._transcriber is None:
+            return None
         extension = {"audio/ogg": "ogg", "audio/mpeg": "mp3", "audio/mp4": "m4a"}.get(
             mime_type.split(";")[0], "ogg"
         )
-        try:
-            result = self.client.audio.transcriptions.create(
+        result = self._call(
+            self._transcriber,
+            "transcription",
+            lambda client: client.audio.transcriptions.create(
                 model=self._transcription_model or DEFAULT_TRANSCRIPTION_MODEL,
                 file=(f"voice.{extension}", data, mime_type),
-            )
-        except openai.APIError as error:
-            raise _classified(error, "transcription") from None
+            ),
+        )
         metrics.add_metric(name="Transcriptions", unit=MetricUnit.Count, value=1)
         return (getattr(result, "text", "") or "").strip()
 

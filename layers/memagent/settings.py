@@ -236,6 +236,9 @@ class Environment:
 
 
 PROVIDERS = ("whasp", "meta")
+# Where the model runs: OpenAI (or any server speaking the Responses API, OPENAI_BASE_URL) with an
+# API key, or Amazon Bedrock's bedrock-runtime in this account with the role's bearer token
+MODEL_PROVIDERS = ("openai", "bedrock")
 DEFAULT_META_GRAPH_URL = "https://graph.facebook.com/v26.0"
 
 
@@ -330,22 +333,40 @@ class ModelSettings(MemorySettings):
     """Settings of the functions that call the model (consumer, compactor)."""
 
     openai_model: str
-    openai_base_url: str | None = None
+    model_provider: str = "openai"
+    openai_base_url: str | None = None  # with bedrock: the region's bedrock-runtime by default
     openai_timeout_seconds: float = 25.0
     openai_max_retries: int = 2
-    openai_api_key: Secret = field(repr=False)
+    openai_api_key: Secret | None = field(default=None, repr=False)  # never read with bedrock
+    bedrock_region: str | None = None  # with bedrock: the region the bearer token is signed for
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
+        provider = read.choice("MODEL_PROVIDER", MODEL_PROVIDERS, "openai")
+        model = read.text("OPENAI_MODEL")
+        base_url = read.optional("OPENAI_BASE_URL")
+        region = None
+        if provider == "bedrock":
+            from memagent.bedrock import runtime_url
+
+            region = read.optional("AWS_REGION") or read.text("AWS_DEFAULT_REGION")
+            base_url = base_url or runtime_url(region)
+            if ":application-inference-profile/" in model:  # bedrock-runtime answers 400
+                read.problems.append(
+                    "OPENAI_MODEL: bedrock-runtime's Responses API takes no application "
+                    "inference profile; name a system one (us.openai.gpt-6-luna)"
+                )
         return {
             **super()._read(read),
-            "openai_model": read.text("OPENAI_MODEL"),
-            "openai_base_url": read.optional("OPENAI_BASE_URL"),
+            "openai_model": model,
+            "model_provider": provider,
+            "openai_base_url": base_url,
             "openai_timeout_seconds": read.number(
                 "OPENAI_TIMEOUT_SECONDS", 25.0, minimum=0, above=True
             ),
             "openai_max_retries": read.integer("OPENAI_MAX_RETRIES", 2, minimum=0),
-            "openai_api_key": read.secret("OPENAI_API_KEY"),
+            "openai_api_key": None if provider == "bedrock" else read.secret("OPENAI_API_KEY"),
+            "bedrock_region": region,
         }
 
 
@@ -357,6 +378,10 @@ class ConsumerSettings(ModelSettings):
     typing_indicator: bool = True
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     transcription_model: str = DEFAULT_TRANSCRIPTION_MODEL
+    # Voice notes go to an OpenAI-compatible /audio/transcriptions: by default the model's own
+    # endpoint with ModelProvider=openai; with bedrock, only this one if set (else not transcribed)
+    transcription_base_url: str | None = None
+    transcription_api_key: Secret | None = field(default=None, repr=False)
     context_max_messages: int = 60
     context_max_chars: int = 12_000
     context_max_facts: int = 30
@@ -401,6 +426,7 @@ class ConsumerSettings(ModelSettings):
             "typing_indicator": read.flag("TYPING_INDICATOR", True),
             "system_prompt": read.text("SYSTEM_PROMPT", DEFAULT_SYSTEM_PROMPT),
             "transcription_model": read.text("TRANSCRIPTION_MODEL", DEFAULT_TRANSCRIPTION_MODEL),
+            **_transcription_endpoint(read),
             "context_max_messages": read.integer("CONTEXT_MAX_MESSAGES", 60, minimum=1),
             "context_max_chars": read.integer("CONTEXT_MAX_CHARS", 12_000, minimum=100),
             "context_max_facts": read.integer("CONTEXT_MAX_FACTS", 30, minimum=0),
@@ -428,6 +454,15 @@ class ConsumerSettings(ModelSettings):
     def media_origins(self) -> frozenset[tuple[str, str, int]]:
         """whasp media may come only from these origins (memagent.origins.Origin)."""
         return parse_media_origins(self.whasp_media_origins, self.whasp_api_url or "")
+
+
+def _transcription_endpoint(read: Environment) -> dict:
+    if not read.optional("TRANSCRIPTION_BASE_URL"):
+        return {}
+    return {
+        "transcription_base_url": read.url("TRANSCRIPTION_BASE_URL"),
+        "transcription_api_key": read.secret("TRANSCRIPTION_API_KEY"),
+    }
 
 
 def _media_origins(read: Environment) -> str | None:
