@@ -35,6 +35,7 @@ from devstack.lambda_harness import (  # noqa: F401 (for the benches)
     import_function,
     retried,
 )
+from memagent.person import LOCAL_PERSON_KEY
 
 failed_ids = retried  # the name the benches knew it by: the ids Lambda would retry
 
@@ -54,6 +55,7 @@ POWERTOOLS_ENV = {
     # Outside Lambda the Tracer disables itself anyway; said explicitly so no daemon is tried.
     "POWERTOOLS_TRACE_DISABLED": "1",
     "POWERTOOLS_DEV": "false",
+    "PERSON_KEY": LOCAL_PERSON_KEY,  # the documented local key (memagent.person)
 }
 
 

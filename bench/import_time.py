@@ -139,6 +139,7 @@ LAMBDA_ENV = {
     "AGENT_ID": "coach",
     "WEBHOOK_SECRET": TEST_SECRET,
     "MEMAGENT_LOCAL_STACK": "1",  # the published test secret is accepted in local runs only
+    "PERSON_KEY": "memagent-local-person-key-published-never-use-in-aws",
     # the consumer's and compactor's settings (keys as plain local values: no secret is read at
     # init either way)
     "TABLE_NAME": "whasp-agent-MemoryTable-bench",

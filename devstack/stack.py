@@ -55,6 +55,7 @@ from devstack.events import META_TEST_APP_SECRET, META_TEST_VERIFY_TOKEN
 from devstack.lambda_harness import Outcome, stream_filters
 from devstack.resources import ROOT, LocalResources, create_all, load_template
 from devstack.runtime import FunctionPool, base_environment
+from memagent.person import LOCAL_PERSON_KEY
 
 # The documented TEST-ONLY webhook secret (scripts/sign_events.py, tests/conftest.py). Public on
 # purpose: the local endpoint accepts what the sample events and the docs sign with it.
@@ -267,7 +268,8 @@ class DevStack:
         self._previous_scale, SQS_CLOCK.scale = SQS_CLOCK.scale, self.time_scale
         self._route_memagent_logs()
         self.moto = MotoServer().start()
-        self._use_aws_env(aws_env(self.moto.url))
+        # the documented local person key: the functions read it from moto's Secrets Manager
+        self._use_aws_env({**aws_env(self.moto.url), "PERSON_KEY": LOCAL_PERSON_KEY})
         self.resources = create_all(self.prefix, self.template)
         self.console.event(
             "stack",
@@ -387,6 +389,8 @@ class DevStack:
         self._saved_env = {}
 
     def _resolver(self, base_url: str | None) -> cfn.Resolver:
+        import boto3
+
         assert self.resources is not None
         resources = self.template.get("Resources") or {}
         refs: dict[str, str] = {}
@@ -411,6 +415,10 @@ class DevStack:
                 attributes[(logical_id, "Arn")] = self.function_arn(logical_id)
             elif kind == "AWS::Serverless::HttpApi":
                 refs[logical_id] = logical_id.lower()[:10]
+            elif kind == "AWS::SecretsManager::Secret":  # the person key, with the local value
+                refs[logical_id] = boto3.client("secretsmanager").create_secret(
+                    Name=f"{self.prefix}-{logical_id}", SecretString=LOCAL_PERSON_KEY
+                )["ARN"]
             elif kind == "AWS::Serverless::LayerVersion":
                 refs[logical_id] = f"arn:aws:lambda:{REGION}:{cfn.ACCOUNT_ID}:layer:{logical_id}:1"
         overrides = {

@@ -4,18 +4,20 @@
     python scripts/people.py forget +447700900123 --stack whasp-agent
     python scripts/people.py forget +447700900123 --table t-memory --agent coach   # local stack
 
-With --stack, the table name, agent id and buckets are read from the CloudFormation stack (its
-MemoryTableName, MediaBucketName and TranscriptArchiveBucketName outputs and AgentId parameter),
-with your usual AWS credentials; kept media and archived transcripts are exported and erased too.
-For the local stack, point boto3 at it with AWS_ENDPOINT_URL and pass --table and --agent (and
---media-bucket, --archive-bucket). The same operations are served over HTTP by the admin API
-(AdminApiUrl output, AWS_IAM).
+With --stack, the table name, agent id, buckets and person key are read from the CloudFormation
+stack (its MemoryTableName, MediaBucketName, TranscriptArchiveBucketName and PersonKeySecretArn
+outputs and AgentId parameter), with your usual AWS credentials; kept media and archived
+transcripts are exported and erased too. For the local stack, point boto3 at it with
+AWS_ENDPOINT_URL, set PERSON_KEY to its documented local value (memagent.person.LOCAL_PERSON_KEY)
+and pass --table and --agent (and --media-bucket, --archive-bucket). The same operations are
+served over HTTP by the admin API (AdminApiUrl output, AWS_IAM).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import boto3
@@ -30,6 +32,7 @@ def from_stack(stack: str) -> tuple[str, str, str | None, str | None]:
     description = boto3.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
     outputs = {o["OutputKey"]: o["OutputValue"] for o in description.get("Outputs", [])}
     parameters = {p["ParameterKey"]: p["ParameterValue"] for p in description["Parameters"]}
+    os.environ.setdefault("PERSON_KEY_SECRET_ARN", outputs["PersonKeySecretArn"])  # person keys
     return (
         outputs["MemoryTableName"],
         parameters.get("AgentId", "coach"),

@@ -20,6 +20,7 @@ from devstack import events, lambda_harness
 from devstack.aws import MotoServer, aws_env
 from devstack.events import http_event, sqs_batch, sqs_record  # noqa: F401 (for the tests)
 from devstack.resources import LocalResources, create_all, load_template
+from memagent.person import LOCAL_PERSON_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_SECRET = "whsec_" + base64.b64encode(b"memagent-test-only-secret-do-not-use").decode()
@@ -36,6 +37,8 @@ os.environ.update(
         "POWERTOOLS_DEV": "false",
         # a local run: the webhook accepts the published TEST_SECRET (refused in AWS)
         "MEMAGENT_LOCAL_STACK": "1",
+        # the documented local key of person keys (memagent.person): AWS generates its own
+        "PERSON_KEY": LOCAL_PERSON_KEY,
     }
 )
 

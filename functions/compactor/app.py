@@ -1,5 +1,7 @@
-"""Compactor Lambda: fired by the compaction flag on the memory table's stream (the template's
-FilterCriteria lets only flagged state records through)."""
+"""Compactor Lambda: fired by the memory table's stream, where the template's FilterCriteria
+lets two kinds of record through: a state item's compaction flag (fold the person's memory),
+and the TTL's deletion of a state item (the person was silent for InactiveRetentionDays: forget
+them, as an operator's erasure would)."""
 
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
@@ -9,8 +11,9 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from memagent.archive import TranscriptArchive
+from memagent.archive import KeptMedia, TranscriptArchive
 from memagent.compaction import Compactor
+from memagent.lifecycle import expire, expired_by_ttl
 from memagent.model import ModelClient
 from memagent.observability import logger, metrics
 from memagent.settings import CompactorSettings, secrets_of
@@ -26,6 +29,7 @@ compactor = Compactor(
     model,
     TranscriptArchive(settings.archive_bucket) if settings.archive_bucket else None,
 )
+media = KeptMedia(settings.media_bucket) if settings.media_bucket else None
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
 # with SnapStart: each restored environment reseeds `random`, drops the model client and secrets
 after_restore(model.renew, *(secret.renew for secret in secrets_of(settings)))
@@ -38,6 +42,10 @@ def _person(record: DynamoDBRecord) -> str:
 
 
 def record_handler(record: DynamoDBRecord) -> str:
+    expired = expired_by_ttl(record.raw_event)
+    if expired is not None:
+        expire(compactor.store, expired, archive=compactor.archive, media=media)
+        return "expired"
     return compactor.compact(_person(record))
 
 

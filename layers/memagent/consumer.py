@@ -207,7 +207,12 @@ class Consumer:
         archive = TranscriptArchive(settings.archive_bucket) if settings.archive_bucket else None
         media = KeptMedia(settings.media_bucket) if settings.media_bucket else None
         agent = Agent(
-            settings, MemoryStore(settings.table_name), model, provider, archive, media=media
+            settings,
+            MemoryStore(settings.table_name, retention=settings.retention),
+            model,
+            provider,
+            archive,
+            media=media,
         )
         parking = ParkingQueue(settings.parking_queue_url) if settings.parking_queue_url else None
         retries = Retries(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from memagent.audit import ERASE, audit
 from memagent.observability import logger, metrics
 from memagent.person import person_key
 from memagent.store import ALIAS, EVT, FACT, MSG, STATE, SUMMARY
@@ -115,6 +116,33 @@ def forget_key(
     metrics.add_metric(name="PeopleForgotten", unit=MetricUnit.Count, value=1)
     logger.info("person forgotten", extra={"person": pk, "removed": removed, **by_kind})
     return Receipt(person=pk, at=at, removed=removed, by_kind=by_kind)
+
+
+# Who deletes an expired item: DynamoDB's TTL process, as its stream records name it
+TTL_PRINCIPAL = "dynamodb.amazonaws.com"
+
+
+def expired_by_ttl(record: dict[str, Any]) -> str | None:
+    """The person key of a stream record that is the TTL's deletion of a person's state item
+    (the person was silent for InactiveRetentionDays), else None."""
+    identity = record.get("userIdentity") or {}
+    keys = (record.get("dynamodb") or {}).get("Keys") or {}
+    sk, pk = (keys.get(name, {}).get("S") for name in ("sk", "pk"))
+    ttl = identity.get("type") == "Service" and identity.get("principalId") == TTL_PRINCIPAL
+    return pk if ttl and record.get("eventName") == "REMOVE" and sk == STATE else None
+
+
+def expire(store: MemoryStore, pk: str, *, archive: Any = None, media: Any = None) -> Receipt:
+    """Forget a person who has been silent for the retention period: the same erasure, and the
+    same audit line, as an operator's; the caller is the TTL process."""
+    try:
+        receipt = forget_key(store, pk, archive=archive, media=media)
+    except Exception:
+        audit(ERASE, caller=f"retention ({TTL_PRINCIPAL})", person=pk, outcome="failed")
+        raise
+    audit(ERASE, caller=f"retention ({TTL_PRINCIPAL})", person=pk, outcome="done")
+    metrics.add_metric(name="PeopleExpired", unit=MetricUnit.Count, value=1)
+    return receipt
 
 
 def export(

@@ -189,10 +189,11 @@ def identities(
 
 
 def preference_id(who: str, stamp: Any, choice: str) -> str:
-    """A marketing preference's event id (its dedupe key, logged): the person as a digest, so
-    no phone or BSUID reaches the logs."""
-    digest = hashlib.sha256(who.encode()).hexdigest()[:32]
-    return f"pref:{digest}:{stamp}:{choice}"
+    """A marketing preference's event id (its dedupe key, logged): the person as a keyed
+    digest, so no phone or BSUID reaches the logs, nor one computable from a phone."""
+    from memagent.person import digest
+
+    return f"pref:{digest(who)[:32]}:{stamp}:{choice}"
 
 
 def _one(entry: Mapping[str, Any], change: Mapping[str, Any], value: dict[str, Any], **items):

@@ -18,8 +18,9 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import partial
-from typing import TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from memagent.errors import ConfigurationError, SecretUnavailable
 from memagent.origins import parse_media_origins
@@ -51,7 +52,8 @@ _AGENT_ID = re.compile(r"^[\w.-]{1,64}$")
 
 
 class Secret:
-    """A secret given as a plain value (local runs) or as an SSM parameter name (AWS)."""
+    """A secret given as a plain value (local runs) or as an SSM parameter name (AWS); with
+    `secrets_manager`, as a Secrets Manager secret's ARN instead of a parameter."""
 
     def __init__(
         self,
@@ -60,11 +62,15 @@ class Secret:
         value: str | None,
         parameter: str | None,
         check: Callable[..., object] | None = None,
+        secrets_manager: bool = False,
+        config: Mapping[str, object] = SSM_CONFIG,
     ):
         self.name = name
         self._value = value
         self._parameter = parameter
-        self._provider = None  # Powertools' SSM provider: caches for SECRET_MAX_AGE_SECONDS
+        self._secrets_manager = secrets_manager
+        self._config = config
+        self._provider = None  # Powertools' provider: caches for SECRET_MAX_AGE_SECONDS
         # check(value, setting=name) raises ConfigurationError: a plain value is checked now
         # (cold start), a stored one each time it is read (a 503, naming the parameter)
         self._check = check
@@ -73,12 +79,19 @@ class Secret:
 
     @classmethod
     def from_env(
-        cls, name: str, env: Mapping[str, str], *, check: Callable[..., object] | None = None
+        cls,
+        name: str,
+        env: Mapping[str, str],
+        *,
+        check: Callable[..., object] | None = None,
+        **options: Any,
     ) -> Secret:
-        value, parameter = env.get(name) or None, env.get(f"{name}_PARAM") or None
+        where = "_SECRET_ARN" if options.get("secrets_manager") else "_PARAM"
+        value, parameter = env.get(name) or None, env.get(f"{name}{where}") or None
         if value is None and parameter is None:
-            raise ConfigurationError(f"set {name}_PARAM (SSM parameter name) or {name} (local)")
-        return cls(name, value=value, parameter=parameter, check=check)
+            store = "Secrets Manager secret" if where == "_SECRET_ARN" else "SSM parameter name"
+            raise ConfigurationError(f"set {name}{where} ({store}) or {name} (local)")
+        return cls(name, value=value, parameter=parameter, check=check, **options)
 
     def get(self, *, fresh: bool = False) -> str:
         """The value; cached for SECRET_MAX_AGE_SECONDS unless `fresh` (e.g. after the
@@ -88,20 +101,24 @@ class Secret:
         try:
             if self._provider is None:
                 import boto3
-                from aws_lambda_powertools.utilities.parameters import SSMProvider
+                from aws_lambda_powertools.utilities import parameters
                 from botocore.config import Config
 
                 # fail fast: a webhook must answer within whasp's deadline, a 503 beats a timeout.
                 # boto3's default session, shared with the function's other clients, has loaded
                 # botocore's data files already; a session of its own would load them again.
-                self._provider = SSMProvider(
-                    boto3_client=boto3.client(
-                        "ssm",
-                        config=Config(**SSM_CONFIG),
-                    )
+                kind = "secretsmanager" if self._secrets_manager else "ssm"
+                provider = (
+                    parameters.SecretsProvider
+                    if self._secrets_manager
+                    else (parameters.SSMProvider)
                 )
+                self._provider = provider(
+                    boto3_client=boto3.client(kind, config=Config(**self._config))
+                )
+            options = {} if self._secrets_manager else {"decrypt": True}
             value = self._provider.get(
-                self._parameter, decrypt=True, max_age=SECRET_MAX_AGE_SECONDS, force_fetch=fresh
+                self._parameter, max_age=SECRET_MAX_AGE_SECONDS, force_fetch=fresh, **options
             )
         except Exception as error:  # any failure of the secret store: fail closed, retry later
             raise SecretUnavailable(f"{self.name} could not be read") from error
@@ -230,9 +247,39 @@ class Environment:
             self.problems.append(str(error))
             return Secret(name, value=None, parameter=None)
 
+    def person_key(self) -> Secret:
+        """The stack's key for person keys (memagent.person), required by every function."""
+        try:
+            return person_key_secret(self._env)
+        except ConfigurationError as error:
+            self.problems.append(str(error))
+            return Secret("PERSON_KEY", value=None, parameter=None)
+
     def check(self) -> None:
         if self.problems:
             raise ConfigurationError("invalid configuration: " + "; ".join(self.problems))
+
+
+# The person key's read, on the webhook's cold path after the signing secret's: one attempt
+# (1.5 s at worst), so both reads and the SQS call (4 s each) still fit whasp's 10 s deadline.
+PERSON_KEY_CONFIG = {**SSM_CONFIG, "retries": {"total_max_attempts": 1, "mode": "standard"}}
+PERSON_KEY_MIN_CHARS = 32
+
+
+def _check_person_key(value: str, *, setting: str) -> None:
+    if len(value) < PERSON_KEY_MIN_CHARS:
+        raise ConfigurationError(f"{setting}: at least {PERSON_KEY_MIN_CHARS} characters")
+
+
+def person_key_secret(env: Mapping[str, str]) -> Secret:
+    """PERSON_KEY_SECRET_ARN (the template's generated secret) or PERSON_KEY (local runs)."""
+    return Secret.from_env(
+        "PERSON_KEY",
+        env,
+        check=_check_person_key,
+        secrets_manager=True,
+        config=PERSON_KEY_CONFIG,
+    )
 
 
 PROVIDERS = ("whasp", "meta")
@@ -284,6 +331,7 @@ class WebhookSettings:
             meta_app_secret=read.secret("META_APP_SECRET") if meta else None,
             meta_verify_token=read.secret("META_VERIFY_TOKEN") if meta else None,
         )
+        read.person_key()  # checked here, read by memagent.person on first use
         read.check()
         return settings
 
@@ -297,10 +345,14 @@ class MemorySettings:
     compact_threshold: int = 40
     compact_keep: int = 20
     ledger_ttl_days: int = 30
+    # a person silent this long is forgotten (TTL on their state item); 0 keeps them until erased
+    inactive_retention_days: int = 365
     max_facts: int = 200
     max_fact_chars: int = 160
     archive_bucket: str | None = None
     media_bucket: str | None = None  # voice notes and photos kept between attempts
+    # the compactor works on keys it is given (the stream's), never derives one
+    reads_person_keys: ClassVar[bool] = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None):
@@ -315,12 +367,15 @@ class MemorySettings:
         keep = read.integer("COMPACT_KEEP", 20, minimum=1)
         if keep >= threshold:
             read.problems.append("COMPACT_KEEP: must be smaller than COMPACT_THRESHOLD")
+        if cls.reads_person_keys:
+            read.person_key()  # checked here, read by memagent.person on first use
         return {
             "agent_id": _agent_id(read),
             "table_name": read.text("TABLE_NAME"),
             "compact_threshold": threshold,
             "compact_keep": keep,
             "ledger_ttl_days": read.integer("LEDGER_TTL_DAYS", 30, minimum=7),
+            "inactive_retention_days": read.integer("INACTIVE_RETENTION_DAYS", 365, minimum=0),
             "max_facts": read.integer("MAX_FACTS", 200, minimum=1),
             "max_fact_chars": read.integer("MAX_FACT_CHARS", 160, minimum=20),
             "archive_bucket": read.optional("ARCHIVE_BUCKET"),
@@ -451,6 +506,12 @@ class ConsumerSettings(ModelSettings):
         }
 
     @property
+    def retention(self) -> timedelta | None:
+        """How long a silent person is kept (None: until erased)."""
+        days = self.inactive_retention_days
+        return timedelta(days=days) if days else None
+
+    @property
     def media_origins(self) -> frozenset[tuple[str, str, int]]:
         """whasp media may come only from these origins (memagent.origins.Origin)."""
         return parse_media_origins(self.whasp_media_origins, self.whasp_api_url or "")
@@ -477,4 +538,4 @@ def _media_origins(read: Environment) -> str | None:
 
 @dataclass(frozen=True, kw_only=True)
 class CompactorSettings(ModelSettings):
-    pass
+    reads_person_keys: ClassVar[bool] = False

@@ -77,6 +77,7 @@ _STATE_CONTENT = (
     "awaiting",
     "marketing",
     "marketing_at",
+    "expires_at",  # the retention TTL: a mark never expires (it refuses late redeliveries)
 )
 
 
@@ -139,7 +140,13 @@ def _cancel_codes(error: ClientError) -> list[str]:
 
 
 class MemoryStore:
-    def __init__(self, table_name: str, *, resource: Any | None = None):
+    def __init__(
+        self, table_name: str, *, resource: Any | None = None, retention: timedelta | None = None
+    ):
+        """`retention`: a person who writes nothing for this long is forgotten (DynamoDB's TTL
+        deletes their state item, whose stream record erases the rest: memagent.lifecycle
+        .expire); None keeps them until erased."""
+        self.retention = retention
         self._dynamodb = resource or boto3.resource("dynamodb")
         self.table = self._dynamodb.Table(table_name)
         self.table_name = table_name
@@ -288,9 +295,15 @@ class MemoryStore:
         if opted_out:  # the STOP's own entry (opted_out also ends refused and dropped replies)
             ledger["stop"] = True
         extra: dict[str, Any] = {"last_number": turn.number}
+        remove = ["awaiting"] if opted_out else []
         if not held:  # an older message moves neither the opt-out nor the last-written time
             extra["last_inbound_at"] = _iso(turn.at)
             extra["opted_out"] = opted_out  # a later message from the person lifts an opt-out
+            # retention counts from what the person last wrote, in the write a turn makes anyway
+            if self.retention:
+                extra["expires_at"] = int((turn.at + self.retention).timestamp())
+            else:
+                remove.append("expires_at")
         if opted_out:
             extra["opted_out_at"] = _iso(turn.at)
         elif not held:
@@ -312,7 +325,7 @@ class MemoryStore:
                 compact=compact,
                 extra_set=extra,
                 event_time=event_time,
-                remove=("awaiting",) if opted_out else (),
+                remove=remove,
             ),
         ]
         if opted_out:

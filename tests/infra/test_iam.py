@@ -136,14 +136,20 @@ def test_nothing_can_scan_change_lifecycles_or_read_parameters_it_does_not_need(
     assert not [a for a in actions if a.endswith("*") or a == "*"]
 
 
-def test_the_compactor_may_put_and_delete_archive_objects_and_nothing_else_in_s3(shape) -> None:
+def test_the_compactor_may_archive_and_erase_and_nothing_else_in_s3(shape) -> None:
     cfn, parameters = shape
     if not parameters.get("ArchiveBucket"):
         pytest.skip("no archive in this shape")
     compactor = next(f for f in function_roles(cfn) if f.startswith("Compactor"))
     s3 = {(a, r) for f, a, r in listing(cfn, parameters) if f == compactor and a.startswith("s3:")}
     bucket_objects = "${TranscriptArchiveBucket.Arn}/*"
-    assert s3 == {("s3:PutObject", bucket_objects), ("s3:DeleteObject", bucket_objects)}
+    assert s3 == {
+        ("s3:PutObject", bucket_objects),
+        ("s3:DeleteObject", bucket_objects),
+        ("s3:ListBucket", "TranscriptArchiveBucket.Arn"),  # a silent person's copies, to erase
+        ("s3:ListBucket", "MediaBucket.Arn"),
+        ("s3:DeleteObject", "${MediaBucket.Arn}/*"),
+    }
 
 
 def test_pollers_and_logs_are_scoped_to_this_stacks_queue_stream_and_log_groups(shape) -> None:
@@ -218,3 +224,14 @@ def test_only_the_webhooks_role_may_send_to_the_event_queue(sam_template: Templa
         ]
         names = {target(e) or e for e in exempt}
         assert names == (allowed or {"WebhookRole", redrive})
+
+
+def test_the_person_key_is_read_by_the_functions_that_derive_keys_and_by_no_other(shape) -> None:
+    # the compactor works on the keys its stream records carry: it never needs the key
+    cfn, parameters = shape
+    secrets = {(f, a, r) for f, a, r in listing(cfn, parameters) if a.startswith("secretsmanager")}
+    key = json.dumps({"Ref": "PersonKeySecret"})
+    assert secrets == {
+        (function, "secretsmanager:GetSecretValue", key)
+        for function in ("WebhookFunction", "ConsumerFunction", "AdminFunction")
+    }

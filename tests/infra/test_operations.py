@@ -177,7 +177,7 @@ def test_the_signature_alarm_watches_the_metric_the_webhook_emits(
     from tests.integration.test_webhook import http_event
 
     globals_env = yaml_parse(TEMPLATE.read_text())["Globals"]["Function"]["Environment"]
-    env = {k: v for k, v in globals_env["Variables"].items() if isinstance(v, str)}
+    env = {k: v for k, v in globals_env["Variables"].items() if isinstance(v, str) and v}
     webhook = load_function(
         "webhook",
         {

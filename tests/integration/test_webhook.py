@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook
 
-from memagent.person import agent_key, person_key
+from memagent.person import LOCAL_PERSON_KEY, agent_key, person_key
 from memagent.queue import deduplication_id
 from tests.conftest import (
     AGENT,
@@ -398,6 +398,7 @@ def test_the_webhook_cold_path_loads_no_model_code_no_pydantic_no_xray_sdk_and_n
         "AGENT_ID": AGENT,
         "WEBHOOK_SECRET": TEST_SECRET,
         "MEMAGENT_LOCAL_STACK": "1",
+        "PERSON_KEY": LOCAL_PERSON_KEY,
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ACCESS_KEY_ID": "ASIAPROBEONLY0000000",
         "AWS_SECRET_ACCESS_KEY": "probe-only",

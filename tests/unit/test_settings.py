@@ -7,10 +7,12 @@ import base64
 import pytest
 
 from memagent.errors import ConfigurationError
+from memagent.person import LOCAL_PERSON_KEY
 from memagent.settings import ConsumerSettings, WebhookSettings
 
 CONSUMER = {
     "AGENT_ID": "coach",
+    "PERSON_KEY": LOCAL_PERSON_KEY,
     "TABLE_NAME": "memory",
     "OPENAI_MODEL": "gpt-6-luna",
     "OPENAI_API_KEY": "sk-test",
@@ -67,7 +69,12 @@ STRONG_SECRET = "whsec_" + base64.b64encode(b"a 32-byte key for settings tests")
 
 
 def test_an_empty_value_counts_as_unset_and_secrets_never_print():
-    webhook = {"AGENT_ID": "coach", "QUEUE_URL": "https://q", "WEBHOOK_SECRET": STRONG_SECRET}
+    webhook = {
+        "AGENT_ID": "coach",
+        "QUEUE_URL": "https://q",
+        "WEBHOOK_SECRET": STRONG_SECRET,
+        "PERSON_KEY": LOCAL_PERSON_KEY,
+    }
     settings = WebhookSettings.from_env({**webhook, "WEBHOOK_MAX_BODY_BYTES": ""})
     assert settings.max_body_bytes == 256 * 1024
     assert STRONG_SECRET not in repr(settings)
@@ -83,7 +90,12 @@ def test_a_weak_signing_secret_is_named_with_the_other_problems():
 
 
 def test_each_provider_requires_only_its_own_secrets():
-    meta = {"AGENT_ID": "coach", "QUEUE_URL": "https://q", "PROVIDER": "meta"}
+    meta = {
+        "AGENT_ID": "coach",
+        "QUEUE_URL": "https://q",
+        "PROVIDER": "meta",
+        "PERSON_KEY": "k" * 32,
+    }
     with pytest.raises(ConfigurationError, match="META_APP_SECRET") as raised:
         WebhookSettings.from_env(meta)
     assert "WEBHOOK_SECRET" not in str(raised.value)
@@ -97,3 +109,15 @@ def test_each_provider_requires_only_its_own_secrets():
     )
     assert settings.whasp_api_url is None and settings.typing_indicator is False
     assert settings.meta_graph_url.startswith("https://graph.facebook.com/")
+
+
+def test_the_person_key_is_required_long_and_read_from_secrets_manager_in_aws():
+    """Given no person key, or a short one, the cold start names it; in AWS the functions are
+    given the secret's ARN, never the value."""
+    webhook = {"AGENT_ID": "coach", "QUEUE_URL": "https://q", "WEBHOOK_SECRET": STRONG_SECRET}
+    with pytest.raises(ConfigurationError, match=r"PERSON_KEY_SECRET_ARN \(Secrets Manager"):
+        WebhookSettings.from_env(webhook)
+    with pytest.raises(ConfigurationError, match="PERSON_KEY: at least 32 characters"):
+        ConsumerSettings.from_env({**CONSUMER, "PERSON_KEY": "short"})
+    arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:PersonKeySecret-AbCdEf"
+    WebhookSettings.from_env({**webhook, "PERSON_KEY_SECRET_ARN": arn})  # read on first use

@@ -1,0 +1,191 @@
+"""Whose memory it is (issue 19), through the handlers with Meta-shaped POSTs: person keys only
+the stack's key can compute, identifiers that move between people, and retention."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from datetime import UTC, datetime, timedelta
+
+import boto3
+
+from devstack.events import meta_contact, meta_notification
+from memagent.person import person_key
+from tests.conftest import AGENT
+from tests.integration.test_meta import (  # noqa: F401 (fixtures)
+    MAYA_BSUID,
+    MAYA_PHONE,
+    NOW,
+    consumer,
+    graph,
+    graph_server,
+    post,
+    queue,
+    text_from,
+    webhook,
+)
+
+
+def _table_items(resources) -> list[dict]:
+    return boto3.resource("dynamodb").Table(resources.table_name).scan(ConsistentRead=True)["Items"]
+
+
+def test_no_key_group_id_or_log_line_is_computable_from_a_phone_without_the_stacks_key(
+    webhook, queue, consumer, resources, monkeypatch, lambda_context
+):
+    from memagent.observability import logger
+
+    # given Maya's messages and a marketing preference, queued and answered, logs captured
+    out = io.StringIO()
+    monkeypatch.setattr(logger.registered_handler, "stream", out)
+    preference = meta_notification(
+        contacts=[meta_contact(phone=MAYA_PHONE, bsuid=MAYA_BSUID)], field="user_preferences"
+    )
+    preference["entry"][0]["changes"][0]["value"]["user_preferences"] = [
+        {"wa_id": MAYA_PHONE.lstrip("+"), "value": "stop", "timestamp": NOW + 60}
+    ]
+    queued = []
+    for notification in (
+        text_from("Hello", phone=MAYA_PHONE, at=NOW),
+        text_from("Me again", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW + 30),
+        preference,
+    ):
+        assert post(webhook, notification, lambda_context) == 200
+        queued += [m["Attributes"] for m in queue.peek()]
+        assert queue.drain(consumer, lambda_context) == 0
+    where = {
+        "table": json.dumps(_table_items(resources), default=str),
+        "queue": json.dumps(queued),
+        "logs": out.getvalue(),
+    }
+    # when someone hashes her phone number (or BSUID) the old way, bare SHA-256
+    guesses = set()
+    for identifier in (MAYA_PHONE, MAYA_PHONE.lstrip("+"), MAYA_BSUID):
+        for text in (AGENT + "\x1f" + identifier, identifier):
+            guesses.add(hashlib.sha256(text.encode()).hexdigest()[:16])
+    # then nothing matches, anywhere; the keyed key is what the table holds
+    assert {name: [g for g in guesses if g in text] for name, text in where.items()} == {
+        "table": [],
+        "queue": [],
+        "logs": [],
+    }
+    assert person_key(AGENT, MAYA_PHONE) in where["table"]
+    assert person_key(AGENT, MAYA_PHONE) in {q["MessageGroupId"] for q in queued}
+    assert '"marketing preference"' in where["logs"]
+    assert MAYA_PHONE.lstrip("+") not in where["logs"] + where["queue"]
+
+
+def test_the_person_key_is_read_from_secrets_manager_and_computes_other_keys(
+    moto_server, monkeypatch
+):
+    import memagent.person as person
+
+    # given a stack whose key is its generated secret (no plain PERSON_KEY)
+    arn = boto3.client("secretsmanager").create_secret(
+        Name="PersonKeySecret-identity-test", SecretString="s" * 64
+    )["ARN"]
+    local = person.person_key(AGENT, MAYA_PHONE)
+    monkeypatch.delenv("PERSON_KEY")
+    monkeypatch.setenv("PERSON_KEY_SECRET_ARN", arn)
+    monkeypatch.setattr(person, "_key", None)  # a cold start
+    # when a key is derived, then it comes from that secret: another key, the same each time
+    stacks = person.person_key(AGENT, MAYA_PHONE)
+    assert stacks != local and stacks.startswith("P#") and len(stacks) == 42
+    assert person.person_key(AGENT, MAYA_PHONE) == stacks
+
+
+# ------------------------------------------------------------------ retention
+
+
+def _ttl_sweep(resources, tap, at: datetime) -> list[dict]:
+    """DynamoDB's TTL process at time `at`, which moto does not run: every item whose
+    `expires_at` has passed is deleted, and its stream record names the DynamoDB service as the
+    deleter (userIdentity), as AWS's do. Returns the stream's new records, unfiltered."""
+    table = boto3.resource("dynamodb").Table(resources.table_name)
+    expired = [
+        {"pk": item["pk"], "sk": item["sk"]}
+        for item in table.scan(ConsistentRead=True)["Items"]
+        if "expires_at" in item and int(item["expires_at"]) <= at.timestamp()
+    ]
+    for key in expired:
+        table.delete_item(Key=key)
+    records = tap.poll()
+    for record in records:
+        keys = {name: value["S"] for name, value in record["dynamodb"]["Keys"].items()}
+        if record["eventName"] == "REMOVE" and keys in expired:
+            record["userIdentity"] = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+    return records
+
+
+def test_a_person_silent_past_the_retention_is_forgotten_one_who_wrote_on_day_29_is_not(
+    consumer_env, compactor_env, resources, tap, whasp, monkeypatch, lambda_context
+):
+    from devstack.lambda_harness import passes_filters, stream_filters
+    from devstack.resources import load_template
+    from memagent.observability import logger
+    from tests.conftest import MAYA, load_function, sqs_batch, whasp_message
+
+    sam = "+447700900456"
+    consumer = load_function(
+        "consumer", {**consumer_env, "INACTIVE_RETENTION_DAYS": "30"}, monkeypatch
+    )
+    now = datetime.now(UTC)
+
+    def writes(phone: str, text: str, days_ago: float) -> None:
+        at = (now - timedelta(days=days_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        batch = sqs_batch(whasp_message(text, chat=phone, created_at=at))
+        assert consumer.handler(batch, lambda_context) == {"batchItemFailures": []}
+
+    # given Sam wrote on day 0 only, and Maya on day 0 and on day 29 (with 30 days' retention)
+    writes(sam, "my HIV test came back positive", 31)
+    writes(MAYA, "I start the new job on Monday", 31)
+    writes(MAYA, "First week done!", 2)
+    # when DynamoDB's TTL runs on day 31, and Lambda hands the compactor what the filter lets by
+    records = _ttl_sweep(resources, tap, now)
+    delivered = [r for r in records if passes_filters(r, stream_filters(load_template()))]
+    out = io.StringIO()
+    monkeypatch.setattr(logger.registered_handler, "stream", out)
+    compactor = load_function(
+        "compactor", {**compactor_env, "MEDIA_BUCKET": consumer_env["MEDIA_BUCKET"]}, monkeypatch
+    )
+    assert compactor.handler({"Records": delivered}, lambda_context) == {"batchItemFailures": []}
+    # then the filter let exactly Sam's state deletion through, nothing from the turns before
+    assert [r["dynamodb"]["Keys"]["pk"]["S"] for r in delivered] == [person_key(AGENT, sam)]
+    assert len(records) > 10  # the turns' own records, none delivered
+    # and Sam is forgotten completely: only the content-free erasure mark is left
+    rows = compactor.compactor.store.everything(person_key(AGENT, sam))
+    assert [set(r) - {"pk", "sk"} for r in rows] == [{"erased_at"}]
+    # with the audit line of an operator's erasure, naming the TTL process as the caller
+    audits = [json.loads(line) for line in out.getvalue().splitlines() if '"audit"' in line]
+    assert [(a["audit"], a["person"], a["outcome"], a["caller"]) for a in audits] == [
+        ("erase", person_key(AGENT, sam), "done", "retention (dynamodb.amazonaws.com)")
+    ]
+    # while Maya, who wrote on day 29, keeps all of it
+    memory = compactor.compactor.store.load(person_key(AGENT, MAYA))
+    assert [t.text for t in memory.turns if t.role == "user"] == [
+        "I start the new job on Monday",
+        "First week done!",
+    ]
+
+
+def test_the_retention_filter_passes_only_the_ttls_deletion_of_a_state_item():
+    from devstack.lambda_harness import passes_filters, stream_filters
+    from devstack.resources import load_template
+
+    patterns = stream_filters(load_template())
+    ttl = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+
+    def record(event: str, sk: str, identity: dict | None = None, image: dict | None = None):
+        found = {"eventName": event, "dynamodb": {"Keys": {"pk": {"S": "P#1"}, "sk": {"S": sk}}}}
+        if identity:
+            found["userIdentity"] = identity
+        if image:
+            found["dynamodb"]["NewImage"] = image
+        return found
+
+    assert passes_filters(record("REMOVE", "STATE", ttl), patterns)
+    assert not passes_filters(record("REMOVE", "EVT#0a1b", ttl), patterns)  # the ledger's TTL
+    assert not passes_filters(record("REMOVE", "STATE"), patterns)  # anyone's delete
+    assert not passes_filters(record("REMOVE", "STATE", {**ttl, "principalId": "x"}), patterns)
+    assert not passes_filters(record("MODIFY", "STATE", image={"last_seq": {"N": "3"}}), patterns)
