@@ -81,6 +81,7 @@ class FakeGraph(RecordingServer):
         self.numbers: set[str] = set(numbers or {"1122334455667"})
         self.on_send = on_send
         self.url_ttl_seconds = url_ttl_seconds
+        self.download_base: str | None = None  # where lookups send downloads (default: here)
         self.sent: list[dict[str, Any]] = []
         self.reads: list[dict[str, Any]] = []
         self._media: dict[str, tuple[bytes, str]] = {}
@@ -115,6 +116,7 @@ class FakeGraph(RecordingServer):
                 store.clear()
             self._media.clear()
             self._urls.clear()
+            self.download_base = None
 
     # ------------------------------------------------------------------ HTTP
 
@@ -212,7 +214,7 @@ class FakeGraph(RecordingServer):
             200,
             {
                 "messaging_product": "whatsapp",
-                "url": f"{self.url}{DOWNLOAD}{token}",
+                "url": f"{self.download_base or self.url}{DOWNLOAD}{token}",
                 "mime_type": mime_type,
                 "sha256": hashlib.sha256(data).hexdigest(),
                 "file_size": len(data),

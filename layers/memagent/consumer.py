@@ -43,12 +43,15 @@ def provider_from_settings(settings: ConsumerSettings) -> tuple[Provider, ParseE
     """The configured provider's client and queued-event parser (only that one is imported)."""
     if settings.provider == "meta":
         from memagent import meta
+        from memagent.origins import parse_origins
 
         client: Provider = meta.GraphClient(
             settings.meta_graph_url,
             settings.meta_access_token,
             timeout_seconds=settings.whasp_timeout_seconds,
             typing_indicator=settings.typing_indicator,
+            media_origins=parse_origins(settings.meta_media_origins, https_only=True),
+            media_deadline_seconds=settings.media_deadline_seconds,
         )
         return client, meta.parse_event
     from memagent import whasp

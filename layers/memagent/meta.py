@@ -26,7 +26,8 @@ Sending
 Read receipt and typing indicator
     The same endpoint, ``{"status": "read", "message_id", "typing_indicator": {"type": "text"}}``.
 Media
-    ``GET {graph}/{media_id}`` answers a URL that lives 5 minutes; ``GET <url>`` (Bearer) the bytes.
+    ``GET {graph}/{media_id}`` answers a URL that lives 5 minutes; ``GET <url>`` (Bearer) the bytes,
+    fetched only from Meta's media hosts (memagent.download's rules, as for whasp).
 """
 
 from __future__ import annotations
@@ -35,11 +36,13 @@ import hashlib
 import hmac
 import json
 import re
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from memagent import download
 from memagent.errors import (
     BadRequest,
     InvalidSignature,
@@ -48,6 +51,7 @@ from memagent.errors import (
     SendRejected,
     TransientError,
 )
+from memagent.origins import Origin, url_origin
 from memagent.provider import (
     IdentityChanged,
     InboundMessage,
@@ -82,6 +86,9 @@ RETRY_CODES = frozenset({130429, 131056, 4, 80007, 131000, 1, 2, 131016, 131057}
 TOKEN_CODES = frozenset({190, 0, 10, 200})
 OPTED_OUT_CODES = frozenset({131050})  # the person stopped messages from this business
 WINDOW_CLOSED = 131047
+# Where Meta's media lookup sends the download (https://lookaside.fbsbx.com/whatsapp_business/
+# attachments/?mid=...); META_MEDIA_ORIGINS adds others, https only
+MEDIA_ORIGINS = frozenset({("https", "lookaside.fbsbx.com", 443)})
 
 
 # --------------------------------------------------------------------------- webhook
@@ -475,11 +482,18 @@ class GraphClient:
         *,
         timeout_seconds: float = 10.0,
         typing_indicator: bool = True,
+        media_origins: frozenset[Origin] = frozenset(),
+        media_deadline_seconds: float = 30.0,
     ):
         import urllib3
         from urllib3.util import Retry, Timeout
 
         self._graph = graph_url.rstrip("/")
+        # Meta's media hosts (https only), the Graph API's own origin and any the operator adds
+        graph_origin = url_origin(self._graph)
+        self._media_origins = MEDIA_ORIGINS | media_origins | ({graph_origin} - {None})
+        self._media_deadline = media_deadline_seconds
+        self._read_timeout = timeout_seconds
         self._token = access_token  # a Secret is read on first use
         self.typing_indicator = typing_indicator
         self._http = urllib3.PoolManager(
@@ -564,17 +578,11 @@ class GraphClient:
         if response.status != 200:
             self._raise_for(response)
 
-    def _get(self, url: str, *, stream: bool = False, fresh: bool = False) -> Any:
+    def _get(self, url: str, *, fresh: bool = False) -> Any:
         import urllib3
 
         try:
-            return self._http.request(
-                "GET",
-                url,
-                headers=self._bearer(fresh=fresh),
-                preload_content=not stream,
-                retries=2,
-            )
+            return self._http.request("GET", url, headers=self._bearer(fresh=fresh), retries=2)
         except urllib3.exceptions.HTTPError as error:
             raise TransientError(f"media unreachable: {type(error).__name__}") from None
 
@@ -598,24 +606,26 @@ class GraphClient:
 
     def fetch_media(self, url: str, *, max_bytes: int) -> tuple[bytes, str]:
         """`url` is the media id: look up a fresh download URL (it lives 5 minutes), download it
-        with the same token; on a 404 (the URL expired meanwhile) look it up once more."""
+        by memagent.download's rules (Meta's media hosts only, the token only to them, every
+        redirect hop checked, the size cap while streaming, one deadline for the lookups and
+        the download); on a 404 (the URL expired meanwhile) look it up once more."""
+        deadline = time.monotonic() + self._media_deadline
         for _ in range(2):
-            download, mime_type = self._media_url(url)
-            response = self._get(download, stream=True)
+            found, mime_type = self._media_url(url)
             try:
-                if response.status == 404:
+                data, content_type = download.fetch(
+                    self._http,
+                    found,
+                    allowed=self._media_origins,
+                    key_origins=self._media_origins,
+                    key=lambda: self._bearer()["Authorization"].removeprefix("Bearer "),
+                    max_bytes=max_bytes,
+                    deadline_seconds=deadline - time.monotonic(),
+                    read_timeout=self._read_timeout,
+                )
+            except download.Refused as refused:
+                if refused.status == 404:
                     continue
-                if response.status == 429 or response.status >= 500:
-                    raise TransientError(f"media download answered HTTP {response.status}")
-                if response.status != 200:
-                    raise MalformedEvent(f"media download answered HTTP {response.status}")
-                data = b""
-                for chunk in response.stream(64 * 1024):
-                    data += chunk
-                    if len(data) > max_bytes:
-                        raise MalformedEvent("media larger than the configured cap")
-                content_type = response.headers.get("Content-Type") or mime_type
-                return data, content_type or "application/octet-stream"
-            finally:
-                response.release_conn()
+                raise MalformedEvent(f"media download answered HTTP {refused.status}") from None
+            return data, content_type or mime_type or "application/octet-stream"
         raise MalformedEvent("media URL expired twice")

@@ -1,5 +1,5 @@
 """Origins (scheme, host, port) of http(s) URLs: the allow-list media downloads are checked
-against, hop by hop (memagent/whasp.py), and the setting that configures it."""
+against, hop by hop (memagent/download.py), and the settings that configure it."""
 
 from __future__ import annotations
 
@@ -25,11 +25,17 @@ def url_origin(url: str) -> Origin | None:
 def parse_media_origins(value: str | None, api_url: str) -> frozenset[Origin]:
     """The allow-list for media downloads: WHASP_API_URL's origin, or the configured origins
     (space- or comma-separated); raise ValueError for an entry that is not an http(s) origin."""
-    entries = (value or "").replace(",", " ").split() or [api_url]
+    return parse_origins(value or api_url)
+
+
+def parse_origins(value: str | None, *, https_only: bool = False) -> frozenset[Origin]:
+    """Origins from space- or comma-separated URLs; ValueError naming an entry that is not an
+    http(s) (with https_only: https) origin."""
     origins = set()
-    for entry in entries:
+    for entry in (value or "").replace(",", " ").split():
         origin = url_origin(entry)
-        if origin is None:
-            raise ValueError(f"{entry!r} is not an http(s) origin such as https://media.example")
+        if origin is None or (https_only and origin[0] != "https"):
+            scheme = "an https" if https_only else "an http(s)"
+            raise ValueError(f"{entry!r} is not {scheme} origin such as https://media.example")
         origins.add(origin)
     return frozenset(origins)

@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any, ClassVar, TypeVar
 
 from memagent.errors import ConfigurationError, SecretUnavailable
-from memagent.origins import parse_media_origins
+from memagent.origins import parse_media_origins, parse_origins
 from memagent.signing import check_signing_secrets, is_local_stack
 
 _T = TypeVar("_T")
@@ -444,6 +444,8 @@ class ConsumerSettings(ModelSettings):
     # Where media may be fetched from (origins, space- or comma-separated); empty = the origin
     # of WHASP_API_URL. The API key is only ever sent to WHASP_API_URL's origin.
     whasp_media_origins: str | None = None
+    # Provider meta: media hosts besides Meta's own (lookaside.fbsbx.com), https only
+    meta_media_origins: str | None = None
     # One download, redirects included, however slowly the host sends
     media_deadline_seconds: float = 30.0
     opt_out_policy: str = "keep"
@@ -487,6 +489,7 @@ class ConsumerSettings(ModelSettings):
             "context_max_facts": read.integer("CONTEXT_MAX_FACTS", 30, minimum=0),
             "media_max_bytes": read.integer("MEDIA_MAX_BYTES", 10 * 1024 * 1024, minimum=1),
             "whasp_media_origins": _media_origins(read),
+            "meta_media_origins": _media_origins(read, "META_MEDIA_ORIGINS", https_only=True),
             "media_deadline_seconds": read.number(
                 "MEDIA_DEADLINE_SECONDS", 30.0, minimum=0, above=True
             ),
@@ -526,13 +529,15 @@ def _transcription_endpoint(read: Environment) -> dict:
     }
 
 
-def _media_origins(read: Environment) -> str | None:
-    value = read.optional("WHASP_MEDIA_ORIGINS")
+def _media_origins(
+    read: Environment, name: str = "WHASP_MEDIA_ORIGINS", *, https_only: bool = False
+) -> str | None:
+    value = read.optional(name)
     if value is not None:
-        try:
-            parse_media_origins(value, "https://unused.example")  # names the bad entry
+        try:  # names the bad entry
+            parse_origins(value, https_only=https_only)
         except ValueError as error:
-            read.problems.append(f"WHASP_MEDIA_ORIGINS: {error}")
+            read.problems.append(f"{name}: {error}")
     return value
 
 

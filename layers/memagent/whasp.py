@@ -47,8 +47,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urljoin
 
+from memagent import download
 from memagent.errors import (
     BadRequest,
     InvalidSignature,
@@ -271,10 +271,6 @@ def parse_event(raw: Mapping[str, Any]) -> WhaspEvent:
 # --------------------------------------------------------------------------- outbound
 
 
-MEDIA_REDIRECTS = 3
-MEDIA_CHUNK = 64 * 1024
-
-
 class WhaspClient:
     """Sends replies and fetches media over HTTP (urllib3, already shipped with botocore)."""
 
@@ -363,104 +359,29 @@ class WhaspClient:
         """whasp's contract has no read receipt or typing indicator: nothing to do."""
 
     def fetch_media(self, url: str, *, max_bytes: int) -> tuple[bytes, str]:
-        """Download a media file (bytes, content type). A URL off the allow-list, a redirect
-        leaving it or a file over max_bytes raises MalformedEvent (the message becomes a note);
+        """Download a media file (bytes, content type) by memagent.download's rules, the key
+        sent only to WHASP_API_URL's origin. A URL off the allow-list, a redirect leaving it, a
+        file over max_bytes or a refusal raises MalformedEvent (the message becomes a note);
         an unreachable or slow host (past the deadline) raises TransientError (retried), and so
         does a refused key, after one more try with the key read again past its cache."""
-        try:
-            return self._fetch_media(url, max_bytes=max_bytes, fresh_key=False)
-        except _KeyRefused:
-            pass
-        try:
-            return self._fetch_media(url, max_bytes=max_bytes, fresh_key=True)
-        except _KeyRefused as refused:
-            _count("ProviderAuthFailed")
-            raise TransientError(f"media download refused the API key (HTTP {refused})") from None
-
-    def _fetch_media(self, url: str, *, max_bytes: int, fresh_key: bool) -> tuple[bytes, str]:
-        import urllib3
-        from urllib3.util import Timeout
-
-        deadline = time.monotonic() + self._media_deadline
-        for _hop in range(MEDIA_REDIRECTS + 1):
-            origin = url_origin(url)
-            if origin is None or origin not in self._media_origins:
-                raise MalformedEvent("media URL is not on the allow-list")  # never fetched
-            # the key only goes to whasp's API itself, never to another allowed origin
-            headers = (
-                {"Authorization": f"Bearer {self._key(fresh=fresh_key)}"}
-                if origin == self._api_origin
-                else {}
-            )
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TransientError("media download past its deadline")
+        for fresh in (False, True):
             try:
-                response = self._http.request(
-                    "GET",
+                return download.fetch(
+                    self._http,
                     url,
-                    headers=headers,
-                    preload_content=False,
-                    redirect=False,  # each hop is checked against the allow-list above
-                    timeout=Timeout(
-                        connect=min(3.0, remaining), read=min(self._read_timeout, remaining)
-                    ),
+                    allowed=self._media_origins,
+                    key_origins=frozenset({self._api_origin} - {None}),
+                    key=lambda fresh=fresh: self._key(fresh=fresh),
+                    max_bytes=max_bytes,
+                    deadline_seconds=self._media_deadline,
+                    read_timeout=self._read_timeout,
                 )
-            except urllib3.exceptions.HTTPError as error:
-                raise TransientError(f"media unreachable: {type(error).__name__}") from None
-            try:
-                location = response.get_redirect_location()
-                if not location:
-                    return self._read_media(
-                        response, max_bytes=max_bytes, deadline=deadline, sent_key=bool(headers)
-                    )
-                response.close()  # a redirect's body is of no use
-            except BaseException:
-                response.close()  # a body left unread or half read never goes back to the pool
-                raise
-            finally:
-                response.release_conn()
-            url = urljoin(url, location)
-        raise MalformedEvent("media redirected too many times")
-
-    @staticmethod
-    def _read_media(
-        response: Any, *, max_bytes: int, deadline: float, sent_key: bool
-    ) -> tuple[bytes, str]:
-        import urllib3
-
-        if response.status == 429 or response.status >= 500:
-            raise TransientError(f"media download answered HTTP {response.status}")
-        if response.status in AUTH_STATUSES and sent_key:  # elsewhere no key was sent to refuse
-            raise _KeyRefused(response.status)
-        if response.status != 200:
-            raise MalformedEvent(f"media download answered HTTP {response.status}")
-        length = response.headers.get("Content-Length", "")
-        if length.isdigit() and int(length) > max_bytes:
-            raise MalformedEvent("media larger than the configured cap")
-        data = bytearray()
-        sock = getattr(response.connection, "sock", None)
-        try:
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TransientError("media download past its deadline")
-                if sock is not None:  # no single read may outlive the deadline either
-                    sock.settimeout(remaining)
-                chunk = response.read1(MEDIA_CHUNK)
-                if not chunk:
-                    break
-                data += chunk
-                if len(data) > max_bytes:
-                    raise MalformedEvent("media larger than the configured cap")
-        except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise TransientError(f"media download broke off: {type(error).__name__}") from None
-        content_type = response.headers.get("Content-Type", "application/octet-stream")
-        return bytes(data), content_type
-
-
-class _KeyRefused(Exception):
-    """whasp answered 401/403 to our key."""
+            except download.Refused as refused:
+                if not (refused.sent_key and refused.status in AUTH_STATUSES):
+                    raise MalformedEvent(f"media download answered HTTP {refused.status}") from None
+                status = refused.status
+        _count("ProviderAuthFailed")
+        raise TransientError(f"media download refused the API key (HTTP {status})")
 
 
 def _count(name: str) -> None:

@@ -76,6 +76,19 @@ def test_media_on_another_host_is_not_fetched_and_the_message_is_answered(
     assert elsewhere.requests == []
 
 
+def test_a_media_url_with_surrounding_whitespace_is_checked_and_fetched_as_one_url(
+    consumer, resources, openai, whasp, lambda_context
+):
+    # given whasp's own media URL with whitespace around it (the check strips it)
+    openai.responder = lambda request: "A shoe." if "input_image" in str(request["input"]) else "Hi"
+    url = " \t" + whasp.add_media(b"\x89PNG....", "image/png") + "\n"
+    # then the request goes to the very URL that was checked, and the photo is described
+    assert failures(consumer.handler(sqs_batch(photo(url)), lambda_context)) == []
+    assert [t for r, t in turns(resources.table_name) if r == "user"] == ["[photo: A shoe.]"]
+    [download] = [r for r in whasp.requests if r["path"].startswith("/media/")]
+    assert download["headers"]["authorization"] == "Bearer whasp-test-key"
+
+
 @pytest.mark.parametrize(
     "spoil",
     [
