@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from memagent.errors import ConcurrentUpdate, ModelRejected
-from memagent.facts import cap_facts, fact_key, screen_facts
+from memagent.facts import cap_facts, fact_key, screen_facts, screen_summary
 from memagent.memory import Fact, Turn
 from memagent.observability import logger, metrics
 from memagent.store import TRANSACTION_LIMIT
@@ -120,7 +120,7 @@ class Compactor:
         for part in parts:
             folded = self._fold_part(summary, (shown + found)[-FOLD_MAX_FACTS:], part)
             if folded is not None:
-                summary = _words(folded.summary, SUMMARY_MAX_WORDS)
+                summary = screen_summary(_words(folded.summary, SUMMARY_MAX_WORDS))
                 found.extend(folded.facts)
         now = datetime.now(UTC)
         texts = screen_facts(

@@ -54,6 +54,15 @@ _FILLER = re.compile(r"^(?:(?:and|also|so|ok|okay|now|oh|btw|but|hey|and\s+also)
 _SENTENCE_BREAK = re.compile(r"[.!?;:\n]+|\s[-\u2013\u2014]\s")  # dashes between clauses
 
 
+def plain(text: str) -> str:
+    """The text as a reader sees it: NFKC (full-width and other compatibility forms become
+    their plain letters: U+FF49 U+FF47 U+FF4E... is "ign...") with the invisible format
+    characters removed (zero-width space and joiners, soft hyphen, bidi marks: category Cf),
+    so neither hides an order from the patterns above."""
+    text = unicodedata.normalize("NFKC", text)
+    return "".join(char for char in text if unicodedata.category(char) != "Cf")
+
+
 def _is_edge_junk(char: str) -> bool:
     return char.isspace() or unicodedata.category(char).startswith("P")
 
@@ -76,7 +85,7 @@ def fact_key(text: str) -> str:
 
 def looks_like_instruction(text: str) -> bool:
     """True when the text reads as an order to the agent rather than a fact about the person."""
-    text = normalise(text).replace("\u2019", "'")  # a curly apostrophe: "don\u2019t"
+    text = normalise(plain(text)).replace("\u2019", "'")  # a curly apostrophe: "don\u2019t"
     sentences = [_FILLER.sub("", s.strip(" \"'*-•,()[]")) for s in _SENTENCE_BREAK.split(text)]
     return any(p.search(s) for s in sentences for p in _INSTRUCTION_PATTERNS)
 
@@ -97,7 +106,7 @@ def screen_facts(
     seen = {normalise(text) for text in existing}
     kept: list[str] = []
     for candidate in candidates:
-        fact = " ".join(candidate.split())
+        fact = " ".join(plain(candidate).split())  # stored as screened
         key = normalise(fact)
         if not key or len(fact) > max_chars or key in seen or looks_like_instruction(fact):
             continue
@@ -106,6 +115,18 @@ def screen_facts(
         if len(kept) >= limit:
             break
     return kept
+
+
+def screen_summary(text: str) -> str:
+    """The summary without its sentences that read as orders to the agent: it is written from
+    what people said, and stands in the instructions like the facts. Each sentence is kept as
+    written (plain: NFKC, no format characters), or dropped whole."""
+    kept = [s for s in _SUMMARY_SENTENCE.findall(plain(text)) if not looks_like_instruction(s)]
+    return " ".join(" ".join(kept).split())
+
+
+# a sentence with its closing punctuation (and a quote or bracket after it)
+_SUMMARY_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+[\"')\]]*|\n|$)")
 
 
 def cap_facts(facts: list[Fact], max_facts: int) -> tuple[list[Fact], list[Fact]]:
