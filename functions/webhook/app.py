@@ -91,6 +91,8 @@ def webhook(event: dict) -> dict:
     for code in receipt.failed_codes:  # e.g. 131047: a reply sent outside the 24-hour window
         with single_metric(name="ProviderDeliveryFailed", unit=MetricUnit.Count, value=1) as m:
             m.add_dimension(name="code", value=str(code))
+    if receipt.groups:  # Meta group messages: acknowledged, counted, never answered or stored
+        metrics.add_metric(name="GroupMessagesIgnored", unit=MetricUnit.Count, value=receipt.groups)
     for value in receipt.preferences:  # Meta's marketing stop/resume: recorded, not acted on
         with single_metric(name="MarketingPreference", unit=MetricUnit.Count, value=1) as m:
             m.add_dimension(name="value", value=value[:32])

@@ -21,7 +21,11 @@ NOTES = {
     # ModelProvider=bedrock without a transcription endpoint: the audio never leaves the account
     "unheard": "[sent a voice note; voice notes are not transcribed here]",
     "image": "[sent a photo that could not be opened]",
+    "order": "[sent an order]",
+    "unsupported": "[sent an unsupported message]",
 }
+# what a provider found in a shared location, contact card or order, labelled as shared
+SHARED = {"location": "shared a location", "contact": "shared a contact", "order": "sent an order"}
 
 
 def _with_caption(note: str, caption: str | None) -> str:
@@ -56,5 +60,8 @@ def message_text(
             )
             return _with_caption(NOTES[message.kind], message.caption)
         return _with_caption(f"[photo: {description}]", message.caption)
-    note = NOTES.get(message.kind, f"[sent a {message.kind} message]")
+    if message.kind in SHARED and message.text and message.text.strip():
+        return _with_caption(f"[{SHARED[message.kind]}: {message.text.strip()}]", message.caption)
+    article = "an" if message.kind[:1] in "aeiou" else "a"
+    note = NOTES.get(message.kind, f"[sent {article} {message.kind} message]")
     return _with_caption(note, message.caption)

@@ -83,6 +83,9 @@ PHONE = re.compile(r"\+?[1-9][0-9]{6,14}\Z")  # Meta's wa_id: digits, no "+"
 
 # error.code -> what to do (META.md "Errors"). Anything not listed and not 5xx is permanent.
 RETRY_CODES = frozenset({130429, 131056, 4, 80007, 131000, 1, 2, 131016, 131057})
+# an operator must renew the token, but the reply is retried on our backoff with the
+# ProviderAuthFailed alarm, never parked: a parked reply is a lost one, and a token is usually
+# fixed within hours (inside the outage budget)
 TOKEN_CODES = frozenset({190, 0, 10, 200})
 OPTED_OUT_CODES = frozenset({131050})  # the person stopped messages from this business
 WINDOW_CLOSED = 131047
@@ -152,6 +155,7 @@ class Notification:
     ignored: int
     failed_codes: list[int]  # error codes of `failed` statuses, counted by the webhook
     preferences: list[str]  # user_preferences values (marketing stop/resume), counted
+    groups: int = 0  # group messages: acknowledged and counted, never queued (out of scope)
 
 
 def _dicts(value: Any) -> list[dict[str, Any]]:
@@ -239,10 +243,15 @@ def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
     if not isinstance(raw, dict) or raw.get("object") != OBJECT:
         raise BadRequest("not a WhatsApp Business Account notification")
     envelopes: list[Envelope] = []
-    ignored, failed_codes, preferences = 0, [], []
+    ignored, groups, failed_codes, preferences = 0, 0, [], []
     for entry, change, value in _walk(raw):
         contacts = _dicts(value.get("contacts"))
         for message in _dicts(value.get("messages")):
+            if message.get("group_id"):
+                # said in a group, not to us in private: never answered 1:1 nor stored in the
+                # sender's private memory (groups are out of scope: README)
+                groups += 1
+                continue
             wamid = _text(message.get("id"))
             contact = _contact_for(message, contacts)
             bsuid, phone = identities(message, contact)
@@ -294,7 +303,7 @@ def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
             )
         if not any(value.get(k) for k in ("messages", "statuses", "user_preferences")):
             ignored += 1  # another field (account_update, templates...): acknowledged
-    return Notification(envelopes, ignored, failed_codes, preferences)
+    return Notification(envelopes, ignored, failed_codes, preferences, groups)
 
 
 # --------------------------------------------------------------------------- queued events
@@ -308,12 +317,57 @@ def _time(value: Any, field: str) -> datetime:
 
 
 def _reply_text(message: Mapping[str, Any], kind: str) -> str | None:
-    """The words of a button or list reply, which reach us as their own message types."""
+    """The words of a button or list reply, which reach us as their own message types, or the
+    answers of a WhatsApp Flow (interactive nfm_reply)."""
     body = message.get(kind) if isinstance(message.get(kind), dict) else {}
     if kind == "button":
         return _text(body.get("text"))
     reply = body.get(body.get("type")) if isinstance(body.get("type"), str) else None
+    if body.get("type") == "nfm_reply" and isinstance(reply, dict):
+        return _flow_answers(reply)
     return _text(reply.get("title")) if isinstance(reply, dict) else None
+
+
+def _flow_answers(reply: Mapping[str, Any]) -> str:
+    """A Flow's answers ({name, body, response_json: a JSON string}) as the person's words."""
+    try:
+        answers = json.loads(reply.get("response_json") or "{}")
+    except (TypeError, ValueError, RecursionError):
+        answers = {}
+    fields = [
+        f"{key}: {value}"
+        for key, value in (answers.items() if isinstance(answers, dict) else [])
+        if key != "flow_token" and isinstance(value, str | int | float | bool | list)
+    ]
+    title = _text(reply.get("body")) or _text(reply.get("name")) or "a form"
+    return f"[filled in {title}] " + ("; ".join(fields) or "(no answers)")
+
+
+def _shared(message: Mapping[str, Any], kind: str) -> str | None:
+    """What is useful in a location, a contact card or an order (memagent.inbound labels it
+    as shared): the place's name and address, the contacts' names, the order's items."""
+    body = message.get(kind)
+    if kind == "location" and isinstance(body, dict):
+        where = [_text(body.get("name")), _text(body.get("address"))]
+        named = ", ".join(w for w in where if w)
+        lat, lon = body.get("latitude"), body.get("longitude")
+        return named or (f"{lat}, {lon}" if lat is not None and lon is not None else None)
+    if kind == "contacts":
+        names = [_text((c.get("name") or {}).get("formatted_name")) for c in _dicts(body)]
+        return ", ".join(n for n in names if n) or None
+    if kind == "order" and isinstance(body, dict):
+        items = [
+            f"{i.get('quantity', 1)} x {i.get('product_retailer_id', 'an item')}"
+            + (
+                f" ({i['item_price']} {i.get('currency', '')})".replace(" )", ")")
+                if "item_price" in i
+                else ""
+            )
+            for i in _dicts(body.get("product_items"))
+        ]
+        note = _text(body.get("text"))
+        return "; ".join(items + ([note] if note else [])) or None
+    return None
 
 
 def _inbound(message: dict, value: dict, contact: dict) -> InboundMessage:
@@ -340,8 +394,9 @@ def _inbound(message: dict, value: dict, contact: dict) -> InboundMessage:
                 mime_type=_text(body.get("mime_type")) or "application/octet-stream",
                 size=None,
             )
-    elif kind == "contacts":
-        kind = "contact"
+    elif kind in ("location", "contacts", "order"):
+        text = _shared(message, kind)
+        kind = "contact" if kind == "contacts" else kind
     who = bsuid or phone
     assert who is not None
     return InboundMessage(
@@ -535,6 +590,8 @@ class GraphClient:
         """Map a Graph API error to our typed errors, on error.code (META.md)."""
         error = _graph_error(response.status, response.data)
         code = error.code
+        if error.status == 429:  # a rate limit whatever its code (613 comes this way)
+            raise TransientError(f"Graph API rate limit (HTTP 429, code {code})")
         if code in TOKEN_CODES:
             _count("ProviderAuthFailed")  # alarmed: an operator must renew the token
             raise TransientError(f"Graph API refused the token (code {code})")
@@ -595,7 +652,7 @@ class GraphClient:
             if error.code in TOKEN_CODES:
                 _count("ProviderAuthFailed")
                 raise TransientError(f"media lookup refused the token (code {error.code})")
-            if error.code in RETRY_CODES or response.status >= 500:
+            if error.code in RETRY_CODES or response.status == 429 or response.status >= 500:
                 raise TransientError(f"media lookup answered {response.status}")
             raise MalformedEvent(f"media lookup answered {response.status} (code {error.code})")
         try:

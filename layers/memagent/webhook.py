@@ -23,6 +23,7 @@ class Receipt:
     ignored: int = 0  # parts acknowledged without queueing
     failed_codes: list[int] = field(default_factory=list)  # Meta: codes of `failed` statuses
     preferences: list[str] = field(default_factory=list)  # Meta: marketing stop/resume
+    groups: int = 0  # Meta: group messages, acknowledged and counted, never queued
 
 
 def receive(
@@ -71,6 +72,7 @@ def _receive_meta(
         ignored=notification.ignored,
         failed_codes=notification.failed_codes,
         preferences=notification.preferences,
+        groups=notification.groups,
     )
 
 
