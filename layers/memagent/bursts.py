@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from memagent import store as ledger
+from memagent import store_ledger as ledger
 from memagent.observability import count, logger
 from memagent.reply import reply
 

@@ -34,7 +34,7 @@ from memagent.errors import ConcurrentUpdate, ModelRejected
 from memagent.facts import cap_facts, fact_key, screen_facts, screen_summary
 from memagent.memory import Fact, Turn
 from memagent.observability import logger, metrics
-from memagent.store import TRANSACTION_LIMIT
+from memagent.store_table import TRANSACTION_LIMIT
 
 if TYPE_CHECKING:
     from memagent.model import Folded, ModelClient

@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from memagent import store as ledger
+from memagent import store_ledger as ledger
 from memagent.errors import AgentError, OptedOut, SendRejected, TransientError
 from memagent.keywords import FORGOTTEN_REPLY
 from memagent.observability import count, logger

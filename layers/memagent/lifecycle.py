@@ -21,7 +21,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from memagent.audit import ERASE, audit
 from memagent.observability import logger, metrics
 from memagent.person import person_key
-from memagent.store import ALIAS, EVT, FACT, MSG, STATE, SUMMARY
+from memagent.store_table import ALIAS, EVT, FACT, MSG, STATE, SUMMARY
 
 if TYPE_CHECKING:
     from memagent.store import MemoryStore

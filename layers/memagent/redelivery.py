@@ -26,7 +26,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from memagent import store as ledger
+from memagent import store_ledger as ledger
 from memagent.delivery import send
 from memagent.observability import count, logger
 

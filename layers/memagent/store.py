@@ -1,4 +1,4 @@
-"""DynamoDB: the only module that touches the memory table.
+"""DynamoDB: this module and its parts (store_*.py) alone touch the memory table.
 
 One partition per person (`pk` = memagent.person.person_key); sort keys:
 
@@ -31,79 +31,31 @@ counts as awaiting only while no reply follows it (load).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import boto3
 from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from memagent.errors import ConcurrentUpdate
 from memagent.memory import Fact, Memory, PersonState, Summary, Turn
-
-STATE = "STATE"
-SUMMARY = "SUMMARY"
-MSG = "MSG#"
-FACT = "FACT#"
-EVT = "EVT#"
-ALIAS = "ALIAS#"
-PART = "part_"  # ledger attribute part_<n>: the provider's id of reply part n, once sent
-TURN_READ_FROM = FACT  # FACT# < MSG# < STATE < SUMMARY: one range holds what a turn needs
-
-# ledger statuses
-STORED, REPLIED, SENT = "stored", "replied", "sent"
-OPTED_OUT, PARKED, SKIPPED = "opted_out", "parked", "skipped"
-ANSWERED = "answered"  # covered by the reply stored under the entry `answered_by` names
-
-TRANSACTION_LIMIT = 100  # DynamoDB's cap on actions per TransactWriteItems
-DEFAULT_LEDGER_TTL = timedelta(days=30)
-
-# every state attribute but the erasure mark: what forget() strips from the state item
-_STATE_CONTENT = (
-    "last_seq",
-    "marker",
-    "compaction_due",
-    "last_number",
-    "last_inbound_at",
-    "opted_out",
-    "opted_out_at",
-    "summary",  # on the state item only in versions before the SUMMARY item
-    "summary_at",
-    "updated_at",
-    "forget_pending",
-    "alias_of",
-    "awaiting",
-    "marketing",
-    "marketing_at",
-    "expires_at",  # the retention TTL: a mark never expires (it refuses late redeliveries)
+from memagent.store_compaction import CompactionWrites
+from memagent.store_erasure import ErasureWrites
+from memagent.store_ledger import ANSWERED, OPTED_OUT, STORED, LedgerWrites, ledger_sk
+from memagent.store_person import PersonWrites
+from memagent.store_table import (
+    FACT,
+    MSG,
+    STATE,
+    SUMMARY,
+    TRANSACTION_LIMIT,
+    TURN_READ_FROM,
+    from_iso,
+    iso,
 )
 
-
-def msg_sk(seq: int) -> str:
-    return f"{MSG}{seq:012d}"
-
-
-def ledger_sk(event_id: str) -> str:
-    return f"{EVT}{hashlib.sha256(event_id.encode()).hexdigest()[:32]}"
-
-
-def sent_parts(entry: dict[str, Any]) -> dict[int, str]:
-    """The reply parts a ledger entry records as sent: {part: provider message id}."""
-    return {
-        int(name.removeprefix(PART)): str(value)
-        for name, value in entry.items()
-        if name.startswith(PART) and name.removeprefix(PART).isdigit()
-    }
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).isoformat() if value else None
-
-
-def _time(value: Any) -> datetime | None:
-    return datetime.fromisoformat(value) if isinstance(value, str) and value else None
+DEFAULT_LEDGER_TTL = timedelta(days=30)
 
 
 def _state(item: dict[str, Any] | None) -> PersonState:
@@ -114,10 +66,10 @@ def _state(item: dict[str, Any] | None) -> PersonState:
         marker=int(item.get("marker", 0)),
         compaction_due=bool(item.get("compaction_due", False)),
         last_number=item.get("last_number"),
-        last_inbound_at=_time(item.get("last_inbound_at")),
+        last_inbound_at=from_iso(item.get("last_inbound_at")),
         opted_out=bool(item.get("opted_out", False)),
-        opted_out_at=_time(item.get("opted_out_at")),
-        erased_at=_time(item.get("erased_at")),
+        opted_out_at=from_iso(item.get("opted_out_at")),
+        erased_at=from_iso(item.get("erased_at")),
         forget_pending=bool(item.get("forget_pending", False)),
         alias_of=item.get("alias_of"),
         awaiting=tuple(item.get("awaiting") or ()),
@@ -129,30 +81,15 @@ def _turn(item: dict[str, Any]) -> Turn:
         seq=int(item["seq"]),
         role=item["role"],
         text=item.get("text", ""),
-        at=_time(item["at"]) or datetime.now(UTC),
+        at=from_iso(item["at"]) or datetime.now(UTC),
         number=item.get("number"),
         event_id=item.get("event_id"),
     )
 
 
-def _cancel_codes(error: ClientError) -> list[str]:
-    return [reason.get("Code", "None") for reason in error.response.get("CancellationReasons", [])]
-
-
-class MemoryStore:
-    def __init__(
-        self, table_name: str, *, resource: Any | None = None, retention: timedelta | None = None
-    ):
-        """`retention`: a person who writes nothing for this long is forgotten (DynamoDB's TTL
-        deletes their state item, whose stream record erases the rest: memagent.lifecycle
-        .expire); None keeps them until erased."""
-        self.retention = retention
-        self._dynamodb = resource or boto3.resource("dynamodb")
-        self.table = self._dynamodb.Table(table_name)
-        self.table_name = table_name
-        self._client = self._dynamodb.meta.client  # speaks Python types, like the Table API
-
-    # ------------------------------------------------------------------ reading
+class MemoryStore(LedgerWrites, PersonWrites, ErasureWrites, CompactionWrites):
+    """The memory table. Here: the turn's one Query and its writes; the ledger, a person's
+    records and links, erasure and compaction are in memagent/store_*.py."""
 
     def load(self, pk: str) -> Memory:
         """Everything one turn needs: one strongly consistent Query (more pages only if a
@@ -165,7 +102,7 @@ class MemoryStore:
         text, at = (held.get("text"), held.get("at")) if held else (None, None)
         if not text and state_item and state_item.get("summary"):
             text, at = state_item["summary"], state_item.get("summary_at")
-        summary = Summary(text=text, marker=state.marker, at=_time(at)) if text else None
+        summary = Summary(text=text, marker=state.marker, at=from_iso(at)) if text else None
         turns = tuple(
             _turn(i) for i in items if i["sk"].startswith(MSG) and int(i["seq"]) > state.marker
         )
@@ -178,7 +115,7 @@ class MemoryStore:
         facts = tuple(
             sorted(
                 (
-                    Fact(text=i["text"], at=_time(i["at"]) or datetime.now(UTC))
+                    Fact(text=i["text"], at=from_iso(i["at"]) or datetime.now(UTC))
                     for i in items
                     if i["sk"].startswith(FACT)
                 ),
@@ -191,32 +128,6 @@ class MemoryStore:
             if i["sk"].startswith(MSG) and int(i["seq"]) <= state.marker
         )
         return Memory(state=state, summary=summary, turns=turns, facts=facts, leftovers=leftovers)
-
-    def ledger(self, pk: str, event_id: str) -> dict[str, Any] | None:
-        response = self.table.get_item(
-            Key={"pk": pk, "sk": ledger_sk(event_id)}, ConsistentRead=True
-        )
-        return response.get("Item")
-
-    def everything(self, pk: str) -> list[dict[str, Any]]:
-        """Every item held for a person, for export and erasure."""
-        return list(self._query(pk, None))
-
-    def _query(self, pk: str, sk_condition: Any, projection: str | None = None) -> Iterator[dict]:
-        condition = Key("pk").eq(pk)
-        if sk_condition is not None:
-            condition = condition & sk_condition
-        kwargs: dict[str, Any] = {"KeyConditionExpression": condition, "ConsistentRead": True}
-        if projection:
-            kwargs["ProjectionExpression"] = projection
-        while True:
-            response = self.table.query(**kwargs)
-            yield from response.get("Items", [])
-            if "LastEvaluatedKey" not in response:
-                return
-            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
-
-    # ------------------------------------------------------------------ the turn
 
     def _state_update(
         self,
@@ -231,7 +142,7 @@ class MemoryStore:
     ) -> dict[str, Any]:
         """Advance last_seq, guarded by the value we read (one writer per person: the FIFO
         group) and by the erasure mark (nothing older than an erasure is written again)."""
-        values: dict[str, Any] = {":seq": seq, ":compact": compact, ":now": _iso(datetime.now(UTC))}
+        values: dict[str, Any] = {":seq": seq, ":compact": compact, ":now": iso(datetime.now(UTC))}
         sets = ["last_seq = :seq", "compaction_due = :compact", "updated_at = :now"]
         for index, (name, value) in enumerate((extra_set or {}).items()):
             sets.append(f"{name} = :x{index}")
@@ -244,7 +155,7 @@ class MemoryStore:
             condition = "attribute_not_exists(last_seq) AND attribute_not_exists(alias_of)"
         if event_time is not None:
             condition += " AND (attribute_not_exists(erased_at) OR erased_at < :event_time)"
-            values[":event_time"] = _iso(event_time)
+            values[":event_time"] = iso(event_time)
         expression = "SET " + ", ".join(sets)
         if remove:
             expression += " REMOVE " + ", ".join(remove)
@@ -289,7 +200,7 @@ class MemoryStore:
             "event_id": turn.event_id,
             "status": OPTED_OUT if opted_out or held else STORED,
             "user_seq": turn.seq,
-            "created_at": _iso(now),
+            "created_at": iso(now),
             "expires_at": int((now + ledger_ttl).timestamp()),
         }
         if opted_out:  # the STOP's own entry (opted_out also ends refused and dropped replies)
@@ -297,7 +208,7 @@ class MemoryStore:
         extra: dict[str, Any] = {"last_number": turn.number}
         remove = ["awaiting"] if opted_out else []
         if not held:  # an older message moves neither the opt-out nor the last-written time
-            extra["last_inbound_at"] = _iso(turn.at)
+            extra["last_inbound_at"] = iso(turn.at)
             extra["opted_out"] = opted_out  # a later message from the person lifts an opt-out
             # retention counts from what the person last wrote, in the write a turn makes anyway
             if self.retention:
@@ -305,7 +216,7 @@ class MemoryStore:
             else:
                 remove.append("expires_at")
         if opted_out:
-            extra["opted_out_at"] = _iso(turn.at)
+            extra["opted_out_at"] = iso(turn.at)
         elif not held:
             extra["awaiting"] = [*previous.awaiting, turn.event_id]
         extra.update(extra_set or {})
@@ -376,7 +287,7 @@ class MemoryStore:
                     raise
                 raise ConcurrentUpdate("a reply to this message is stored already") from None
             return
-        values: dict[str, Any] = {":event_time": _iso(event_time)}
+        values: dict[str, Any] = {":event_time": iso(event_time)}
         sets = []
         for index, (name, value) in enumerate((extra_set or {}).items()):
             sets.append(f"{name} = :x{index}")
@@ -415,334 +326,3 @@ class MemoryStore:
             UpdateExpression="REMOVE awaiting",
             ConditionExpression="attribute_exists(last_seq)",
         )
-
-    def finish_event(self, pk: str, event_id: str, status: str, **details: Any) -> bool:
-        """Record the end of an event's turn (sent, parked, opted out, skipped). The reply text
-        copy (older versions) is dropped from the ledger; a forgotten person's ledger is never
-        recreated. False if the event has no ledger entry (the person was forgotten)."""
-        names = {"#s": "status"}
-        values: dict[str, Any] = {":status": status, ":now": _iso(datetime.now(UTC))}
-        sets = ["#s = :status", "finished_at = :now"]
-        for index, (name, value) in enumerate(details.items()):
-            sets.append(f"{name} = :d{index}")
-            values[f":d{index}"] = value
-        return self._update_if(
-            Key={"pk": pk, "sk": ledger_sk(event_id)},
-            UpdateExpression="SET " + ", ".join(sets) + " REMOVE reply",
-            ConditionExpression="attribute_exists(pk)",
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
-        )
-
-    def record_part(self, pk: str, event_id: str, part: int, message_id: str) -> bool:
-        """Record that part `part` of an event's reply reached the provider (its message id), so
-        a redelivery does not send it again. False if the event has no ledger entry."""
-        return self._update_if(
-            Key={"pk": pk, "sk": ledger_sk(event_id)},
-            UpdateExpression="SET #p = :id",
-            ConditionExpression="attribute_exists(pk)",
-            ExpressionAttributeNames={"#p": f"{PART}{part}"},
-            ExpressionAttributeValues={":id": message_id or "sent"},
-        )
-
-    def link(self, alias_pk: str, person_pk: str) -> bool:
-        """Point another identifier's key at a person's key: its STATE gets `alias_of`, the
-        person's partition an ALIAS# item (so erasure finds every key). Only an identifier with
-        no memory of its own is linked; returns whether the link holds."""
-        return (
-            self._transact(
-                [
-                    {
-                        "Update": {
-                            "TableName": self.table_name,
-                            "Key": {"pk": alias_pk, "sk": STATE},
-                            "UpdateExpression": "SET alias_of = :person, updated_at = :now",
-                            "ConditionExpression": (
-                                "attribute_not_exists(last_seq)"
-                                " AND (attribute_not_exists(alias_of) OR alias_of = :person)"
-                            ),
-                            "ExpressionAttributeValues": {
-                                ":person": person_pk,
-                                ":now": _iso(datetime.now(UTC)),
-                            },
-                        }
-                    },
-                    {
-                        "Put": {
-                            "TableName": self.table_name,
-                            "Item": {"pk": person_pk, "sk": f"{ALIAS}{alias_pk}", "key": alias_pk},
-                        }
-                    },
-                ]
-            )
-            is None
-        )
-
-    def record_opt_out(self, pk: str, at: datetime) -> bool:
-        """Mark the person opted out, unless they have written since (events arrive out of
-        order). Returns whether the opt-out was recorded."""
-        return self._update_state_from(
-            pk,
-            at,
-            "SET opted_out = :true, opted_out_at = :at, updated_at = :now",
-            "attribute_not_exists(last_inbound_at) OR last_inbound_at < :at",
-            {":true": True, ":now": _iso(datetime.now(UTC))},
-        )
-
-    def record_marketing(self, pk: str, value: str, at: datetime) -> bool:
-        """Record a marketing preference on a known person's state, unless a newer one (or an
-        erasure) came first. Returns whether it was recorded."""
-        return self._update_state_from(
-            pk,
-            at,
-            "SET marketing = :value, marketing_at = :at",
-            "attribute_exists(last_seq)"
-            " AND (attribute_not_exists(marketing_at) OR marketing_at < :at)",
-            {":value": value},
-        )
-
-    def _update_state_from(
-        self, pk: str, at: datetime, expression: str, condition: str, values: dict[str, Any]
-    ) -> bool:
-        """Apply an event from time `at` (`:at`) to the person's state if `condition` holds and
-        no erasure came after it. Returns whether it was applied."""
-        return self._update_if(
-            Key={"pk": pk, "sk": STATE},
-            UpdateExpression=expression,
-            ConditionExpression=(
-                f"({condition}) AND (attribute_not_exists(erased_at) OR erased_at < :at)"
-            ),
-            ExpressionAttributeValues={**values, ":at": _iso(at)},
-        )
-
-    def record_number(self, agent_pk: str, *, old: str, new: str, label: str | None, at: datetime):
-        """Keep the agent's current whasp number (agent-wide, not per person: nothing migrates)."""
-        self.table.put_item(
-            Item={
-                "pk": agent_pk,
-                "sk": "NUMBER",
-                "current": new,
-                "previous": old,
-                "label": label,
-                "replaced_at": _iso(at),
-            }
-        )
-
-    # ------------------------------------------------------------------ erasure
-
-    def mark_erased(self, pk: str, at: datetime) -> datetime:
-        """Record the erasure mark first: from now on no event older than it is stored. The mark
-        only moves forward; returns the mark in force (`at`, or a later one already there)."""
-        if not self._update_if(
-            Key={"pk": pk, "sk": STATE},
-            UpdateExpression="SET erased_at = :at",
-            ConditionExpression="attribute_not_exists(erased_at) OR erased_at < :at",
-            ExpressionAttributeValues={":at": _iso(at)},
-        ):
-            state = self.table.get_item(Key={"pk": pk, "sk": STATE}, ConsistentRead=True)
-            return _time(state["Item"]["erased_at"]) or at
-        return at
-
-    def erasure_mark(self, pk: str) -> datetime | None:
-        """The person's erasure mark as it stands now (a consistent read of one attribute)."""
-        item = self.table.get_item(
-            Key={"pk": pk, "sk": STATE}, ConsistentRead=True, ProjectionExpression="erased_at"
-        ).get("Item")
-        return _time(item.get("erased_at")) if item else None
-
-    def delete_items(self, pk: str, sort_keys: Iterable[str]) -> int:
-        """Delete items by sort key, idempotently, in batches of 25 (boto3's batch writer)."""
-        count = 0
-        with self.table.batch_writer() as batch:
-            for sk in sort_keys:
-                batch.delete_item(Key={"pk": pk, "sk": sk})
-                count += 1
-        return count
-
-    def reduce_state_to_mark(self, pk: str, at: datetime) -> None:
-        """Strip the state item down to the content-free erasure mark (pk, sk, erased_at),
-        unless a newer erasure or a genuinely new message has taken over meanwhile."""
-        self._update_if(
-            Key={"pk": pk, "sk": STATE},
-            UpdateExpression="REMOVE " + ", ".join(_STATE_CONTENT),
-            ConditionExpression="erased_at = :at",
-            ExpressionAttributeValues={":at": _iso(at)},
-        )
-
-    # ------------------------------------------------------------------ compaction
-
-    def commit_compaction(
-        self,
-        pk: str,
-        *,
-        old_marker: int,
-        new_marker: int,
-        summary: str,
-        new_facts: Iterable[tuple[str, Fact]],
-        dropped_fact_keys: Iterable[str] = (),
-        erased_at: datetime | None = None,
-    ) -> None:
-        """The commit point of a compaction: summary, new marker and facts, all or nothing, and
-        only if nobody moved the marker since we read it and nobody erased the person meanwhile
-        (an erasure strips last_seq and moves erased_at). Raises ConcurrentUpdate otherwise.
-        The summary goes in its own item (the state, written by every turn, stays small); the
-        marker stays on the state, where every turn's condition reads it."""
-        now = _iso(datetime.now(UTC))
-        condition = (
-            "marker = :old" if old_marker else "(attribute_not_exists(marker) OR marker = :old)"
-        )
-        condition += " AND attribute_exists(last_seq) AND last_seq >= :new"
-        values: dict[str, Any] = {}
-        if erased_at is None:
-            condition += " AND attribute_not_exists(erased_at)"
-        else:
-            condition += " AND erased_at = :erased"
-            values[":erased"] = _iso(erased_at)
-        actions: list[dict[str, Any]] = [
-            {
-                "Update": {
-                    "TableName": self.table_name,
-                    "Key": {"pk": pk, "sk": STATE},
-                    # REMOVE: a summary an older version kept on the state item
-                    "UpdateExpression": (
-                        "SET marker = :new, compaction_due = :false, updated_at = :now "
-                        "REMOVE summary, summary_at"
-                    ),
-                    "ConditionExpression": f"attribute_exists(pk) AND {condition}",
-                    "ExpressionAttributeValues": {
-                        **values,
-                        ":now": now,
-                        ":new": new_marker,
-                        ":old": old_marker,
-                        ":false": False,
-                    },
-                }
-            },
-            {
-                "Put": {
-                    "TableName": self.table_name,
-                    "Item": {
-                        "pk": pk,
-                        "sk": SUMMARY,
-                        "text": summary,
-                        "marker": new_marker,
-                        "at": now,
-                    },
-                }
-            },
-        ]
-        for key, fact in new_facts:
-            actions.append(
-                {
-                    "Put": {
-                        "TableName": self.table_name,
-                        "Item": {
-                            "pk": pk,
-                            "sk": f"{FACT}{key}",
-                            "text": fact.text,
-                            "at": _iso(fact.at),
-                        },
-                    }
-                }
-            )
-        for key in dropped_fact_keys:
-            actions.append(
-                {"Delete": {"TableName": self.table_name, "Key": {"pk": pk, "sk": f"{FACT}{key}"}}}
-            )
-        if len(actions) > TRANSACTION_LIMIT:
-            raise ValueError(f"compaction commit needs {len(actions)} actions")
-        if self._transact(actions) is not None:
-            raise ConcurrentUpdate("the summary marker moved; another compaction won")
-
-    def delete_turns(self, pk: str, seqs: Iterable[int]) -> int:
-        """Delete folded turns. Idempotent (deleting a missing item is a no-op); batches of 25,
-        which boto3's batch writer retries until none is left unprocessed."""
-        count = 0
-        with self.table.batch_writer() as batch:
-            for seq in seqs:
-                batch.delete_item(Key={"pk": pk, "sk": msg_sk(seq)})
-                count += 1
-        return count
-
-    def clear_compaction_flag(self, pk: str, *, seen_last_seq: int) -> None:
-        """Lower the flag when there is nothing to fold, unless a new turn arrived meanwhile."""
-        self._update_if(
-            Key={"pk": pk, "sk": STATE},
-            UpdateExpression="SET compaction_due = :false",
-            ConditionExpression="last_seq = :seen AND compaction_due = :true",
-            ExpressionAttributeValues={":false": False, ":true": True, ":seen": seen_last_seq},
-        )
-
-    # ------------------------------------------------------------------ conditional writes
-
-    def _update_if(self, **update: Any) -> bool:
-        """update_item guarded by its ConditionExpression: False, and nothing written, when the
-        condition does not hold (the usual outcome of a lost race or a repeat, not an error)."""
-        try:
-            self.table.update_item(**update)
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
-            return False
-        return True
-
-    def _transact(self, actions: list[dict[str, Any]]) -> list[str] | None:
-        """Write `actions` in one transaction. None when it committed; when DynamoDB cancelled
-        it (a condition failed, or another transaction touched the same items), the reason of
-        each action, in order ("None" for the actions that were fine)."""
-        try:
-            self._client.transact_write_items(TransactItems=actions)
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "TransactionCanceledException":
-                raise
-            return _cancel_codes(error)
-        return None
-
-    # ------------------------------------------------------------------ items
-
-    def _settle(self, pk: str, event_id: str, ttl: timedelta, **values: Any) -> dict[str, Any]:
-        """The transaction action that records how an awaiting message ended (answered by a
-        burst's reply, or dropped by a STOP). Unconditional: the state's last_seq guard in the
-        same transaction already makes the writer unique. An entry the ledger's TTL removed
-        meanwhile comes back only as a short-lived stub that expires again."""
-        names = {f"#a{i}": name for i, name in enumerate(values)}
-        sets = [f"#a{i} = :a{i}" for i in range(len(values))]
-        sets.append("expires_at = if_not_exists(expires_at, :expires)")
-        attribute_values = {f":a{i}": value for i, value in enumerate(values.values())}
-        attribute_values[":expires"] = int((datetime.now(UTC) + ttl).timestamp())
-        return {
-            "Update": {
-                "TableName": self.table_name,
-                "Key": {"pk": pk, "sk": ledger_sk(event_id)},
-                "UpdateExpression": "SET " + ", ".join(sets),
-                "ExpressionAttributeNames": names,
-                "ExpressionAttributeValues": attribute_values,
-            }
-        }
-
-    def _new_turn(self, pk: str, turn: Turn) -> dict[str, Any]:
-        """The transaction action that stores a turn; its seq must be new (one writer per
-        person, guarded again by the state's last_seq condition in the same transaction)."""
-        return {
-            "Put": {
-                "TableName": self.table_name,
-                "Item": self._turn_item(pk, turn),
-                "ConditionExpression": "attribute_not_exists(pk)",
-            }
-        }
-
-    @staticmethod
-    def _turn_item(pk: str, turn: Turn) -> dict[str, Any]:
-        item: dict[str, Any] = {
-            "pk": pk,
-            "sk": msg_sk(turn.seq),
-            "seq": turn.seq,
-            "role": turn.role,
-            "text": turn.text,
-            "at": _iso(turn.at),
-        }
-        if turn.number:
-            item["number"] = turn.number
-        if turn.event_id:
-            item["event_id"] = turn.event_id
-        return item

@@ -1,0 +1,116 @@
+"""The store's side of compaction (memagent/compaction.py folds): the commit point (summary,
+marker, facts in one transaction) and the idempotent clean-up after it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from memagent.errors import ConcurrentUpdate
+from memagent.memory import Fact
+from memagent.store_table import FACT, STATE, SUMMARY, TRANSACTION_LIMIT, Table, iso, msg_sk
+
+
+class CompactionWrites(Table):
+    def commit_compaction(
+        self,
+        pk: str,
+        *,
+        old_marker: int,
+        new_marker: int,
+        summary: str,
+        new_facts: Iterable[tuple[str, Fact]],
+        dropped_fact_keys: Iterable[str] = (),
+        erased_at: datetime | None = None,
+    ) -> None:
+        """The commit point of a compaction: summary, new marker and facts, all or nothing, and
+        only if nobody moved the marker since we read it and nobody erased the person meanwhile
+        (an erasure strips last_seq and moves erased_at). Raises ConcurrentUpdate otherwise.
+        The summary goes in its own item (the state, written by every turn, stays small); the
+        marker stays on the state, where every turn's condition reads it."""
+        now = iso(datetime.now(UTC))
+        condition = (
+            "marker = :old" if old_marker else "(attribute_not_exists(marker) OR marker = :old)"
+        )
+        condition += " AND attribute_exists(last_seq) AND last_seq >= :new"
+        values: dict[str, Any] = {}
+        if erased_at is None:
+            condition += " AND attribute_not_exists(erased_at)"
+        else:
+            condition += " AND erased_at = :erased"
+            values[":erased"] = iso(erased_at)
+        actions: list[dict[str, Any]] = [
+            {
+                "Update": {
+                    "TableName": self.table_name,
+                    "Key": {"pk": pk, "sk": STATE},
+                    # REMOVE: a summary an older version kept on the state item
+                    "UpdateExpression": (
+                        "SET marker = :new, compaction_due = :false, updated_at = :now "
+                        "REMOVE summary, summary_at"
+                    ),
+                    "ConditionExpression": f"attribute_exists(pk) AND {condition}",
+                    "ExpressionAttributeValues": {
+                        **values,
+                        ":now": now,
+                        ":new": new_marker,
+                        ":old": old_marker,
+                        ":false": False,
+                    },
+                }
+            },
+            {
+                "Put": {
+                    "TableName": self.table_name,
+                    "Item": {
+                        "pk": pk,
+                        "sk": SUMMARY,
+                        "text": summary,
+                        "marker": new_marker,
+                        "at": now,
+                    },
+                }
+            },
+        ]
+        for key, fact in new_facts:
+            actions.append(
+                {
+                    "Put": {
+                        "TableName": self.table_name,
+                        "Item": {
+                            "pk": pk,
+                            "sk": f"{FACT}{key}",
+                            "text": fact.text,
+                            "at": iso(fact.at),
+                        },
+                    }
+                }
+            )
+        for key in dropped_fact_keys:
+            actions.append(
+                {"Delete": {"TableName": self.table_name, "Key": {"pk": pk, "sk": f"{FACT}{key}"}}}
+            )
+        if len(actions) > TRANSACTION_LIMIT:
+            raise ValueError(f"compaction commit needs {len(actions)} actions")
+        if self._transact(actions) is not None:
+            raise ConcurrentUpdate("the summary marker moved; another compaction won")
+
+    def delete_turns(self, pk: str, seqs: Iterable[int]) -> int:
+        """Delete folded turns. Idempotent (deleting a missing item is a no-op); batches of 25,
+        which boto3's batch writer retries until none is left unprocessed."""
+        count = 0
+        with self.table.batch_writer() as batch:
+            for seq in seqs:
+                batch.delete_item(Key={"pk": pk, "sk": msg_sk(seq)})
+                count += 1
+        return count
+
+    def clear_compaction_flag(self, pk: str, *, seen_last_seq: int) -> None:
+        """Lower the flag when there is nothing to fold, unless a new turn arrived meanwhile."""
+        self._update_if(
+            Key={"pk": pk, "sk": STATE},
+            UpdateExpression="SET compaction_due = :false",
+            ConditionExpression="last_seq = :seen AND compaction_due = :true",
+            ExpressionAttributeValues={":false": False, ":true": True, ":seen": seen_last_seq},
+        )

@@ -1,0 +1,75 @@
+"""The store's side of erasure (memagent/lifecycle.py forgets): the erasure mark first, then
+deletes, then the state stripped down to the mark."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from memagent.store_table import STATE, Table, from_iso, iso
+
+# every state attribute but the erasure mark: what forget() strips from the state item
+_STATE_CONTENT = (
+    "last_seq",
+    "marker",
+    "compaction_due",
+    "last_number",
+    "last_inbound_at",
+    "opted_out",
+    "opted_out_at",
+    "summary",  # on the state item only in versions before the SUMMARY item
+    "summary_at",
+    "updated_at",
+    "forget_pending",
+    "alias_of",
+    "awaiting",
+    "marketing",
+    "marketing_at",
+    "expires_at",  # the retention TTL: a mark never expires (it refuses late redeliveries)
+)
+
+
+class ErasureWrites(Table):
+    def everything(self, pk: str) -> list[dict[str, Any]]:
+        """Every item held for a person, for export and erasure."""
+        return list(self._query(pk, None))
+
+    def mark_erased(self, pk: str, at: datetime) -> datetime:
+        """Record the erasure mark first: from now on no event older than it is stored. The mark
+        only moves forward; returns the mark in force (`at`, or a later one already there)."""
+        if not self._update_if(
+            Key={"pk": pk, "sk": STATE},
+            UpdateExpression="SET erased_at = :at",
+            ConditionExpression="attribute_not_exists(erased_at) OR erased_at < :at",
+            ExpressionAttributeValues={":at": iso(at)},
+        ):
+            state = self.table.get_item(Key={"pk": pk, "sk": STATE}, ConsistentRead=True)
+            return from_iso(state["Item"]["erased_at"]) or at
+        return at
+
+    def erasure_mark(self, pk: str) -> datetime | None:
+        """The person's erasure mark as it stands now (a consistent read of one attribute)."""
+        item = self.table.get_item(
+            Key={"pk": pk, "sk": STATE}, ConsistentRead=True, ProjectionExpression="erased_at"
+        ).get("Item")
+        return from_iso(item.get("erased_at")) if item else None
+
+    def delete_items(self, pk: str, sort_keys: Iterable[str]) -> int:
+        """Delete items by sort key, idempotently, in batches of 25 (boto3's batch writer)."""
+        count = 0
+        with self.table.batch_writer() as batch:
+            for sk in sort_keys:
+                batch.delete_item(Key={"pk": pk, "sk": sk})
+                count += 1
+        return count
+
+    def reduce_state_to_mark(self, pk: str, at: datetime) -> None:
+        """Strip the state item down to the content-free erasure mark (pk, sk, erased_at),
+        unless a newer erasure or a genuinely new message has taken over meanwhile."""
+        self._update_if(
+            Key={"pk": pk, "sk": STATE},
+            UpdateExpression="REMOVE " + ", ".join(_STATE_CONTENT),
+            ConditionExpression="erased_at = :at",
+            ExpressionAttributeValues={":at": iso(at)},
+        )
