@@ -39,12 +39,7 @@ SIZES = {
     "webhook": {"requests": (200, 10), "warmup": (20, 2), "import_runs": (8, 1)},
     "turn": {"warmup": (30, 4), "window": (40, 4)},
     "context": {"turns": (500, 24)},
-    "hardening": {
-        "examples": (2000, 30),
-        "people": (5, 2),
-        "messages": (10, 2),
-        "burst_redeliveries": (3, 1),  # how many of hardening.BURST_REDELIVERIES
-    },
+    "hardening": {"examples": (2000, 30)},
     "bursts": {"people": (6, 2), "bursts": (8, 2)},
     "retries": {"samples": (10, 2)},
     "e2e": {"people": (8, 2), "messages": (8, 2)},

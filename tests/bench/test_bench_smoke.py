@@ -59,15 +59,11 @@ def test_quick_bench_writes_every_figure(tmp_path):
     assert hardening["fuzz"]["ours"]["server_errors"] == 0
     assert hardening["fuzz"]["ours"]["unsigned_enqueues"] == 0
     assert hardening["crash"]["cells_not_exactly_one"] == 0
-    assert hardening["burst_crash"]["not_covered_by_one_sent_reply"] == 0
-    assert hardening["burst_crash"]["stored_not_once"] == 0
     bursts = measured["bursts"]
     if set(bursts["burst_sizes"]) != {"1"}:  # some burst has several lines: fewer calls
         assert bursts["coalesced"]["model_calls"] < bursts["one_by_one"]["model_calls"]
     for run in ("coalesced", "one_by_one"):
         assert bursts[run]["not_covered_by_one_sent_reply"] == 0
-    assert hardening["duplicates"]["stored_extra"] == 0
-    assert hardening["duplicates"]["sent_extra"] == 0
     e2e = measured["e2e"]
     if "pending" not in e2e:
         for run in ("parallel", "baseline"):
