@@ -23,21 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from devstack import events
-from devstack.events import (  # noqa: F401 (for the benches)
-    http_event,
-    sqs_batch,
-    sqs_record,
-    whasp_message,
-)
-from devstack.lambda_harness import (  # noqa: F401 (for the benches)
-    LambdaContext,
-    function_code,
-    import_function,
-    retried,
-)
+from devstack.events import http_event, sqs_batch, whasp_message  # noqa: F401 (for the benches)
+from devstack.lambda_harness import LambdaContext, function_code, import_function, retried  # noqa: F401
 from memagent.person import LOCAL_PERSON_KEY
-
-failed_ids = retried  # the name the benches knew it by: the ids Lambda would retry
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "whsec_" + base64.b64encode(b"memagent-bench-only-secret-do-not-use").decode()

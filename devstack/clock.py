@@ -54,10 +54,6 @@ class ScaledClock:
             with self._lock:
                 self._origin += seconds
 
-    def real_seconds(self, aws_seconds: float) -> float:
-        """How long `aws_seconds` of AWS time take on this machine."""
-        return aws_seconds / self._scale
-
     @contextlib.contextmanager
     def scaled(self, scale: float) -> Iterator[ScaledClock]:
         previous = self.scale

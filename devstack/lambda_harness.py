@@ -14,8 +14,7 @@ source mapping does with its answer.
     passes_filters(record, patterns) whether the mapping hands a stream record over at all
     retry_from(sequence, failed)     a stream batch resumes from its first failed record
 
-The event builders of devstack.events (http_event, signed_headers, whasp_message, sqs_record,
-sqs_batch and Meta's) are available here too. Everything heavy is imported on first use, so an
+The events themselves are devstack.events. Everything heavy is imported on first use, so an
 execution environment (devstack.runtime) that loads this module before the function still
 measures the function's own cold start.
 """
@@ -259,32 +258,3 @@ def retry_from(sequence: list[str], failed: Iterable[str]) -> int:
     """Where a failed stream batch resumes: Lambda retries from the lowest failed sequence
     number, that record and every one after it (the index into `sequence`)."""
     return min(sequence.index(s) for s in failed)
-
-
-# --------------------------------------------------------------------------- event builders
-
-_EVENT_BUILDERS = frozenset(
-    {
-        "http_event",
-        "signed_headers",
-        "whasp_message",
-        "sqs_record",
-        "sqs_batch",
-        "meta_contact",
-        "meta_message",
-        "meta_status",
-        "meta_notification",
-        "meta_body",
-        "meta_headers",
-        "meta_challenge_event",
-    }
-)
-
-
-def __getattr__(name: str) -> Any:
-    """devstack.events' builders, imported on first use (they import memagent)."""
-    if name in _EVENT_BUILDERS:
-        from devstack import events
-
-        return getattr(events, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

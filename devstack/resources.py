@@ -153,13 +153,6 @@ def _attribute(value: Any) -> str:
     return str(value)
 
 
-def consumer_batch_size(template: dict[str, Any], function: str = "ConsumerFunction") -> int:
-    for event in template["Resources"][function]["Properties"]["Events"].values():
-        if event["Type"] == "SQS":
-            return int(event["Properties"].get("BatchSize", 10))
-    raise LookupError(f"{function} has no SQS event")
-
-
 def max_receive_count(template: dict[str, Any], queue: str = "EventQueue") -> int:
     return int(template["Resources"][queue]["Properties"]["RedrivePolicy"]["maxReceiveCount"])
 

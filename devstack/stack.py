@@ -238,7 +238,6 @@ class DevStack:
         self._log: Any = None
         self._log_lock = threading.Lock()
         self._sent = threading.Condition()
-        self._reply_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._started = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -728,12 +727,6 @@ class DevStack:
         self.log(self.provider, "message sent", id=sent["id"], chars=len(sent["text"]))
         with self._sent:
             self._sent.notify_all()
-        for listener in list(self._reply_listeners):
-            listener(sent)
-
-    def on_reply(self, listener: Callable[[dict[str, Any]], None]) -> None:
-        """Call `listener(send)` for each message whasp accepts (from, to, text, ...)."""
-        self._reply_listeners.append(listener)
 
     @property
     def meta(self) -> bool:
@@ -1003,19 +996,7 @@ class DevStack:
         return self.view_key(self.person_key(phone))
 
     def view_key(self, pk: str) -> PersonView:
-        from boto3.dynamodb.conditions import Key
-
-        table = self.table()
-        items: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {}
-        while True:
-            page = table.query(
-                KeyConditionExpression=Key("pk").eq(pk), ConsistentRead=True, **kwargs
-            )
-            items.extend(page.get("Items", []))
-            if "LastEvaluatedKey" not in page:
-                break
-            kwargs = {"ExclusiveStartKey": page["LastEvaluatedKey"]}
+        items = self.store().everything(pk)
         state: dict[str, Any] = next((i for i in items if i["sk"] == "STATE"), {})
         facts = sorted(
             (i for i in items if i["sk"].startswith("FACT#")), key=lambda i: str(i.get("at", ""))
