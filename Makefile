@@ -20,7 +20,7 @@ help:
 	@echo "make demo      the whole pipeline on this machine, a scripted conversation (no AWS, no key);"
 	@echo "               make demo PROVIDER=meta runs it through Meta's Cloud API payloads"
 	@echo "make chat      the same local stack, interactive"
-	@echo "make bench     benchmarks -> bench/results.md"
+	@echo "make bench     benchmarks -> docs/benchmarks.md"
 
 install: $(STAMP)
 
@@ -91,7 +91,7 @@ chat: $(STAMP)
 	$(PY) -m devstack.chat
 
 bench: $(STAMP)
-	$(PY) bench/run.py --out bench/results.md
+	$(PY) bench/run.py --out docs/benchmarks.md
 
 clean:
 	rm -rf .aws-sam .pytest_cache .ruff_cache .hypothesis

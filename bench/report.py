@@ -1,4 +1,4 @@
-"""Markdown for bench/results.md and docs/cost.md, from the measured numbers.
+"""Markdown for docs/benchmarks.md and docs/cost.md, from the measured numbers.
 
 Each section is written as the Markdown it produces (an f-string template); the summary and the
 price list are data tables, one row per line.

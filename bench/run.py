@@ -1,10 +1,11 @@
-"""`make bench`: every benchmark of issue 7 in one run, written to bench/results.md.
+"""`make bench`: every benchmark of issue 7 in one run, written to docs/benchmarks.md.
 
-    python bench/run.py [--out bench/results.md] [--quick] [--model-input-price 0.40] ...
+    python bench/run.py [--out docs/benchmarks.md] [--quick] [--model-input-price 0.40] ...
 
-Writes the results (bench/results.md), the context plot (bench/context.png) and the cost model
-(docs/cost.md). Nothing here asserts anything: the figures are reported, with the must-be-zero
-counts marked. `--quick` runs every benchmark with tiny sizes (a smoke run, for the tests).
+Writes the results (docs/benchmarks.md), the context plot beside them
+(docs/benchmarks-context.png) and the cost model (docs/cost.md): documents, with the others.
+Nothing here asserts anything: the figures are reported, with the must-be-zero counts marked.
+`--quick` runs every benchmark with tiny sizes (a smoke run, for the tests).
 """
 
 from __future__ import annotations
@@ -30,8 +31,7 @@ import webhook_bench
 
 from devstack.resources import load_template
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
+ROOT = Path(__file__).resolve().parent.parent
 
 
 # Each benchmark's keyword arguments (its sizes), as (full run, --quick).
@@ -56,8 +56,8 @@ def sizes_for(quick: bool) -> dict[str, dict[str, int]]:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     defaults = cost.Assumptions()
     parser = argparse.ArgumentParser(description="Benchmarks, cost model and hardening figures.")
-    parser.add_argument("--out", type=Path, default=BENCH / "results.md")
-    parser.add_argument("--plot", type=Path, default=BENCH / "context.png")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "benchmarks-context.png")
     parser.add_argument("--cost-doc", type=Path, default=ROOT / "docs" / "cost.md")
     parser.add_argument("--json", type=Path, help="also write every measured number as JSON")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")

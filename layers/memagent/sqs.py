@@ -10,7 +10,7 @@ credential chain (botocore.credentials), the SigV4 signer (botocore.auth), the H
 exceptions, so callers catch BotoCoreError and ClientError exactly as with a client.
 The consumer and the other functions keep boto3.
 
-Measured by `make bench` (figure 1 in bench/results.md, Lambda-like environment): the webhook's
+Measured by `make bench` (figure 1 in docs/benchmarks.md, Lambda-like environment): the webhook's
 cold import + init 206 ms against 190 ms for `import boto3` (1.08x); with the client it was
 1.80x, and `import boto3` plus one SQS client alone is 1.71x.
 """
