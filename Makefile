@@ -6,12 +6,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install test test-slow test-all lint format validate scan build events bench demo chat clean
+.PHONY: help install test test-slow test-all mutation lint format validate scan build events bench demo chat clean
 
 help:
 	@echo "make test      the test suite, in parallel, without the slow tier (creates .venv)"
 	@echo "make test-slow the slow tier: sam build, the demo, the bench smoke, the 20 x 60 stack run"
 	@echo "make test-all  both (CI runs both)"
+	@echo "make mutation  mutmut on the domain modules (MODULE=facts: one), a score per module"
 	@echo "make lint      ruff lint and format check"
 	@echo "make validate  sam validate --lint (offline)"
 	@echo "make scan      checkov on template.yaml (its own virtualenv, .venv-scan)"
@@ -48,6 +49,13 @@ test-slow: $(STAMP)
 
 test-all: $(STAMP)
 	$(PY) -m pytest $(PYTEST_PARALLEL)
+
+# Mutation testing (mutmut, configured in pyproject.toml): not part of make test. One child
+# process by default: the machine is shared; MUTATION_CHILDREN=2 on a free one.
+MUTATION_CHILDREN ?= 1
+
+mutation: $(STAMP)
+	$(PY) scripts/mutation.py --max-children $(MUTATION_CHILDREN) $(MODULE)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
