@@ -23,7 +23,7 @@ from memagent.errors import BadRequest, BodyTooLarge
 
 MAX_TEXT_CHARS = 4096  # both whasp and Meta cap a text message at 4,096 characters
 MAX_SEND_KEY = 255  # whasp's Idempotency-Key limit (Meta's biz_opaque_callback_data takes 512)
-SEND_KEY = re.compile(r"^reply:(?P<event_id>.+):(?P<part>\d{1,4})$")
+SEND_KEY = re.compile(r"reply:(?P<event_id>.+):(?P<part>[0-9]{1,4})\Z")  # \Z, not $ (see PERSON_ID)
 
 # a person's identifier: a phone in E.164 (whasp; Meta's wa_id with a "+"), or a Meta
 # business-scoped user id ("US.13491208655302741918")
@@ -168,14 +168,15 @@ def check_size(body: bytes, *, max_bytes: int) -> None:
 
 
 def split_text(text: str, limit: int = MAX_TEXT_CHARS) -> list[str]:
-    """Split a reply into message-sized parts, preferring paragraph, line and word breaks."""
+    """Split a reply into message-sized parts: each ends at the last paragraph break in the
+    second half of the limit, else the last line break there, else the last space, else is cut
+    at the limit (a part shorter than half the limit would spend a message on a fragment)."""
     text = text.strip()
     parts: list[str] = []
     while len(text) > limit:
-        window = text[:limit]
-        cut = max(window.rfind("\n\n"), window.rfind("\n"), window.rfind(" "))
-        if cut < limit // 2:
-            cut = limit
+        window = text[: limit + 1]  # a break just past the limit still ends a full part
+        breaks = (window.rfind(separator) for separator in ("\n\n", "\n", " "))
+        cut = next((at for at in breaks if at >= limit // 2), limit)
         parts.append(text[:cut].rstrip())
         text = text[cut:].lstrip()
     if text:
