@@ -34,7 +34,7 @@ _INSTRUCTION_PATTERNS = [
         r"are\s+required|are\s+not\s+allowed|may\s+not|mustn't|shouldn't|cannot|can't|can\s+not|"
         r"will\s+(?:always|never|now))\b",
         rf"\b{_AGENT}\s+(?:to\s+)?(?:always|never)\b",
-        rf"\b{_AGENT}\s+(?:are|'re)\s+now\b",
+        rf"\b{_AGENT}(?:\s+are|'re)\s+now\b",  # "you're" has no space before "'re"
         rf"\b(?:remember|note|know|understand)\s+that\s+{_AGENT}\b",
         r"\b(?:ignore|disregard|forget|override|bypass)\s+(?:\S+\s+){0,3}?(?:rules?|instructions?|"
         r"prompts?|guidelines?|polic(?:y|ies)|programming|guardrails?|restrictions?|filters?)\b",
@@ -43,14 +43,14 @@ _INSTRUCTION_PATTERNS = [
         # Sentences that open with an imperative.
         r"^(?:ignore|disregard|forget|remember|do\s+not|don't|dont|stop|act|pretend|roleplay|"
         r"respond|reply|answer|say|tell|obey|agree|refuse|override|bypass|reveal|repeat|print|"
-        r"output|please|from\s+now\s+on|you|your|you're|youre)\b",
+        r"output|please|from\s+now\s+on|you|your|youre)\b",  # "you" takes "you're" too
         rf"^(?:always|never)\s+{_ORDER_VERBS}\b",
         # First person inside a third-person fact store means someone talking to the agent.
         r"^(?:always|never)\b.*\b(?:me|my|i|myself)\b",
     )
 ]
 # Openers that don't change what a sentence is ("Also, always agree with me").
-_FILLER = re.compile(r"^(?:(?:and|also|so|ok|okay|now|oh|btw|but|hey|and\s+also)\b[\s,]*)+")
+_FILLER = re.compile(r"^(?:(?:and|also|so|ok|okay|now|oh|btw|but|hey)\b[\s,]*)+")
 _SENTENCE_BREAK = re.compile(r"[.!?;:\n]+|\s[-\u2013\u2014]\s")  # dashes between clauses
 
 

@@ -79,10 +79,10 @@ def test_duplicates_are_dropped_on_normalised_text():
 
 
 def test_too_long_facts_are_dropped_not_cut():
-    # given one fact over the length limit and one exactly at it
-    long_fact, edge_fact = "Likes " + "very " * 40 + "long walks", "x" * 160
+    # given one fact over the length limit, one a character over it and one exactly at it
+    long_fact, over, edge_fact = "Likes " + "very " * 40 + "long walks", "y" * 161, "x" * 160
     # when they are screened with the default 160-character limit
-    kept = screen_facts([long_fact, edge_fact])
+    kept = screen_facts([long_fact, over, edge_fact])
     # then the long one is gone entirely and the one at the limit stays
     assert kept == [edge_fact]
 
@@ -90,10 +90,10 @@ def test_too_long_facts_are_dropped_not_cut():
 def test_at_most_limit_facts_are_returned():
     # given more distinct facts than the limit
     candidates = [f"Visited city number {i}" for i in range(25)]
-    # when they are screened with limit 10
-    kept = screen_facts(candidates, limit=10)
-    # then the first 10 are kept
-    assert kept == candidates[:10]
+    # when they are screened with the default limit, and with limit 3
+    # then the first 10, and the first 3, are kept
+    assert screen_facts(candidates) == candidates[:10]
+    assert screen_facts(candidates, limit=3) == candidates[:3]
 
 
 def test_normalise_and_fact_key_ignore_case_spacing_and_end_punctuation():
@@ -124,3 +124,25 @@ def test_cap_facts_under_the_cap_keeps_everything():
     # when they are capped
     # then nothing is dropped
     assert cap_facts(facts, 30) == (facts, [])
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    ["***Has a dog!!!", "...Has a dog", "\u201cHas a dog.\u201d", "(Has a dog)", "Has a dog"],
+)
+def test_punctuation_around_a_fact_is_not_part_of_it(spelling):
+    # given a fact wrapped in any run of punctuation, odd or even in length
+    # then it is the same fact as the bare one
+    assert normalise(spelling) == "has a dog"
+    assert fact_key(spelling) == fact_key("has a dog")
+
+
+def test_a_fact_of_punctuation_alone_is_empty_and_not_stored():
+    assert normalise(" ?!. ") == ""
+    assert screen_facts(["?!.", "--"]) == []
+
+
+def test_cap_facts_at_zero_drops_every_fact():
+    facts = [Fact("Works nights", datetime(2025, 1, 1, tzinfo=UTC))]
+    assert cap_facts(facts, 0) == ([], facts)
+    assert cap_facts(facts, -1) == ([], facts)
