@@ -27,6 +27,12 @@ def seqs(table_name: str) -> list[int]:
         start = {"ExclusiveStartKey": page["LastEvaluatedKey"]}
 
 
+def transcript(fold_input: str) -> list[str]:
+    """The turns' texts in a fold request's input (a line each: "Person (date): text")."""
+    lines = fold_input.split("Conversation to fold in:\n", 1)[1].splitlines()
+    return [line.split("): ", 1)[1] for line in lines]
+
+
 def test_42_messages_of_100_kb_fold_in_requests_under_1_mb(
     compactor, store, tap, resources, openai, lambda_context
 ):
@@ -51,7 +57,8 @@ def test_a_fold_refused_twice_ends_committed_and_does_not_come_back(
     compactor, store, tap, resources, openai, lambda_context, capsys
 ):
     openai.responder = fold_reply()
-    seed_turns(store, MAYA, [f"message {i}" for i in range(45)])
+    texts = [f"{i:02d} " + " ".join(["word"] * 100) for i in range(45)]  # 502 characters each
+    seed_turns(store, MAYA, texts)
     records = tap.matching()
     # given the model refuses the fold for good, also on the shortened transcript
     openai.fail_next(2, status=400)
@@ -64,9 +71,12 @@ def test_a_fold_refused_twice_ends_committed_and_does_not_come_back(
     assert seqs(resources.table_name) == list(range(26, 46))
     out = capsys.readouterr().out
     assert '"FoldsRefused"' in out
-    # and the second request was the shortened transcript
-    first, second = [r["json"] for r in openai.requests if r["path"] == "/v1/responses"]
-    assert len(second["input"]) <= len(first["input"])
+    # and the second request was the same 25 turns, each shortened to 280 characters
+    first, second = [
+        transcript(r["json"]["input"]) for r in openai.requests if r["path"] == "/v1/responses"
+    ]
+    assert first == texts[:25]
+    assert second == [text[:279] + "\u2026" for text in texts[:25]]
     # and a redelivery of the same records asks the model nothing more
     calls = len(openai.requests)
     assert run(compactor, records, lambda_context) == []

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from memagent.person import person_key
-from memagent.provider import idempotency_key
 from tests.conftest import AGENT, BUSINESS, MAYA, load_function, sqs_batch, sqs_record
 from tests.integration.faults import Crash, Died, crash_after
 from tests.integration.test_consumer import (
@@ -71,9 +70,7 @@ def test_a_burst_is_stored_in_order_and_answered_once_another_person_separately(
     assert maya_input[-3:] == [("user", text) for text in lines]
     # and one reply reached Maya, the stored one, keyed by the burst's last event
     assert whasp.texts_to(MAYA) == [stored[-1][1]]
-    assert [r["headers"]["idempotency-key"] for r in sends(whasp)] == [
-        idempotency_key(a[-1]["id"], 0)
-    ]
+    assert [r["headers"]["idempotency-key"] for r in sends(whasp)] == [f"reply:{a[-1]['id']}:0"]
     # and Sam got his own reply
     assert len(whasp.texts_to(SAM)) == 1
     # and every one of Maya's ledger entries names the reply that answered it
@@ -275,7 +272,7 @@ def test_a_crash_anywhere_in_a_burst_ends_with_each_message_covered_by_one_sent_
         sent = whasp.texts_to(phone)
         assert len(sent) == len(answerers)
         keys = {r["headers"]["idempotency-key"] for r in sends(whasp, phone)}
-        assert keys == {idempotency_key(a, 0) for a in answerers}
+        assert keys == {f"reply:{a}:0" for a in answerers}
         # and the stored replies are the ones sent, each once
         replies = [t for r, t in turns(resources.table_name, phone) if r == "assistant"]
         assert replies == sent
@@ -307,9 +304,7 @@ def test_redelivery_of_the_tail_after_the_reply_was_stored_resends_it(
     assert run(consumer, again, lambda_context) == []
     # then the same reply went out under the same Idempotency-Key, with no new model call
     assert whasp.texts_to(MAYA) == reply
-    assert {r["headers"]["idempotency-key"] for r in sends(whasp)} == {
-        idempotency_key(a[-1]["id"], 0)
-    }
+    assert {r["headers"]["idempotency-key"] for r in sends(whasp)} == {f"reply:{a[-1]['id']}:0"}
     assert len(openai.calls()) == 1
     # and no row was added (the ledger entry moved to sent; nothing else changed)
     assert len(rows(resources.table_name)) == len(stored_before)

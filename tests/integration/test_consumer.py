@@ -17,7 +17,6 @@ from boto3.dynamodb.conditions import Key
 from devstack.lambda_harness import reported_failures as failures
 from devstack.lambda_harness import retried
 from memagent.person import person_key
-from memagent.whasp import idempotency_key
 from tests.conftest import (
     AGENT,
     BUSINESS,
@@ -342,7 +341,7 @@ def test_whasp_500_then_201_sends_once_with_the_same_key(consumer, whasp, lambda
     assert failures(response) == []
     sends = [r for r in whasp.requests if r["path"] == "/v1/messages"]
     assert len(sends) == 2
-    assert {r["headers"]["idempotency-key"] for r in sends} == {idempotency_key(event["id"], 0)}
+    assert {r["headers"]["idempotency-key"] for r in sends} == {f"reply:{event['id']}:0"}
     assert len(whasp.sent) == 1
 
 
