@@ -80,6 +80,8 @@ def create_table(template: dict[str, Any], name: str, *, client: Any = None) -> 
         "AttributeDefinitions": props["AttributeDefinitions"],
         "BillingMode": props.get("BillingMode", "PAY_PER_REQUEST"),
     }
+    if props.get("GlobalSecondaryIndexes"):
+        kwargs["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
     stream = props.get("StreamSpecification")
     if stream:
         kwargs["StreamSpecification"] = {

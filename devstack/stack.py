@@ -437,10 +437,16 @@ class DevStack:
 
     def _create_buckets(self, resolver: cfn.Resolver) -> None:
         """Create the template's S3 buckets whose Condition holds (e.g. the transcript archive,
-        when `parameters={"ArchiveBucket": "..."}`), named as the template names them."""
+        when `parameters={"ArchiveBucket": "..."}`), named as the template names them, and its
+        EventBridge buses."""
         import boto3
 
         for logical_id, resource in (self.template.get("Resources") or {}).items():
+            if resource.get("Type") == "AWS::Events::EventBus":  # the operator notifications
+                name = resolver.refs[logical_id] = f"{self.prefix}-{logical_id}"
+                resolver.attributes[(logical_id, "Arn")] = boto3.client("events").create_event_bus(
+                    Name=name
+                )["EventBusArn"]
             if resource.get("Type") != "AWS::S3::Bucket":
                 continue
             if "Condition" in resource and not resolver.condition(resource["Condition"]):

@@ -1,14 +1,26 @@
-"""Admin Lambda: a person's rights, for operators. HTTP API with AWS_IAM authorization.
+"""Admin Lambda: the operator's seat. HTTP API with AWS_IAM authorization.
 
-GET    /people/{phone}   export everything held about the person (JSON)
-DELETE /people/{phone}   forget the person; returns a receipt without content
+GET    /people/{phone}                    export everything held about the person (JSON)
+DELETE /people/{phone}                    forget the person; a receipt without content
+GET    /people/{phone}/conversation       recent messages, summary, facts, handoff state
+GET    /people/{phone}/facts              the facts, with their ids and dates
+POST   /people/{phone}/facts              add a fact: {"text": "..."}
+PUT    /people/{phone}/facts/{fact}       correct a fact: {"text": "..."}
+DELETE /people/{phone}/facts/{fact}       delete a fact
+PUT    /people/{phone}/summary            replace the summary: {"text": "...", "based_on": at}
+POST   /people/{phone}/handoff            a human takes the chat over
+DELETE /people/{phone}/handoff            hand the chat back to the agent
+POST   /people/{phone}/messages           the operator writes: {"text": "..."}, Idempotency-Key
+GET    /handoffs                          who is waiting for a human, oldest first
 
 Each request writes one audit line (memagent.audit): the caller's IAM ARN, the action, the
-person's hashed key, the time and the outcome.
+person's hashed key, the time and the outcome; never content. Bad input is a 400 saying what is
+wrong, an unknown person or fact a 404, a refused edit a 409, Meta's closed 24-hour window 422.
 
 `{phone}` is any of the person's identifiers: a phone in E.164, or a Meta business-scoped user id.
 """
 
+import json
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
@@ -16,36 +28,56 @@ from urllib.parse import unquote
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from memagent import audit as actions
 from memagent.archive import KeptMedia, TranscriptArchive
-from memagent.audit import ERASE, EXPORT, audit
+from memagent.audit import audit
+from memagent.errors import (
+    ConfigurationError,
+    EditConflict,
+    InvalidEdit,
+    SecretUnavailable,
+    SendRejected,
+    TransientError,
+    UnknownPerson,
+    WindowClosed,
+)
 from memagent.lifecycle import export, forget
+from memagent.notify import OperatorEvents
 from memagent.observability import logger, metrics
+from memagent.operator import Operator, identifier
+from memagent.operator_store import OperatorStore
 from memagent.person import person_key
-from memagent.provider import PERSON_ID
-from memagent.settings import MemorySettings
-from memagent.store import MemoryStore
+from memagent.providers import provider_from_settings
+from memagent.settings import AdminSettings
 
-settings = MemorySettings.from_env()
-store = MemoryStore(settings.table_name)
+settings = AdminSettings.from_env()
+store = OperatorStore(settings.table_name)
 archive = TranscriptArchive(settings.archive_bucket) if settings.archive_bucket else None
 media = KeptMedia(settings.media_bucket) if settings.media_bucket else None
+operator = Operator(
+    settings,
+    store,
+    events=OperatorEvents(settings.operator_event_bus, settings.agent_id),
+    provider=(lambda: provider_from_settings(settings)[0]) if settings.sends else None,
+    meta=settings.provider == "meta",
+)
 app = APIGatewayHttpResolver()
 
-
-def _phone(raw: str) -> str | None:
-    phone = unquote(raw).strip()
-    return phone if PERSON_ID.match(phone) else None
-
-
-def _invalid() -> Response:
-    return Response(
-        status_code=400,
-        content_type=content_types.APPLICATION_JSON,
-        body={
-            "error": "phone must be E.164, e.g. +447700900123 (URL-encode the +), "
-            "or a Meta business-scoped user id, e.g. US.13491208655302741918"
-        },
-    )
+# typed errors -> (status, outcome); the first match wins (WindowClosed is a SendRejected)
+ERRORS: tuple[tuple[type[Exception], int, str], ...] = (
+    (InvalidEdit, 400, "refused"),
+    (UnknownPerson, 404, "refused"),
+    (EditConflict, 409, "refused"),
+    (WindowClosed, 422, "refused"),
+    (SendRejected, 502, "failed"),
+    (TransientError, 503, "failed"),
+    (SecretUnavailable, 503, "failed"),
+    (ConfigurationError, 503, "failed"),
+)
+WINDOW_CLOSED = (
+    "Meta's 24-hour customer-service window is closed (code 131047): the person last wrote "
+    "over 24 hours ago, and only an approved template can be sent until they write again"
+)
 
 
 def _caller() -> str | None:
@@ -54,44 +86,122 @@ def _caller() -> str | None:
     return iam.get("userArn")
 
 
-def _audited(action: str, raw: str, run: Callable[[str], dict[str, Any]]) -> Any:
-    """Run one admin action and write its one audit line, however it ends."""
-    caller, identifier = _caller(), _phone(raw)
-    if identifier is None:
-        audit(action, caller=caller, person=None, outcome="refused")
-        return _invalid()
+def _error(status: int, message: str) -> Response:
+    return Response(
+        status_code=status, content_type=content_types.APPLICATION_JSON, body={"error": message}
+    )
+
+
+def _message(error: Exception) -> str:
+    if isinstance(error, WindowClosed):
+        return WINDOW_CLOSED
+    if isinstance(error, TransientError | SecretUnavailable):
+        return "the provider or AWS is unavailable; try again (with the same Idempotency-Key)"
+    return str(error)
+
+
+def _body() -> dict[str, Any]:
     try:
-        result = run(identifier)
-    except Exception:
-        audit(
-            action,
-            caller=caller,
-            person=person_key(settings.agent_id, identifier),
-            outcome="failed",
-        )
+        body = json.loads(app.current_event.decoded_body or "{}")
+    except ValueError:
+        raise InvalidEdit("the body must be JSON") from None
+    if not isinstance(body, dict):
+        raise InvalidEdit("the body must be a JSON object")
+    return body
+
+
+def _audited(action: str, raw: str | None, run: Callable[[str], dict[str, Any]]) -> Any:
+    """Run one admin action and write its one audit line, however it ends."""
+    caller = _caller()
+    who = unquote(raw).strip() if raw is not None else ""
+    person = None
+    try:
+        if raw is not None:
+            who = identifier(who)
+            person = person_key(settings.agent_id, who)
+        result = run(who)
+    except Exception as error:
+        for kind, status, outcome in ERRORS:
+            if isinstance(error, kind):
+                audit(action, caller=caller, person=person, outcome=outcome)
+                return _error(status, _message(error))
+        audit(action, caller=caller, person=person, outcome="failed")
         raise
-    audit(action, caller=caller, person=result["person"], outcome="done")
+    audit(action, caller=caller, person=result.get("person", person), outcome="done")
     return result
 
 
 @app.get("/people/<phone>")
 def get_person(phone: str):
     return _audited(
-        EXPORT,
+        actions.EXPORT,
         phone,
-        lambda person: export(store, settings.agent_id, person, archive=archive, kept_media=media),
+        lambda who: export(store, settings.agent_id, who, archive=archive, kept_media=media),
     )
 
 
 @app.delete("/people/<phone>")
 def delete_person(phone: str):
     return _audited(
-        ERASE,
+        actions.ERASE,
         phone,
-        lambda person: forget(
-            store, settings.agent_id, person, archive=archive, media=media
-        ).as_dict(),
+        lambda who: forget(store, settings.agent_id, who, archive=archive, media=media).as_dict(),
     )
+
+
+@app.get("/people/<phone>/conversation")
+def get_conversation(phone: str):
+    return _audited(actions.READ, phone, operator.conversation)
+
+
+@app.get("/people/<phone>/facts")
+def get_facts(phone: str):
+    return _audited(actions.READ, phone, operator.facts)
+
+
+@app.post("/people/<phone>/facts")
+def add_fact(phone: str):
+    return _audited(actions.FACT_ADD, phone, lambda who: operator.add_fact(who, _body()))
+
+
+@app.put("/people/<phone>/facts/<fact>")
+def correct_fact(phone: str, fact: str):
+    return _audited(
+        actions.FACT_CORRECT, phone, lambda who: operator.correct_fact(who, fact, _body())
+    )
+
+
+@app.delete("/people/<phone>/facts/<fact>")
+def delete_fact(phone: str, fact: str):
+    return _audited(actions.FACT_DELETE, phone, lambda who: operator.delete_fact(who, fact))
+
+
+@app.put("/people/<phone>/summary")
+def replace_summary(phone: str):
+    return _audited(
+        actions.SUMMARY_REPLACE, phone, lambda who: operator.replace_summary(who, _body())
+    )
+
+
+@app.post("/people/<phone>/handoff")
+def take_over(phone: str):
+    return _audited(actions.HANDOFF_START, phone, operator.take_over)
+
+
+@app.delete("/people/<phone>/handoff")
+def hand_back(phone: str):
+    return _audited(actions.HANDOFF_END, phone, operator.hand_back)
+
+
+@app.post("/people/<phone>/messages")
+def reply(phone: str):
+    key = app.current_event.headers.get("idempotency-key")
+    return _audited(actions.REPLY, phone, lambda who: operator.reply(who, _body(), key))
+
+
+@app.get("/handoffs")
+def handoffs():
+    return _audited(actions.LIST_HANDOFFS, None, lambda _who: operator.waiting())
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -1,4 +1,4 @@
-"""The audit trail of a person's rights being exercised: who exported or erased whom, when, and
+"""The audit trail of what operators do: who exported, erased, read or edited whom, when, and
 how it ended. One log line per request, in the function's log group (kept LogRetentionDays),
 findable with CloudWatch Logs Insights: `filter audit = "erase"`.
 
@@ -14,6 +14,15 @@ from memagent.observability import logger
 
 EXPORT = "export"
 ERASE = "erase"
+READ = "read"  # the conversation, summary and facts
+FACT_ADD = "fact_add"
+FACT_CORRECT = "fact_correct"
+FACT_DELETE = "fact_delete"
+SUMMARY_REPLACE = "summary_replace"
+HANDOFF_START = "handoff_start"
+HANDOFF_END = "handoff_end"
+REPLY = "operator_reply"
+LIST_HANDOFFS = "list_handoffs"
 
 
 def audit(action: str, *, caller: str | None, person: str | None, outcome: str) -> None:

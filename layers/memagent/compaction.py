@@ -156,6 +156,7 @@ class Compactor:
                 new_facts=[(fact_key(fact.text), fact) for fact in new_facts],
                 dropped_fact_keys=dropped_keys,
                 erased_at=state.erased_at,
+                summary_at=memory.summary.at if memory.summary else None,
             )
         except ConcurrentUpdate:
             if archived is not None:

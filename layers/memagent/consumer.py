@@ -26,6 +26,7 @@ from memagent.errors import Deferred, MalformedEvent
 from memagent.model import ModelClient
 from memagent.observability import logger, metrics
 from memagent.provider import InboundMessage
+from memagent.providers import provider_from_settings
 from memagent.queue import ParkingQueue, RetryQueue
 from memagent.store import MemoryStore
 from memagent.turn import Agent
@@ -33,38 +34,8 @@ from memagent.turn import Agent
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-    from memagent.provider import Event, Provider
+    from memagent.provider import Event
     from memagent.settings import ConsumerSettings
-
-ParseEvent = Callable[[Any], "Event"]
-
-
-def provider_from_settings(settings: ConsumerSettings) -> tuple[Provider, ParseEvent]:
-    """The configured provider's client and queued-event parser (only that one is imported)."""
-    if settings.provider == "meta":
-        from memagent import meta
-        from memagent.origins import parse_origins
-
-        client: Provider = meta.GraphClient(
-            settings.meta_graph_url,
-            settings.meta_access_token,
-            timeout_seconds=settings.whasp_timeout_seconds,
-            typing_indicator=settings.typing_indicator,
-            media_origins=parse_origins(settings.meta_media_origins, https_only=True),
-            media_deadline_seconds=settings.media_deadline_seconds,
-        )
-        return client, meta.parse_event
-    from memagent import whasp
-
-    assert settings.whasp_api_url  # checked by ConsumerSettings.from_env
-    client = whasp.WhaspClient(
-        settings.whasp_api_url,
-        settings.whasp_api_key,
-        timeout_seconds=settings.whasp_timeout_seconds,
-        media_origins=settings.media_origins,
-        media_deadline_seconds=settings.media_deadline_seconds,
-    )
-    return client, whasp.parse_event
 
 
 class Retries:
@@ -149,7 +120,7 @@ class Consumer:
         self,
         agent: Agent,
         parking: ParkingQueue | None,
-        parse_event: ParseEvent,
+        parse_event: Callable[[Any], Event],
         retries: Retries | None = None,
     ):
         self.agent = agent

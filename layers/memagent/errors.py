@@ -63,3 +63,25 @@ class OptedOut(AgentError):
 
 class ConcurrentUpdate(AgentError):
     """An optimistic condition failed because someone else wrote first."""
+
+
+class UnknownPerson(AgentError):
+    """An operator named someone we hold no memory of (the admin API's 404)."""
+
+
+class InvalidEdit(AgentError):
+    """An operator's request we cannot act on as written (the admin API's 400); the message
+    says what is wrong."""
+
+
+class EditConflict(AgentError):
+    """An operator's request that the memory's current state refuses (the admin API's 409):
+    the summary changed since it was read, a fact is already there, the chat is not handed off."""
+
+
+class WindowClosed(SendRejected):
+    """Meta's 24-hour customer-service window is closed (code 131047): only an approved
+    template may be sent until the person writes again."""
+
+    def __init__(self) -> None:
+        super().__init__(400, code=131047)

@@ -8,7 +8,7 @@ Storage lives in `memagent.store`; these types know nothing about DynamoDB.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 Role = Literal["user", "assistant"]
@@ -24,6 +24,7 @@ class Turn:
     at: datetime
     number: str | None = None  # the whasp number that carried it (audit), if known
     event_id: str | None = None  # the inbound whasp event id, for the person's messages
+    author: str | None = None  # "human": an operator wrote this reply, not the agent
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,20 @@ class Summary:
 
 
 @dataclass(frozen=True)
+class Handoff:
+    """A human has the chat: the agent stores what the person writes and says nothing."""
+
+    since: datetime
+    reason: str  # "person" (they asked for a human) or "operator" (took it over)
+    replied_at: datetime | None = None  # the operator's last reply
+    waiting: int = 0  # the person's messages since the handoff or the operator's last reply
+
+    def expired(self, now: datetime, timeout: timedelta) -> bool:
+        """HandoffTimeoutHours without an operator reply: the agent takes the chat back."""
+        return now >= max(self.since, self.replied_at or self.since) + timeout
+
+
+@dataclass(frozen=True)
 class PersonState:
     last_seq: int = 0  # seq of the newest stored turn (0: none yet)
     marker: int = 0  # seq of the newest turn folded into the summary (0: none)
@@ -58,6 +73,11 @@ class PersonState:
     # the event ids of the person's messages stored since the last reply, oldest first: the
     # next reply answers all of them at once (a burst of lines gets one answer)
     awaiting: tuple[str, ...] = ()
+    handoff: Handoff | None = None  # a human has the chat (memagent.operator)
+
+    def handed_off(self, now: datetime, timeout: timedelta) -> bool:
+        """Whether a human has the chat now: handed off, and not timed out."""
+        return self.handoff is not None and not self.handoff.expired(now, timeout)
 
     @property
     def pending(self) -> int:

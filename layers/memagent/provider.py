@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -121,6 +121,9 @@ Event = (
     | ReplyStatus
     | MarketingPreference
 )
+
+
+ParseEvent = Callable[[Any], Event]
 
 
 class Provider(Protocol):

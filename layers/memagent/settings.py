@@ -353,6 +353,9 @@ class MemorySettings:
     media_bucket: str | None = None  # voice notes and photos kept between attempts
     # the compactor works on keys it is given (the stream's), never derives one
     reads_person_keys: ClassVar[bool] = True
+    # a chat handed to a human goes back to the agent after this long without an operator reply
+    handoff_timeout_hours: int = 24
+    operator_event_bus: str | None = None  # EventBridge bus for handoff notifications
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None):
@@ -380,6 +383,10 @@ class MemorySettings:
             "max_fact_chars": read.integer("MAX_FACT_CHARS", 160, minimum=20),
             "archive_bucket": read.optional("ARCHIVE_BUCKET"),
             "media_bucket": read.optional("MEDIA_BUCKET"),
+            "handoff_timeout_hours": read.integer(
+                "HANDOFF_TIMEOUT_HOURS", 24, minimum=1, maximum=24 * 30
+            ),
+            "operator_event_bus": read.optional("OPERATOR_EVENT_BUS"),
         }
 
 
@@ -426,11 +433,73 @@ class ModelSettings(MemorySettings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ConsumerSettings(ModelSettings):
+class ProviderSettings:
+    """What a function that sends through the provider needs (the consumer, the admin API's
+    operator replies)."""
+
     provider: str = "whasp"
     whasp_api_url: str | None = None
     meta_graph_url: str = DEFAULT_META_GRAPH_URL
     typing_indicator: bool = True
+    # Where media may be fetched from (origins, space- or comma-separated); empty = the origin
+    # of WHASP_API_URL. The API key is only ever sent to WHASP_API_URL's origin.
+    whasp_media_origins: str | None = None
+    # Provider meta: media hosts besides Meta's own (lookaside.fbsbx.com), https only
+    meta_media_origins: str | None = None
+    # One download, redirects included, however slowly the host sends
+    media_deadline_seconds: float = 30.0
+    whasp_timeout_seconds: float = 10.0
+    whasp_api_key: Secret | None = field(default=None, repr=False)
+    meta_access_token: Secret | None = field(default=None, repr=False)
+
+    @staticmethod
+    def _provider(read: Environment) -> dict:
+        provider = read.choice("PROVIDER", PROVIDERS, "whasp")
+        meta = provider == "meta"
+        meta_graph_url = DEFAULT_META_GRAPH_URL
+        if read.optional("META_GRAPH_URL"):
+            meta_graph_url = read.url("META_GRAPH_URL")
+        return {
+            "provider": provider,
+            # whasp needs its API's URL and key; Meta an access token (the Graph URL defaults)
+            "whasp_api_url": None if meta else read.url("WHASP_API_URL"),
+            "whasp_api_key": None if meta else read.secret("WHASP_API_KEY"),
+            "meta_graph_url": meta_graph_url,
+            "meta_access_token": read.secret("META_ACCESS_TOKEN") if meta else None,
+            "typing_indicator": read.flag("TYPING_INDICATOR", True),
+            "whasp_media_origins": _media_origins(read),
+            "meta_media_origins": _media_origins(read, "META_MEDIA_ORIGINS", https_only=True),
+            "media_deadline_seconds": read.number(
+                "MEDIA_DEADLINE_SECONDS", 30.0, minimum=0, above=True
+            ),
+            "whasp_timeout_seconds": read.number(
+                "WHASP_TIMEOUT_SECONDS", 10.0, minimum=0, above=True
+            ),
+        }
+
+    @property
+    def media_origins(self) -> frozenset[tuple[str, str, int]]:
+        """whasp media may come only from these origins (memagent.origins.Origin)."""
+        return parse_media_origins(self.whasp_media_origins, self.whasp_api_url or "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdminSettings(MemorySettings, ProviderSettings):
+    """The admin API: memory, and the provider for the operator's replies. The template always
+    sets PROVIDER; without it the admin API sends nothing (`sends` is false: an operator reply
+    answers 503 saying so) and needs no provider settings."""
+
+    sends: bool = True
+
+    @classmethod
+    def _read(cls, read: Environment) -> dict:
+        if read.optional("PROVIDER") is None:
+            return {**super()._read(read), "sends": False}
+        return {**super()._read(read), **cls._provider(read)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsumerSettings(ModelSettings, ProviderSettings):
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     transcription_model: str = DEFAULT_TRANSCRIPTION_MODEL
     # Voice notes go to an OpenAI-compatible /audio/transcriptions: by default the model's own
@@ -441,16 +510,8 @@ class ConsumerSettings(ModelSettings):
     context_max_chars: int = 12_000
     context_max_facts: int = 30
     media_max_bytes: int = 10 * 1024 * 1024
-    # Where media may be fetched from (origins, space- or comma-separated); empty = the origin
-    # of WHASP_API_URL. The API key is only ever sent to WHASP_API_URL's origin.
-    whasp_media_origins: str | None = None
-    # Provider meta: media hosts besides Meta's own (lookaside.fbsbx.com), https only
-    meta_media_origins: str | None = None
-    # One download, redirects included, however slowly the host sends
-    media_deadline_seconds: float = 30.0
     opt_out_policy: str = "keep"
     forget_keyword: str = "forget me"
-    whasp_timeout_seconds: float = 10.0
     parking_queue_url: str | None = None
     record_time_budget_seconds: float = 0
     # retries: a failed record comes back after a backoff we set on the event queue (QUEUE_URL);
@@ -462,25 +523,12 @@ class ConsumerSettings(ModelSettings):
     defer_seconds: int = 2
     # one reply to a burst of lines a person sent while their previous turn was answered
     coalesce_bursts: bool = True
-    whasp_api_key: Secret | None = field(default=None, repr=False)
-    meta_access_token: Secret | None = field(default=None, repr=False)
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
-        provider = read.choice("PROVIDER", PROVIDERS, "whasp")
-        meta = provider == "meta"
-        meta_graph_url = DEFAULT_META_GRAPH_URL
-        if read.optional("META_GRAPH_URL"):
-            meta_graph_url = read.url("META_GRAPH_URL")
         return {
             **super()._read(read),
-            "provider": provider,
-            # whasp needs its API's URL and key; Meta an access token (the Graph URL defaults)
-            "whasp_api_url": None if meta else read.url("WHASP_API_URL"),
-            "whasp_api_key": None if meta else read.secret("WHASP_API_KEY"),
-            "meta_graph_url": meta_graph_url,
-            "meta_access_token": read.secret("META_ACCESS_TOKEN") if meta else None,
-            "typing_indicator": read.flag("TYPING_INDICATOR", True),
+            **cls._provider(read),
             "system_prompt": read.text("SYSTEM_PROMPT", DEFAULT_SYSTEM_PROMPT),
             "transcription_model": read.text("TRANSCRIPTION_MODEL", DEFAULT_TRANSCRIPTION_MODEL),
             **_transcription_endpoint(read),
@@ -488,16 +536,8 @@ class ConsumerSettings(ModelSettings):
             "context_max_chars": read.integer("CONTEXT_MAX_CHARS", 12_000, minimum=100),
             "context_max_facts": read.integer("CONTEXT_MAX_FACTS", 30, minimum=0),
             "media_max_bytes": read.integer("MEDIA_MAX_BYTES", 10 * 1024 * 1024, minimum=1),
-            "whasp_media_origins": _media_origins(read),
-            "meta_media_origins": _media_origins(read, "META_MEDIA_ORIGINS", https_only=True),
-            "media_deadline_seconds": read.number(
-                "MEDIA_DEADLINE_SECONDS", 30.0, minimum=0, above=True
-            ),
             "opt_out_policy": read.choice("OPT_OUT_POLICY", ("keep", "erase"), "keep"),
             "forget_keyword": read.text("FORGET_KEYWORD", "forget me"),
-            "whasp_timeout_seconds": read.number(
-                "WHASP_TIMEOUT_SECONDS", 10.0, minimum=0, above=True
-            ),
             "parking_queue_url": read.optional("PARKING_QUEUE_URL"),
             "record_time_budget_seconds": read.number("RECORD_TIME_BUDGET_SECONDS", 0, minimum=0),
             "queue_url": read.optional("QUEUE_URL"),
@@ -513,11 +553,6 @@ class ConsumerSettings(ModelSettings):
         """How long a silent person is kept (None: until erased)."""
         days = self.inactive_retention_days
         return timedelta(days=days) if days else None
-
-    @property
-    def media_origins(self) -> frozenset[tuple[str, str, int]]:
-        """whasp media may come only from these origins (memagent.origins.Origin)."""
-        return parse_media_origins(self.whasp_media_origins, self.whasp_api_url or "")
 
 
 def _transcription_endpoint(read: Environment) -> dict:

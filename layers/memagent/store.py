@@ -39,13 +39,21 @@ from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from memagent.errors import ConcurrentUpdate
-from memagent.memory import Fact, Memory, PersonState, Summary, Turn
+from memagent.memory import Fact, Handoff, Memory, PersonState, Summary, Turn
 from memagent.store_compaction import CompactionWrites
 from memagent.store_erasure import ErasureWrites
-from memagent.store_ledger import ANSWERED, OPTED_OUT, STORED, LedgerWrites, ledger_sk
+from memagent.store_ledger import (
+    ANSWERED,
+    FOR_HUMAN,
+    OPTED_OUT,
+    STORED,
+    LedgerWrites,
+    ledger_sk,
+)
 from memagent.store_person import PersonWrites
 from memagent.store_table import (
     FACT,
+    HANDOFF_ATTRIBUTES,
     MSG,
     STATE,
     SUMMARY,
@@ -73,6 +81,20 @@ def _state(item: dict[str, Any] | None) -> PersonState:
         forget_pending=bool(item.get("forget_pending", False)),
         alias_of=item.get("alias_of"),
         awaiting=tuple(item.get("awaiting") or ()),
+        handoff=handoff_of(item),
+    )
+
+
+def handoff_of(item: dict[str, Any]) -> Handoff | None:
+    """The handoff a state item (or its HandoffIndex projection) records, if any."""
+    since = from_iso(item.get("handoff_since"))
+    if since is None:
+        return None
+    return Handoff(
+        since=since,
+        reason=str(item.get("handoff_reason") or "operator"),
+        replied_at=from_iso(item.get("handoff_replied_at")),
+        waiting=int(item.get("handoff_waiting") or 0),
     )
 
 
@@ -84,6 +106,7 @@ def _turn(item: dict[str, Any]) -> Turn:
         at=from_iso(item["at"]) or datetime.now(UTC),
         number=item.get("number"),
         event_id=item.get("event_id"),
+        author=item.get("author"),
     )
 
 
@@ -180,6 +203,8 @@ class MemoryStore(LedgerWrites, PersonWrites, ErasureWrites, CompactionWrites):
         ledger_ttl: timedelta,
         opted_out: bool = False,
         held: bool = False,
+        for_human: bool = False,
+        end_handoff: bool = False,
         extra_set: dict[str, Any] | None = None,
         reserve_reply: bool = False,
     ) -> bool:
@@ -188,7 +213,8 @@ class MemoryStore(LedgerWrites, PersonWrites, ErasureWrites, CompactionWrites):
         The message joins the state's `awaiting` list, which the next reply answers as a whole,
         unless it is a STOP (`opted_out`: the replies still awaited are dropped with it, so
         nothing is sent after a STOP) or was written before a standing opt-out (`held`: kept,
-        never answered, and the opt-out stays).
+        never answered, and the opt-out stays) or came while a human has the chat (`for_human`:
+        kept for the human, never answered by the agent).
 
         With `reserve_reply`, the state's counter moves past the message's seq + 1 too: that
         seq is the reply's (remember_reply), and no other turn can take it."""
@@ -198,7 +224,7 @@ class MemoryStore(LedgerWrites, PersonWrites, ErasureWrites, CompactionWrites):
             "pk": pk,
             "sk": ledger_sk(turn.event_id),
             "event_id": turn.event_id,
-            "status": OPTED_OUT if opted_out or held else STORED,
+            "status": OPTED_OUT if opted_out or held else (FOR_HUMAN if for_human else STORED),
             "user_seq": turn.seq,
             "created_at": iso(now),
             "expires_at": int((now + ledger_ttl).timestamp()),
@@ -207,6 +233,8 @@ class MemoryStore(LedgerWrites, PersonWrites, ErasureWrites, CompactionWrites):
             ledger["stop"] = True
         extra: dict[str, Any] = {"last_number": turn.number}
         remove = ["awaiting"] if opted_out else []
+        if end_handoff:  # timed out: the agent has the chat again, from this message on
+            remove.extend(HANDOFF_ATTRIBUTES)
         if not held:  # an older message moves neither the opt-out nor the last-written time
             extra["last_inbound_at"] = iso(turn.at)
             extra["opted_out"] = opted_out  # a later message from the person lifts an opt-out
@@ -217,7 +245,7 @@ class MemoryStore(LedgerWrites, PersonWrites, ErasureWrites, CompactionWrites):
                 remove.append("expires_at")
         if opted_out:
             extra["opted_out_at"] = iso(turn.at)
-        elif not held:
+        elif not held and not for_human:  # a human has the chat: the agent answers nothing
             extra["awaiting"] = [*previous.awaiting, turn.event_id]
         extra.update(extra_set or {})
         actions = [

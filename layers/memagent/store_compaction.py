@@ -12,6 +12,20 @@ from memagent.memory import Fact
 from memagent.store_table import FACT, STATE, SUMMARY, TRANSACTION_LIMIT, Table, iso, msg_sk
 
 
+def summary_unchanged(seen_at: datetime | None) -> dict[str, Any]:
+    """The condition that the SUMMARY item is still the one read at `seen_at` (None: there was
+    none, or it had no time). A summary kept on the state item by an older version has no
+    SUMMARY item: that counts as unchanged too."""
+    names = {"ExpressionAttributeNames": {"#at": "at"}}
+    if seen_at is None:
+        return {"ConditionExpression": "attribute_not_exists(#at)", **names}
+    return {
+        "ConditionExpression": "attribute_not_exists(#at) OR #at = :seen_at",
+        "ExpressionAttributeValues": {":seen_at": iso(seen_at)},
+        **names,
+    }
+
+
 class CompactionWrites(Table):
     def commit_compaction(
         self,
@@ -23,10 +37,14 @@ class CompactionWrites(Table):
         new_facts: Iterable[tuple[str, Fact]],
         dropped_fact_keys: Iterable[str] = (),
         erased_at: datetime | None = None,
+        summary_at: datetime | None = None,
     ) -> None:
         """The commit point of a compaction: summary, new marker and facts, all or nothing, and
-        only if nobody moved the marker since we read it and nobody erased the person meanwhile
-        (an erasure strips last_seq and moves erased_at). Raises ConcurrentUpdate otherwise.
+        only if nobody moved the marker since we read it, nobody erased the person meanwhile
+        (an erasure strips last_seq and moves erased_at) and the summary is still the one we
+        read (`summary_at`: an operator may have replaced it by hand; the folded turns stay
+        raw for the next run, which folds them into the operator's summary). Raises
+        ConcurrentUpdate otherwise.
         The summary goes in its own item (the state, written by every turn, stays small); the
         marker stays on the state, where every turn's condition reads it."""
         now = iso(datetime.now(UTC))
@@ -70,6 +88,7 @@ class CompactionWrites(Table):
                         "marker": new_marker,
                         "at": now,
                     },
+                    **summary_unchanged(summary_at),
                 }
             },
         ]

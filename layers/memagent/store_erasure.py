@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from memagent.store_table import STATE, Table, from_iso, iso
+from memagent.store_table import HANDOFF_ATTRIBUTES, STATE, Table, from_iso, iso
 
 # every state attribute but the erasure mark: what forget() strips from the state item
 _STATE_CONTENT = (
@@ -27,6 +27,7 @@ _STATE_CONTENT = (
     "marketing",
     "marketing_at",
     "expires_at",  # the retention TTL: a mark never expires (it refuses late redeliveries)
+    *HANDOFF_ATTRIBUTES,
 )
 
 

@@ -15,6 +15,7 @@ PART = "part_"  # ledger attribute part_<n>: the provider's id of reply part n, 
 STORED, REPLIED, SENT = "stored", "replied", "sent"
 OPTED_OUT, PARKED, SKIPPED = "opted_out", "parked", "skipped"
 ANSWERED = "answered"  # covered by the reply stored under the entry `answered_by` names
+FOR_HUMAN = "for_human"  # stored while a human had the chat: never answered by the agent
 
 
 def ledger_sk(event_id: str) -> str:

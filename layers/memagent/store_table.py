@@ -21,6 +21,14 @@ EVT = "EVT#"
 ALIAS = "ALIAS#"
 TURN_READ_FROM = FACT  # FACT# < MSG# < STATE < SUMMARY: one range holds what a turn needs
 
+# a human has the chat (memagent.operator): on the state item; HandoffIndex's keys are the first two
+HANDOFF_ATTRIBUTES = (
+    "handoff_agent",
+    "handoff_since",
+    "handoff_reason",
+    "handoff_replied_at",
+    "handoff_waiting",
+)
 TRANSACTION_LIMIT = 100  # DynamoDB's cap on actions per TransactWriteItems
 
 
@@ -117,4 +125,6 @@ class Table:
             item["number"] = turn.number
         if turn.event_id:
             item["event_id"] = turn.event_id
+        if turn.author:
+            item["author"] = turn.author
         return item

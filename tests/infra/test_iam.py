@@ -169,6 +169,26 @@ def test_pollers_and_logs_are_scoped_to_this_stacks_queue_stream_and_log_groups(
     assert "logs:CreateLogGroup" not in by_action  # the template creates them, with retention
 
 
+def test_the_operators_grants_name_the_bus_the_handoff_index_and_the_table(shape) -> None:
+    cfn, parameters = shape
+    grants = listing(cfn, parameters)
+    by_action: dict[str, set[str]] = {}
+    for function, action, resource in grants:
+        by_action.setdefault(action, set()).add(f"{function[:5]}:{resource}")
+    # handoff notifications only on the stack's own bus
+    assert {r.split(":", 1)[1] for r in by_action["events:PutEvents"]} == {"OperatorEventBus.Arn"}
+    # the waiting list reads the sparse index, nothing else of the table's indexes
+    index_reads = {r for r in by_action["dynamodb:Query"] if "/index/" in r}
+    assert index_reads == {"Admin:${MemoryTable.Arn}/index/HandoffIndex"}
+    # the admin API deletes one fact at a time, in the memory table only
+    assert "Admin:MemoryTable.Arn" in by_action["dynamodb:DeleteItem"]
+    assert {r.split(":", 1)[1] for r in by_action["dynamodb:DeleteItem"]} == {"MemoryTable.Arn"}
+    # the operator's replies read the provider's key, and only that secret
+    admin_parameters = {r for r in by_action["ssm:GetParameter"] if r.startswith("Admin")}
+    key = "meta-access-token" if parameters.get("Provider") == "meta" else "whasp-api-key"
+    assert len(admin_parameters) == 1 and next(iter(admin_parameters)).endswith(key)
+
+
 def test_no_function_sets_both_role_and_policies(sam_template: Template) -> None:
     # SAM ignores `Policies` when `Role` is given: a permission added there would silently
     # never reach AWS. Add it to the function's role instead.
