@@ -19,7 +19,8 @@ help:
 	@echo "make build     sam build for python3.13/arm64, then check the artifacts"
 	@echo "make events    re-sign events/webhook-*.json with a fresh timestamp"
 	@echo "make demo      the whole pipeline on this machine, a scripted conversation (no AWS, no key);"
-	@echo "               make demo PROVIDER=meta runs it through Meta's Cloud API payloads"
+	@echo "               make demo PROVIDER=meta runs it through Meta's Cloud API payloads;"
+	@echo "               make demo MODEL_PROVIDER=bedrock with ModelProvider=bedrock (still offline)"
 	@echo "make chat      the same local stack, interactive"
 	@echo "make bench     benchmarks -> docs/benchmarks.md"
 
@@ -93,7 +94,7 @@ events: $(STAMP)
 	$(PY) scripts/sign_events.py
 
 demo: $(STAMP)
-	$(PY) -m devstack.demo $(if $(PROVIDER),--provider $(PROVIDER))
+	$(PY) -m devstack.demo $(if $(PROVIDER),--provider $(PROVIDER)) $(if $(MODEL_PROVIDER),--model-provider $(MODEL_PROVIDER))
 
 chat: $(STAMP)
 	$(PY) -m devstack.chat

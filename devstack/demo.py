@@ -2,6 +2,7 @@
 
     python -m devstack.demo [--level quiet|normal|verbose] [--log local/stack.log]
                             [--provider whasp|meta]        (make demo PROVIDER=meta)
+                            [--model-provider openai|bedrock]  (make demo MODEL_PROVIDER=bedrock)
 
 No AWS account, no network and no API key needed: the local stack (devstack.stack) runs the real
 handlers behind moto, a local whasp and, unless OPENAI_BASE_URL or OPENAI_API_KEY is set, an
@@ -374,13 +375,23 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("PROVIDER") or "whasp",
         help="the messaging provider to run the story through (default: PROVIDER, else whasp)",
     )
+    parser.add_argument(
+        "--model-provider",
+        choices=["openai", "bedrock"],
+        default=os.environ.get("MODEL_PROVIDER") or "openai",
+        help="the ModelProvider parameter (default: MODEL_PROVIDER, else openai); bedrock runs "
+        "offline against the stand-in at bedrock-runtime's path, with the roles' bearer token",
+    )
     args = parser.parse_args(argv)
 
     console = Console(level=args.level)
     checks = Checks(console)
     began = time.monotonic()
     console.heading(f"The local stack: the whole pipeline on this machine ({args.provider})")
-    with DevStack(console=console, log_path=args.log, provider=args.provider) as stack:
+    parameters = {"ModelProvider": args.model_provider}
+    with DevStack(
+        console=console, log_path=args.log, provider=args.provider, parameters=parameters
+    ) as stack:
         if stack.model.offline:
             console.banner(
                 [

@@ -89,10 +89,12 @@ class FakeOpenAI(RecordingServer):
         with self._lock:
             self._failures.extend([status] * n)
 
-    def calls(self, path: str = RESPONSES) -> list[dict[str, Any]]:
-        """The JSON bodies (for transcriptions: the form fields) of every request to `path`."""
+    def calls(self, path: str | None = None) -> list[dict[str, Any]]:
+        """The JSON bodies (for transcriptions: the form fields) of every request to `path`;
+        by default, to the Responses API on either path (OpenAI's or bedrock-runtime's)."""
+        paths = (path,) if path else (RESPONSES, BEDROCK_RESPONSES)
         with self._lock:
-            return [r["json"] for r in self.requests if r["path"] == path]
+            return [r["json"] for r in self.requests if r["path"] in paths]
 
     def reset(self) -> None:
         """Forget recorded requests and pending failures, and stop delaying replies.

@@ -291,8 +291,14 @@ class DevStack:
         if self.model.offline:
             from devstack.fake_openai import FakeOpenAI
 
-            self.openai = FakeOpenAI().start()
-            base_url = f"{self.openai.url}/v1"
+            # ModelProvider=bedrock: bedrock-runtime's path, and only the roles' (moto's) tokens
+            bedrock = self.parameters.get("ModelProvider") == "bedrock"
+            self.openai = FakeOpenAI(bedrock_key_id="testing" if bedrock else None).start()
+            base_url = f"{self.openai.url}{'/openai' if bedrock else ''}/v1"
+            if bedrock:
+                self.console.event(
+                    "model", "ModelProvider bedrock: bedrock-runtime's path, IAM token"
+                )
         self.console.event("model", self.model.label)
 
         resolver = self._cfn = self._resolver(base_url)

@@ -20,6 +20,7 @@ from tests.infra.test_template import (
     RESOURCE_STAR_ONLY,
     Template,
     as_list,
+    deployed,
     evaluate,
     policy_statements,
     resolve_all,
@@ -32,7 +33,9 @@ SHAPES = {
     "whasp": {},
     "whasp-with-archive": {"ArchiveBucket": "transcripts-example"},
     "meta-with-archive": {"Provider": "meta", "ArchiveBucket": "transcripts-example"},
+    "bedrock": {"ModelProvider": "bedrock"},
 }
+PROFILE = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/eu.openai.gpt-6-luna"
 
 
 @pytest.fixture(scope="module", params=list(SHAPES), ids=list(SHAPES))
@@ -61,6 +64,8 @@ def role_statements(
         **resources(cfn, "AWS::IAM::Policy"),
         **resources(cfn, "AWS::IAM::ManagedPolicy"),
     }.values():
+        if not deployed(cfn, policy, parameters):
+            continue
         properties = resolve_all(cfn, policy["Properties"], parameters)
         if role_id in [target(r) for r in properties.get("Roles", [])]:
             documents.append(properties["PolicyDocument"])
@@ -104,9 +109,23 @@ def _too_wide(resource: str) -> bool:
 # --------------------------------------------------------------------------- tests
 
 
+def profile_bound(cfn: Template, parameters: dict[str, str]) -> set[tuple[str, str, str]]:
+    """Grants whose wildcard (the Regions a cross-Region profile routes to) is bound by a
+    condition to this stack's one inference profile."""
+    bound = set()
+    for function_id, role_id in function_roles(cfn).items():
+        for statement in role_statements(cfn, role_id, parameters):
+            if "bedrock:InferenceProfileArn" in json.dumps(statement.get("Condition", {})):
+                for action in as_list(statement["Action"]):
+                    bound |= {
+                        (function_id, action, _name(r)) for r in as_list(statement["Resource"])
+                    }
+    return bound
+
+
 def test_every_grant_names_its_resource_except_where_aws_allows_only_star(shape) -> None:
     cfn, parameters = shape
-    grants = listing(cfn, parameters)
+    grants = [g for g in listing(cfn, parameters) if g not in profile_bound(cfn, parameters)]
     assert len({function for function, _, _ in grants}) == 4  # every function was listed
     wide = [
         f"{function}: {action} on {resource}"
@@ -187,6 +206,74 @@ def test_the_operators_grants_name_the_bus_the_handoff_index_and_the_table(shape
     admin_parameters = {r for r in by_action["ssm:GetParameter"] if r.startswith("Admin")}
     key = "meta-access-token" if parameters.get("Provider") == "meta" else "whasp-api-key"
     assert len(admin_parameters) == 1 and next(iter(admin_parameters)).endswith(key)
+
+
+def _arn(cfn: Template, resource: Any, parameters: dict[str, str]) -> str:
+    """A Fn::Sub ARN as AWS would expand it in us-east-1, account 123456789012."""
+    text, names = (
+        resource["Fn::Sub"] if isinstance(resource["Fn::Sub"], list) else (resource["Fn::Sub"], {})
+    )
+    values = {"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012"}
+    model = evaluate(cfn, {"Ref": "BedrockModel"}, parameters)
+    values["BedrockModel"] = model
+    for name, node in names.items():  # Fn::Select [i, Fn::Split [".", BedrockModel]]
+        index, split = node["Fn::Select"]
+        values[name] = model.split(split["Fn::Split"][0])[index]
+    return re.sub(r"\$\{([^}]+)\}", lambda m: values[m.group(1)], text)
+
+
+def _expanded(cfn: Template, node: Any, parameters: dict[str, str]) -> Any:
+    if isinstance(node, dict) and "Fn::Sub" in node:
+        return _arn(cfn, node, parameters)
+    if isinstance(node, dict):
+        return {k: _expanded(cfn, v, parameters) for k, v in node.items()}
+    return node
+
+
+def test_bedrock_grants_the_one_profile_its_model_the_default_project_and_short_term_tokens(
+    sam_template: Template,
+) -> None:
+    # given the stack on Bedrock with a European profile
+    parameters = {**PARAMETERS, "ModelProvider": "bedrock", "BedrockModel": "eu.openai.gpt-6-luna"}
+    cfn = sam_transform(sam_template, parameters)
+    for function_id, role_id in function_roles(cfn).items():
+        grants = {
+            (
+                action,
+                _expanded(cfn, resource, parameters),
+                json.dumps(_expanded(cfn, statement.get("Condition"), parameters)),
+            )
+            for statement in role_statements(cfn, role_id, parameters)
+            for action in as_list(statement["Action"])
+            if action.startswith("bedrock")
+            for resource in as_list(statement["Resource"])
+        }
+        if not function_id.startswith(("Consumer", "Compactor")):
+            assert grants == set(), function_id  # the webhook and the admin call no model
+            continue
+        # then the model functions may invoke that profile, the model it routes to (only
+        # through it), the default project (only for it), and use a short-term token: no more
+        assert grants == {
+            ("bedrock:InvokeModel", PROFILE, "null"),
+            (
+                "bedrock:InvokeModel",
+                "arn:aws:bedrock:*::foundation-model/openai.gpt-6-luna*",
+                json.dumps({"StringEquals": {"bedrock:InferenceProfileArn": PROFILE}}),
+            ),
+            (
+                "bedrock:InvokeModel",
+                "arn:aws:bedrock:us-east-1:123456789012:project/default",
+                json.dumps({"StringEquals": {"bedrock:ModelArn": PROFILE}}),
+            ),
+            (
+                "bedrock:CallWithBearerToken",
+                "*",
+                json.dumps({"StringEquals": {"bedrock:bearerTokenType": "SHORT_TERM"}}),
+            ),
+        }, function_id
+    # and with OpenAI no role holds any Bedrock permission
+    openai = sam_transform(sam_template, PARAMETERS)
+    assert not [g for g in listing(openai, PARAMETERS) if g[1].startswith("bedrock")]
 
 
 def test_no_function_sets_both_role_and_policies(sam_template: Template) -> None:

@@ -32,9 +32,11 @@ COMPACTION_FLAG = "compaction_due"
 # Services holding the person's data: wildcards on these would undo least privilege.
 DATA_SERVICES = ("dynamodb", "sqs", "s3", "ssm", "secretsmanager", "kms", "logs")
 # Actions AWS offers on Resource "*" only, so a policy has no narrower choice (X-Ray's and
-# CloudWatch's metric API have no resource-level permissions).
+# CloudWatch's metric API have no resource-level permissions; neither has Bedrock's bearer-token
+# action, which the template narrows by condition to short-term tokens instead).
 RESOURCE_STAR_ONLY = frozenset(
     {
+        "bedrock:CallWithBearerToken",
         "xray:PutTraceSegments",
         "xray:PutTelemetryRecords",
         "xray:GetSamplingRules",
@@ -122,7 +124,7 @@ def evaluate(template: Template, node: Any, parameters: dict[str, Any]) -> Any:
         return template["Parameters"][name].get("Default")
 
     def condition(node: Any) -> bool:
-        if isinstance(node, dict) and "Condition" in node:
+        if _is_condition(node):
             return condition(template["Conditions"][node["Condition"]])
         if isinstance(node, dict) and "Fn::Equals" in node:
             left, right = (evaluate(template, v, parameters) for v in node["Fn::Equals"])
@@ -141,9 +143,25 @@ def evaluate(template: Template, node: Any, parameters: dict[str, Any]) -> Any:
         name, when_true, when_false = node["Fn::If"]
         chosen = when_true if condition(template["Conditions"][name]) else when_false
         return evaluate(template, chosen, parameters)
-    if isinstance(node, dict) and "Condition" in node:
+    if _is_condition(node):
         return condition(node)
     return node
+
+
+def _is_condition(node: Any) -> bool:
+    """{"Condition": "Name"}: a reference to one of the template's conditions (not an IAM
+    statement's Condition block)."""
+    return (
+        isinstance(node, dict)
+        and list(node) == ["Condition"]
+        and isinstance(node["Condition"], str)
+    )
+
+
+def deployed(template: Template, resource: dict[str, Any], parameters: dict[str, Any]) -> bool:
+    """Whether a resource is in the stack: its Condition, if any, holds for these parameters."""
+    name = resource.get("Condition")
+    return name is None or bool(evaluate(template, {"Condition": name}, parameters))
 
 
 def driving_parameters(template: Template, node: Any) -> set[str]:
@@ -665,16 +683,29 @@ def _secrets_read_by(cfn: Template, function_id: str, parameters: dict[str, str]
 
 
 @pytest.mark.parametrize(
-    ("provider", "webhook_reads", "consumer_reads"),
+    ("provider", "model_provider", "webhook_reads", "consumer_reads", "compactor_reads"),
     [
-        ("whasp", {"webhook-secret"}, {"whasp-api-key", "openai-api-key"}),
-        ("meta", {"meta-app-secret", "meta-verify-token"}, {"meta-access-token", "openai-api-key"}),
+        ("whasp", "openai", {"webhook-secret"}, {"whasp-api-key", "openai-api-key"}, None),
+        (
+            "meta",
+            "openai",
+            {"meta-app-secret", "meta-verify-token"},
+            {"meta-access-token", "openai-api-key"},
+            {"openai-api-key"},
+        ),
+        # on Bedrock no OpenAI key exists: nothing to read, no parameter named
+        ("whasp", "bedrock", {"webhook-secret"}, {"whasp-api-key"}, set()),
     ],
 )
 def test_each_provider_reads_only_its_own_secrets(
-    sam_template: Template, provider: str, webhook_reads: set[str], consumer_reads: set[str]
+    sam_template: Template,
+    provider: str,
+    model_provider: str,
+    webhook_reads: set[str],
+    consumer_reads: set[str],
+    compactor_reads: set[str] | None,
 ) -> None:
-    parameters = {**PARAMETERS, "Provider": provider}
+    parameters = {**PARAMETERS, "Provider": provider, "ModelProvider": model_provider}
     cfn = sam_transform(sam_template, parameters)
     functions = resources(cfn, "AWS::Lambda::Function")
     webhook = next(k for k, v in functions.items() if "QUEUE_URL" in json.dumps(v))
@@ -683,10 +714,19 @@ def test_each_provider_reads_only_its_own_secrets(
         for k, v in functions.items()
         if "OPENAI_MODEL" in json.dumps(v) and "PARKING_QUEUE_URL" in json.dumps(v)
     )
+    compactor = next(k for k in functions if k.startswith("CompactorFunction"))
     assert _secrets_read_by(cfn, webhook, parameters) == webhook_reads
     assert _secrets_read_by(cfn, consumer, parameters) == consumer_reads
+    if compactor_reads is not None:
+        assert _secrets_read_by(cfn, compactor, parameters) == compactor_reads
     environment = functions[webhook]["Properties"]["Environment"]["Variables"]
     assert evaluate(cfn, environment["PROVIDER"], parameters) == provider
+    for function in (consumer, compactor):
+        env = resolve_all(cfn, functions[function]["Properties"]["Environment"], parameters)
+        assert env["Variables"]["MODEL_PROVIDER"] == model_provider
+        named = {k for k, v in env["Variables"].items() if v is not None}
+        has_key = {"OPENAI_API_KEY", "OPENAI_API_KEY_PARAM"} & named
+        assert bool(has_key) == (model_provider == "openai"), function
 
 
 def test_the_webhook_answers_meta_subscription_checks_on_the_same_url(cfn: Template) -> None:
@@ -701,6 +741,13 @@ def test_the_webhook_answers_meta_subscription_checks_on_the_same_url(cfn: Templ
 def test_a_refused_meta_token_is_alarmed(cfn: Template) -> None:
     alarms = resources(cfn, "AWS::CloudWatch::Alarm").values()
     assert any(a["Properties"].get("MetricName") == "ProviderAuthFailed" for a in alarms)
+
+
+def test_a_refused_model_key_or_bedrock_access_is_alarmed(cfn: Template) -> None:
+    # memagent.model counts ModelAuthFailed when a key or token is refused after a fresh read
+    alarms = [a["Properties"] for a in resources(cfn, "AWS::CloudWatch::Alarm").values()]
+    (alarm,) = [a for a in alarms if a.get("MetricName") == "ModelAuthFailed"]
+    assert alarm["Threshold"] == 0 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
 
 
 # --------------------------------------------------------------------------- SnapStart

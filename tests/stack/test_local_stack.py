@@ -312,12 +312,17 @@ def test_the_demo_runs_end_to_end_offline_and_exits_0(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_meta_demo_runs_end_to_end_offline_and_exits_0(tmp_path):
+def test_the_meta_demo_on_bedrock_runs_end_to_end_offline_and_exits_0(tmp_path):
     # given no key, no model server and no network: `make demo PROVIDER=meta` in a fresh process
-    result = run_demo(tmp_path, without=("OPENAI_", "AWS_", "META_"), PROVIDER="meta")
+    # and with ModelProvider=bedrock (make demo PROVIDER=meta MODEL_PROVIDER=bedrock)
+    result = run_demo(
+        tmp_path, without=("OPENAI_", "AWS_", "META_"), PROVIDER="meta", MODEL_PROVIDER="bedrock"
+    )
     # then the same story passes through Meta payloads and the Graph API stand-in, identity
-    # changes included, and erasure by BSUID leaves only marks
+    # changes included, and erasure by BSUID leaves only marks; every model call went to the
+    # stand-in's bedrock-runtime path, which takes nothing but the roles' bearer tokens
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "ModelProvider bedrock" in result.stdout
     assert "Graph API stand-in" in result.stdout
     assert "the reply goes to her new BSUID" in result.stdout
     assert "(one per identifier she used)" in result.stdout
