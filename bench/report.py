@@ -675,6 +675,37 @@ bill:
 """
 
 
+# The default model's published prices, per 1M tokens: OpenAI's model page (2026-09-22 prices).
+GPT_6_LUNA = {"input": 0.10, "cached input": 0.01, "output": 0.50}
+
+
+def _model_homes(lines: list[cost.Line], a: cost.Assumptions) -> str:
+    """The default model at OpenAI's price, and what is (not) known of Bedrock's."""
+    by_name = {line.name: line.per_message for line in lines}
+    per_1000 = 1000 * (
+        by_name["Model: input tokens"] * GPT_6_LUNA["input"] / a.model_input_per_million
+        + by_name["Model: output tokens"] * GPT_6_LUNA["output"] / a.model_output_per_million
+    )
+    luna = " / ".join(f"${v:.2f}" for v in GPT_6_LUNA.values())
+    return f"""## The model's price: OpenAI or Amazon Bedrock (`ModelProvider`)
+
+| default model | where | input / cached input / output, per 1M tokens |
+| --- | --- | --- |
+| `gpt-6-luna` | OpenAI (`ModelProvider=openai`) | {luna} (OpenAI's model page) |
+| `us.openai.gpt-6-luna` | Amazon Bedrock (`ModelProvider=bedrock`) | not confirmed (below) |
+
+Bedrock's price for it is on AWS's Bedrock pricing page, whose copy readable here shows no
+figures, so none is given as fact: a third-party catalogue lists `global.openai.gpt-6-luna` at
+$0.10 / $0.50 (input / output), and AWS's rates for earlier OpenAI models were about 10% above
+OpenAI's list. Check the page for your Region and profile (for some models AWS prices a
+`global.` profile about 10% below a geographic one).
+
+At OpenAI's price and the token counts above, the default model costs about ${per_1000:.2f} per
+1,000 messages (prompt caching not counted). On Bedrock it is billed on the AWS invoice, by the
+Region the request is sent from; the bearer token costs nothing (it is signed locally).
+"""
+
+
 # docs/cost.md's price list: (item, price key in cost.PRICES, per how many, decimals)
 PRICE_LIST = [
     ("Lambda, arm64, per GB-second", "lambda_gb_second_arm64", 1, 10),
@@ -752,6 +783,7 @@ against the AWS pricing pages before relying on this. No free tier is applied.
   bytes per invocation.
 
 {_snapstart_cost(measured, memory)}
+{_model_homes(lines, a)}
 ## Not in the table
 
 - **The full history instead**: sending every message to the model would cost
