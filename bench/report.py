@@ -83,18 +83,17 @@ def results(
     args: Any,
 ) -> str:
     c = measured["context"]
-    unit = "tokens" if c["context"]["last"]["ours_tokens"] is not None else "chars"
     total_cost = sum(line.per_message for line in lines) * 1000
     model_in = next(line for line in lines if line.name == "Model: input tokens")
     full_in = cost.full_history_model_input(measured, assumptions) * 1000
     baseline_cost = total_cost - model_in.per_message * 1000 + full_in
     sections = [
         _header(measured, env, args),
-        _summary(measured, unit, total_cost, baseline_cost),
+        _summary(measured, total_cost, baseline_cost),
         _webhook_section(measured["webhook"]),
         _turn_section(measured["turn"]),
         _context_section(c, args),
-        _compaction_section(c["compaction"], unit),
+        _compaction_section(c["compaction"]),
         _e2e_section(measured["e2e"]),
         _cost_section(lines, total_cost, full_in, model_in, assumptions),
         _hardening_section(measured["hardening"]),
@@ -122,9 +121,6 @@ def _header(measured: dict[str, Any], env: dict[str, Any], args: Any) -> str:
     load = " / ".join(f"{x:.1f}" for x in env["load_before"])
     load_after = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     packages = ", ".join(f"{k} {v}" for k, v in env["packages"].items())
-    tokens = env["tokenizer"] or (
-        "no offline tokenizer available (tiktoken downloads its encodings); characters only"
-    )
     quick = "\n- **quick run** (--quick): tiny sizes, a smoke test; the figures mean nothing"
     return f"""# Benchmarks
 
@@ -141,11 +137,11 @@ not absolute milliseconds, with AWS.
 - CPU: {env["cpu"]}, {env["cpus"]} cores; load average before the run {load} (1 / 5 / 15 min),
   after {load_after}
 - packages: {packages}
-- tokens: {tokens}{quick if args.quick else ""}
+- tokens: {env["tokenizer"]}{quick if args.quick else ""}
 """
 
 
-def _summary(measured: dict[str, Any], unit: str, total_cost: float, baseline_cost: float) -> str:
+def _summary(measured: dict[str, Any], total_cost: float, baseline_cost: float) -> str:
     w, t, c, e, h = (measured[k] for k in ("webhook", "turn", "context", "e2e", "hardening"))
     wo, wb, wi = w["handler"]["ours"], w["handler"]["baseline"], w["import"]
     to, tr = t["ours"], t["reference"]
@@ -174,10 +170,10 @@ def _summary(measured: dict[str, Any], unit: str, total_cost: float, baseline_co
     folds = ""
     if comp.get("folds"):
         calls = compared(comp["ours_calls_per20"], comp["reference_calls_per20"], 2, "(reference)")
-        size = compared(comp[f"ours_{unit}_per20"], comp[f"reference_{unit}_per20"])
+        size = compared(comp["ours_tokens_per20"], comp["reference_tokens_per20"])
         folds = f"""
 | 4 | model calls per 20 folded messages | {calls} |
-| 4 | model input per 20 folded messages, {unit} | {size} |"""
+| 4 | model input per 20 folded messages, tokens | {size} |"""
     solo = f"(1 person x {eb['messages']})"
     fuzzed = fz["examples"]
     return f"""## Summary
@@ -194,10 +190,10 @@ def _summary(measured: dict[str, Any], unit: str, total_cost: float, baseline_co
 | 2 | read capacity units per turn | {compared(to["rru"], tr["rru"], 2)} |
 | 2 | write capacity units per turn | {compared(to["wru"], tr["wru"], 2)} |
 | 2 | DynamoDB $ per 1M turns (on-demand) | {compared(dollars(to), dollars(tr), 2)} |
-| 3 | model input at message {2 * c["turns"] - 1:,}, {unit} | \
-{compared(last[f"ours_{unit}"], last[f"full_{unit}"], 0, "(full history)")} |
-| 3 | model input summed over the conversation, {unit} | \
-{compared(ctx[f"ours_total_{unit}"], ctx[f"full_total_{unit}"])} |{folds}
+| 3 | model input at message {2 * c["turns"] - 1:,}, tokens | \
+{compared(last["ours_tokens"], last["full_tokens"], 0, "(full history)")} |
+| 3 | model input summed over the conversation, tokens | \
+{compared(ctx["ours_total_tokens"], ctx["full_total_tokens"])} |{folds}
 | 5 | local stack, messages per second ({ep["people"]} people x {ep["messages_per_person"]}) | \
 {compared(ep["messages_per_second"], eb["messages_per_second"], 1, solo)} |
 | 5 | webhook to send in a burst, p50 / p95 ms | {_n(lp["p50"])} / {_n(lp["p95"])} | \
@@ -351,21 +347,13 @@ consistent), given the same summary and facts.
 
 def _context_section(c: dict[str, Any], args: Any) -> str:
     ctx, rows, memory = c["context"], c["rows"], c["memory_chars_at_end"]
-    tokens = ctx["last"]["ours_tokens"] is not None
-    columns = ["messages", "ours_chars", "full_chars"]
-    header = ["message", "ours, chars", "full history, chars"]
-    if tokens:
-        columns += ["ours_tokens", "full_tokens"]
-        header += ["ours, tokens", "full history, tokens"]
+    columns = ["messages", "ours_chars", "full_chars", "ours_tokens", "full_tokens"]
+    header = ["message", "ours, chars", "full history, chars", "ours, tokens"]
+    header.append("full history, tokens")
     checkpoints = sorted({1, 10, 25, 50, 100, 200, 300, 400, len(rows)})
     checked = [rows[turn - 1] for turn in checkpoints if turn <= len(rows)]
     sizes = table(
         header, [[f"{r[column]:,}" for column in columns] for r in checked], "r" * len(header)
-    )
-    counted = (
-        "tokens count content only (o200k_base), not the few framing tokens per message."
-        if tokens
-        else "characters only: no offline tokenizer was available."
     )
     return f"""## 3. Context size
 
@@ -385,23 +373,20 @@ message so far.
   turns, 30 facts, a summary under 200 words.
 - at the end: a {memory["summary"]}-character summary, {memory["facts"]} facts,
   {memory["pending_turns"]} raw turns after the marker.
-- {counted}
+- tokens count content only (o200k_base), not the few framing tokens per message.
 - the facts come from the offline model's compaction (simple patterns) plus two invented one per
   fold (bench/conversation.py), so that the facts block fills as a real model's would.
 """
 
 
-def _compaction_section(comp: dict[str, Any], unit: str) -> str:
+def _compaction_section(comp: dict[str, Any]) -> str:
     if not comp.get("folds"):
         return "## 4. Compaction\n\nNo compaction happened in this run.\n"
     measures = [  # (row, ours, reference, digits)
         ("model calls", comp["ours_calls_per20"], comp["reference_calls_per20"], 2),
         ("input characters", comp["ours_chars_per20"], comp["reference_chars_per20"], 0),
+        ("input tokens", comp["ours_tokens_per20"], comp["reference_tokens_per20"], 0),
     ]
-    if unit == "tokens":
-        measures.append(
-            ("input tokens", comp["ours_tokens_per20"], comp["reference_tokens_per20"], 0)
-        )
     per20 = table(
         ["per 20 folded messages", "ours", "reference", "ratio"],
         [

@@ -46,6 +46,14 @@ SIZES = {
 }
 
 
+# The model's side of the cost model: (option, cost.Assumptions field, what it is)
+MODEL_OPTIONS = [
+    ("--model-input-price", "model_input_per_million", "dollars per 1M input tokens"),
+    ("--model-output-price", "model_output_per_million", "dollars per 1M output tokens"),
+    ("--model-latency", "model_reply_seconds", "seconds per reply (Lambda bills the wait)"),
+]
+
+
 def sizes_for(quick: bool) -> dict[str, dict[str, int]]:
     pick = 1 if quick else 0
     return {
@@ -61,24 +69,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cost-doc", type=Path, default=ROOT / "docs" / "cost.md")
     parser.add_argument("--json", type=Path, help="also write every measured number as JSON")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
-    parser.add_argument(
-        "--model-input-price",
-        type=float,
-        default=defaults.model_input_per_million,
-        help="dollars per 1M input tokens",
-    )
-    parser.add_argument(
-        "--model-output-price",
-        type=float,
-        default=defaults.model_output_per_million,
-        help="dollars per 1M output tokens",
-    )
-    parser.add_argument(
-        "--model-latency",
-        type=float,
-        default=defaults.model_reply_seconds,
-        help="seconds the model takes per reply (Lambda bills the wait)",
-    )
+    for flag, field, meaning in MODEL_OPTIONS:
+        default = getattr(defaults, field)
+        parser.add_argument(flag, type=float, dest=field, default=default, help=meaning)
     return parser.parse_args(argv)
 
 
@@ -114,11 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     measured["e2e"] = e2e_bench.run(**sizes["e2e"])
 
     step("6. cost")
-    assumptions = cost.Assumptions(
-        model_input_per_million=args.model_input_price,
-        model_output_per_million=args.model_output_price,
-        model_reply_seconds=args.model_latency,
-    )
+    assumptions = cost.Assumptions(**{field: getattr(args, field) for _, field, _ in MODEL_OPTIONS})
     template = load_template()
     cost_lines = cost.lines(measured, template, assumptions)
     args.plot.parent.mkdir(parents=True, exist_ok=True)
