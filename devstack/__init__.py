@@ -23,7 +23,8 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
@@ -147,6 +148,15 @@ class RecordingServer(LoopbackServer):
         reply = self.answer(request, record)
         record["status"] = reply.status
         return reply
+
+
+def in_parallel(calls: Iterable[Callable[[], Any]]) -> None:
+    """Run each call on a thread of its own; once all are done, raise the first one's failure."""
+    calls = list(calls)
+    with ThreadPoolExecutor(max_workers=max(1, len(calls))) as executor:
+        futures = [executor.submit(call) for call in calls]
+    for future in futures:
+        future.result()
 
 
 def announce(on_send: Callable[[dict[str, Any]], None] | None, sent: dict[str, Any]) -> None:

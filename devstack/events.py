@@ -13,7 +13,6 @@ anything else that invokes a handler directly (as `sam local invoke -e` would).
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import time
 import uuid
@@ -26,6 +25,7 @@ from memagent.whasp import sign
 
 AGENT = "coach"
 BUSINESS = "+14155550100"
+EVENT_QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:whasp-agent-EventQueue.fifo"
 
 
 def http_event(
@@ -106,29 +106,25 @@ def whasp_message(
 
 def sqs_record(event: dict[str, Any], *, agent: str = AGENT, receive_count: int = 1) -> dict:
     """One SQS FIFO record as Lambda's event source mapping delivers it."""
-    body = json.dumps(event)
+    from devstack.lambda_harness import sqs_message_record
+
     chat = (event.get("data") or {}).get("chat")
-    group = person_key(agent, chat) if chat else agent_key(agent)
     now_ms = str(int(time.time() * 1000))
-    return {
-        "messageId": str(uuid.uuid4()),
-        "receiptHandle": base64.b64encode(uuid.uuid4().bytes).decode(),
-        "body": body,
-        "attributes": {
+    received = {  # as ReceiveMessage returns it
+        "MessageId": str(uuid.uuid4()),
+        "ReceiptHandle": base64.b64encode(uuid.uuid4().bytes).decode(),
+        "Body": json.dumps(event),
+        "Attributes": {
             "ApproximateReceiveCount": str(receive_count),
             "SentTimestamp": now_ms,
             "SequenceNumber": str(uuid.uuid4().int)[:20],
-            "MessageGroupId": group,
+            "MessageGroupId": person_key(agent, chat) if chat else agent_key(agent),
             "SenderId": "AROAEXAMPLE:webhook",
             "MessageDeduplicationId": deduplication_id(event["id"]),
             "ApproximateFirstReceiveTimestamp": now_ms,
         },
-        "messageAttributes": {},
-        "md5OfBody": hashlib.md5(body.encode()).hexdigest(),  # noqa: S324 (SQS's own checksum)
-        "eventSource": "aws:sqs",
-        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:whasp-agent-EventQueue.fifo",
-        "awsRegion": "us-east-1",
     }
+    return sqs_message_record(received, EVENT_QUEUE_ARN)
 
 
 def sqs_batch(*events: dict[str, Any], receive_count: int = 1) -> dict[str, Any]:

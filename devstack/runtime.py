@@ -34,6 +34,7 @@ import uuid
 from pathlib import Path
 from typing import IO, Any
 
+from devstack import in_parallel
 from devstack.cfn import FunctionSpec
 from devstack.lambda_harness import LambdaContext, Outcome, import_function
 
@@ -255,11 +256,7 @@ class FunctionPool:
         with self._lock:
             self._closed = True
             environments, self._all = list(self._all), []
-        threads = [threading.Thread(target=e.stop) for e in environments]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        in_parallel(environment.stop for environment in environments)
 
 
 # --------------------------------------------------------------------------- the child

@@ -45,7 +45,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Self
 
-from devstack import cfn, moto_fixes
+from devstack import cfn, in_parallel, moto_fixes
 from devstack.apigw import LocalHttpApi, Route
 from devstack.aws import REGION, MotoServer, aws_env
 from devstack.clock import SQS_CLOCK
@@ -306,22 +306,7 @@ class DevStack:
         self.functions = cfn.functions(self.template, resolver, ROOT)
         # moto's Parameter Store takes seconds to initialise: overlap it with the cold starts
         # (the functions read their secrets on first use, after both are done).
-        stored: list[BaseException | None] = [None]
-
-        def store() -> None:
-            try:
-                self._store_secrets()
-            except BaseException as error:
-                stored[0] = error
-
-        secrets_thread = threading.Thread(target=store, name="store-secrets")
-        secrets_thread.start()
-        try:
-            self._start_functions()
-        finally:
-            secrets_thread.join()
-        if stored[0] is not None:
-            raise stored[0]
+        in_parallel([self._start_functions, self._store_secrets])
         self._start_apis()
         self._start_deliveries(resolver)
 
@@ -568,21 +553,7 @@ class DevStack:
                 for lid, spec in self.functions.items()
             ),
         )
-        failures: list[BaseException] = []
-
-        def start(pool: FunctionPool) -> None:
-            try:
-                pool.start()
-            except BaseException as error:
-                failures.append(error)
-
-        threads = [threading.Thread(target=start, args=(p,)) for p in self.pools.values()]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if failures:
-            raise failures[0]
+        in_parallel(pool.start for pool in self.pools.values())
 
     def _start_apis(self) -> None:
         routes: dict[str, list[Route]] = {}
