@@ -42,7 +42,7 @@ from memagent.errors import ConcurrentUpdate
 from memagent.memory import Fact, Handoff, Memory, PersonState, Summary, Turn
 from memagent.store_compaction import CompactionWrites
 from memagent.store_erasure import ErasureWrites
-from memagent.store_ledger import (
+from memagent.store_ledger import (  # noqa: F401 (ledger_sk: an event's key, re-exported)
     ANSWERED,
     FOR_HUMAN,
     OPTED_OUT,
@@ -219,43 +219,20 @@ class MemoryStore(LedgerWrites, PersonWrites, ErasureWrites, CompactionWrites):
         With `reserve_reply`, the state's counter moves past the message's seq + 1 too: that
         seq is the reply's (remember_reply), and no other turn can take it."""
         assert turn.event_id is not None
-        now = datetime.now(UTC)
-        ledger = {
-            "pk": pk,
-            "sk": ledger_sk(turn.event_id),
-            "event_id": turn.event_id,
-            "status": OPTED_OUT if opted_out or held else (FOR_HUMAN if for_human else STORED),
-            "user_seq": turn.seq,
-            "created_at": iso(now),
-            "expires_at": int((now + ledger_ttl).timestamp()),
-        }
-        if opted_out:  # the STOP's own entry (opted_out also ends refused and dropped replies)
-            ledger["stop"] = True
-        extra: dict[str, Any] = {"last_number": turn.number}
-        remove = ["awaiting"] if opted_out else []
-        if end_handoff:  # timed out: the agent has the chat again, from this message on
-            remove.extend(HANDOFF_ATTRIBUTES)
-        if not held:  # an older message moves neither the opt-out nor the last-written time
-            extra["last_inbound_at"] = iso(turn.at)
-            extra["opted_out"] = opted_out  # a later message from the person lifts an opt-out
-            # retention counts from what the person last wrote, in the write a turn makes anyway
-            if self.retention:
-                extra["expires_at"] = int((turn.at + self.retention).timestamp())
-            else:
-                remove.append("expires_at")
-        if opted_out:
-            extra["opted_out_at"] = iso(turn.at)
-        elif not held and not for_human:  # a human has the chat: the agent answers nothing
-            extra["awaiting"] = [*previous.awaiting, turn.event_id]
+        extra, remove = self._inbound_state(
+            previous,
+            turn,
+            opted_out=opted_out,
+            held=held,
+            for_human=for_human,
+            end_handoff=end_handoff,
+        )
         extra.update(extra_set or {})
+        status = OPTED_OUT if opted_out or held else (FOR_HUMAN if for_human else STORED)
         actions = [
-            {
-                "Put": {
-                    "TableName": self.table_name,
-                    "Item": ledger,
-                    "ConditionExpression": "attribute_not_exists(pk)",
-                }
-            },
+            # the STOP's own entry is `opted_out` (that status also ends refused and dropped
+            # replies): `stop` tells it apart
+            self._new_entry(pk, turn, status, ledger_ttl, stop=opted_out),
             self._new_turn(pk, turn),
             self._state_update(
                 pk,
@@ -278,7 +255,35 @@ class MemoryStore(LedgerWrites, PersonWrites, ErasureWrites, CompactionWrites):
         # a failed condition on the state (someone wrote first) or a TransactionConflict
         # with a concurrent compaction: the caller retries from a fresh read
         raise ConcurrentUpdate("memory changed while remembering; retry")
-        return True
+
+    def _inbound_state(
+        self,
+        previous: PersonState,
+        turn: Turn,
+        *,
+        opted_out: bool,
+        held: bool,
+        for_human: bool,
+        end_handoff: bool,
+    ) -> tuple[dict[str, Any], list[str]]:
+        """The state attributes a person's message sets, and those it removes."""
+        extra: dict[str, Any] = {"last_number": turn.number}
+        remove = ["awaiting"] if opted_out else []
+        if end_handoff:  # timed out: the agent has the chat again, from this message on
+            remove.extend(HANDOFF_ATTRIBUTES)
+        if not held:  # an older message moves neither the opt-out nor the last-written time
+            extra["last_inbound_at"] = iso(turn.at)
+            extra["opted_out"] = opted_out  # a later message from the person lifts an opt-out
+            # retention counts from what the person last wrote, in the write a turn makes anyway
+            if self.retention:
+                extra["expires_at"] = int((turn.at + self.retention).timestamp())
+            else:
+                remove.append("expires_at")
+        if opted_out:
+            extra["opted_out_at"] = iso(turn.at)
+        elif not held and not for_human:  # a human has the chat: the agent answers nothing
+            extra["awaiting"] = [*previous.awaiting, turn.event_id]
+        return extra, remove
 
     def remember_reply(
         self,

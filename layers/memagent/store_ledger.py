@@ -7,6 +7,7 @@ import hashlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from memagent.memory import Turn
 from memagent.store_table import EVT, Table, iso
 
 PART = "part_"  # ledger attribute part_<n>: the provider's id of reply part n, once sent
@@ -66,6 +67,32 @@ class LedgerWrites(Table):
             ExpressionAttributeNames={"#p": f"{PART}{part}"},
             ExpressionAttributeValues={":id": message_id or "sent"},
         )
+
+    def _new_entry(
+        self, pk: str, turn: Turn, status: str, ttl: timedelta, *, stop: bool
+    ) -> dict[str, Any]:
+        """The transaction action that creates a message's ledger entry; it fails if the
+        entry exists (the event was seen before: a duplicate)."""
+        assert turn.event_id is not None
+        now = datetime.now(UTC)
+        entry = {
+            "pk": pk,
+            "sk": ledger_sk(turn.event_id),
+            "event_id": turn.event_id,
+            "status": status,
+            "user_seq": turn.seq,
+            "created_at": iso(now),
+            "expires_at": int((now + ttl).timestamp()),
+        }
+        if stop:
+            entry["stop"] = True
+        return {
+            "Put": {
+                "TableName": self.table_name,
+                "Item": entry,
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }
+        }
 
     def _settle(self, pk: str, event_id: str, ttl: timedelta, **values: Any) -> dict[str, Any]:
         """The transaction action that records how an awaiting message ended (answered by a
