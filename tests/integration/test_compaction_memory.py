@@ -1,0 +1,186 @@
+"""What compaction keeps of a person over many folds: the summary before each fold, the facts
+already known, the caps on both, the threshold's edge, and a person who was forgotten and came
+back. Through the compactor's handler code (Compactor.compact), moto and the local model."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from memagent.lifecycle import forget
+from memagent.person import person_key
+from tests.conftest import AGENT, MAYA, load_function, seed_turns
+from tests.integration.test_compactor import items, seqs, state, summary
+
+PK = person_key(AGENT, MAYA)
+
+
+class Model:
+    """The local model's fold answers, one per call, and what each call was shown."""
+
+    def __init__(self, openai, *answers: tuple[str, list[str]]):
+        self.answers = list(answers)
+        self.shown: list[str] = []
+        openai.responder = self.respond
+
+    def respond(self, request) -> str:
+        self.shown.append(request["input"])
+        text, facts = self.answers.pop(0)
+        return json.dumps({"summary": text, "facts": facts})
+
+
+def section(fold_input: str, heading: str) -> list[str]:
+    """One section of a fold request's input ("Current summary:", "Notes already kept:")."""
+    return fold_input.split(f"{heading}\n", 1)[1].split("\n\n", 1)[0].splitlines()
+
+
+def facts(table_name: str) -> list[str]:
+    return sorted(i["text"] for i in items(table_name, "FACT#"))
+
+
+def talk(store, n: int, **kwargs) -> None:
+    seed_turns(store, MAYA, [f"message {i}" for i in range(n)], **kwargs)
+
+
+def later(days: int) -> datetime:
+    return datetime(2026, 11, 1, 8, tzinfo=UTC) + timedelta(days=days)
+
+
+def compactor_with(compactor_env, monkeypatch, **settings: str):
+    return load_function("compactor", {**compactor_env, **settings}, monkeypatch).compactor
+
+
+def test_a_second_fold_starts_from_the_first_summary_and_shows_the_facts_kept(
+    compactor, store, resources, openai
+):
+    model = Model(
+        openai,
+        ("Maya works nights and has a dog.", ["Works nights as a nurse", "Has a dog"]),
+        ("Maya works nights, has a dog and moved to Leeds.", ["Lives in Leeds"]),
+    )
+    # given a first fold of Maya's first 25 turns
+    talk(store, 45)
+    assert compactor.compactor.compact(PK) == "compacted"
+    # when 20 more turns bring 40 back and the second fold runs
+    talk(store, 20, start=later(1))
+    assert compactor.compactor.compact(PK) == "compacted"
+    # then the model folded into the first summary, shown the facts already kept
+    assert section(model.shown[1], "Current summary:") == ["Maya works nights and has a dog."]
+    assert sorted(section(model.shown[1], "Notes already kept:")) == [
+        "- Has a dog",
+        "- Works nights as a nurse",
+    ]
+    # and the first fold was shown an empty memory
+    assert section(model.shown[0], "Current summary:") == ["(empty)"]
+    assert section(model.shown[0], "Notes already kept:") == ["(none)"]
+    # and memory holds the second summary and every fact, the newest 20 turns raw
+    assert summary(resources.table_name) == "Maya works nights, has a dog and moved to Leeds."
+    assert facts(resources.table_name) == ["Has a dog", "Lives in Leeds", "Works nights as a nurse"]
+    assert int(state(resources.table_name)["marker"]) == 45
+    assert seqs(resources.table_name) == list(range(46, 66))
+
+
+def test_the_fact_cap_forgets_the_oldest_facts_first(compactor_env, resources, openai, monkeypatch):
+    compactor = compactor_with(compactor_env, monkeypatch, MAX_FACTS="3")
+    Model(
+        openai,
+        ("one", ["Works nights as a nurse"]),
+        ("two", ["Has a dog called Biscuit"]),
+        ("three", ["Lives in Leeds", "Is training for a marathon"]),
+    )
+    # given three folds on three days, the last learning two facts
+    talk(compactor.store, 45)
+    compactor.compact(PK)
+    for day in (1, 2):
+        talk(compactor.store, 20, start=later(day))
+        assert compactor.compact(PK) == "compacted"
+    # then with room for three, the oldest fact is the one forgotten
+    assert facts(resources.table_name) == [
+        "Has a dog called Biscuit",
+        "Is training for a marathon",
+        "Lives in Leeds",
+    ]
+
+
+def test_new_facts_past_the_cap_keep_the_later_ones(compactor_env, resources, openai, monkeypatch):
+    compactor = compactor_with(compactor_env, monkeypatch, MAX_FACTS="1")
+    Model(openai, ("one", ["Lives in Leeds", "Moved to London"]))
+    talk(compactor.store, 45)
+    assert compactor.compact(PK) == "compacted"
+    # then only the later of one fold's facts is stored, the earlier never written
+    assert facts(resources.table_name) == ["Moved to London"]
+
+
+def test_a_summary_over_200_words_is_cut_to_200(compactor, store, resources, openai):
+    Model(openai, (" ".join(f"w{i}" for i in range(250)), []))
+    talk(store, 45)
+    assert compactor.compactor.compact(PK) == "compacted"
+    # (the ellipsis stored as a reader sees it: NFKC makes it three dots)
+    assert summary(resources.table_name) == " ".join(f"w{i}" for i in range(200)) + " ..."
+
+
+def test_a_summary_of_200_words_is_kept_whole(compactor, store, resources, openai):
+    Model(openai, (" ".join(f"w{i}" for i in range(200)), []))
+    talk(store, 45)
+    assert compactor.compactor.compact(PK) == "compacted"
+    assert summary(resources.table_name) == " ".join(f"w{i}" for i in range(200))
+
+
+def test_a_refused_fold_keeps_the_summary_it_had(compactor, store, resources, openai):
+    Model(openai, ("Maya works nights.", []))
+    talk(store, 45)
+    compactor.compactor.compact(PK)
+    # given the model refuses the next fold, also shortened
+    talk(store, 20, start=later(1))
+    openai.fail_next(2, status=400)
+    # when it runs
+    assert compactor.compactor.compact(PK) == "compacted"
+    # then the earlier summary stands (not a note that a part could not be summarised)
+    assert summary(resources.table_name) == "Maya works nights."
+    assert int(state(resources.table_name)["marker"]) == 45
+
+
+def test_a_first_fold_refused_says_part_could_not_be_summarised(
+    compactor, store, resources, openai
+):
+    talk(store, 45)
+    openai.fail_next(2, status=400)
+    assert compactor.compactor.compact(PK) == "compacted"
+    assert summary(resources.table_name) == (
+        "(Part of the earlier conversation could not be summarised.)"
+    )
+
+
+@pytest.mark.parametrize(("turns", "marker"), [(40, 20), (41, 21)])
+def test_compaction_folds_from_exactly_the_threshold(
+    compactor, store, resources, openai, turns, marker
+):
+    Model(openai, ("folded", []))
+    # given 40 (or 41) turns waiting: the threshold is 40, 20 stay raw
+    talk(store, turns)
+    # then all but the newest 20 are folded
+    assert compactor.compactor.compact(PK) == "compacted"
+    assert int(state(resources.table_name)["marker"]) == marker
+    assert seqs(resources.table_name) == list(range(marker + 1, turns + 1))
+
+
+def test_one_turn_under_the_threshold_folds_nothing(compactor, store, resources, openai):
+    talk(store, 39)
+    assert compactor.compactor.compact(PK) == "nothing_to_fold"
+    assert openai.calls() == []
+    assert seqs(resources.table_name) == list(range(1, 40))
+
+
+def test_a_person_forgotten_and_back_is_compacted_again(compactor, store, resources, openai):
+    Model(openai, ("Maya is back.", ["Lives in Leeds"]))
+    # given Maya was forgotten (her erasure mark stays), then wrote 45 messages afterwards
+    erased = forget(store, AGENT, MAYA).at
+    talk(store, 45, start=erased + timedelta(minutes=1))
+    # when her memory is compacted
+    assert compactor.compactor.compact(PK) == "compacted"
+    # then the fold commits like anyone's
+    assert summary(resources.table_name) == "Maya is back."
+    assert facts(resources.table_name) == ["Lives in Leeds"]
+    assert int(state(resources.table_name)["marker"]) == 25
