@@ -212,7 +212,7 @@ def main() -> int:
     for module in modules:
         if module not in config["tests"]:
             sys.exit(f"no tests configured for {module!r}: [tool.memagent.mutation.tests]")
-        print(f"{module}: mutmut on {', '.join(config['tests'][module])}", flush=True)
+        print(f"{module}: mutmut on {' '.join(config['tests'][module])}", flush=True)
         statuses = mutate(module, config["tests"][module], args.max_children)
         killed = sum(statuses[s] for s in KILLED)
         rows.append((module, sum(statuses.values()), killed))

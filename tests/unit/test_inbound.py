@@ -49,11 +49,11 @@ class Provider:
 class Model:
     """A model that describes and transcribes by naming what it was given."""
 
-    transcript: str = "see you at six"
+    transcript: str | None = "see you at six"  # None: no transcription here
     refuse: bool = False
     seen: list[tuple[str, bytes, str]] = field(default_factory=list)
 
-    def transcribe(self, data: bytes, mime_type: str) -> str:
+    def transcribe(self, data: bytes, mime_type: str) -> str | None:
         self.seen.append(("transcribe", data, mime_type))
         if self.refuse:
             raise ModelRejected("unsupported format")
@@ -175,6 +175,31 @@ def test_other_media_is_a_note_with_its_caption_and_is_not_downloaded(kind, note
     assert provider.fetched == []
 
 
+def test_a_voice_note_where_nothing_transcribes_says_so_with_its_caption():
+    # given a stack whose model provider has no transcription (Bedrock without an endpoint)
+    text = text_of(message("audio", caption="listen", media=VOICE), model=Model(transcript=None))
+    assert text == "[sent a voice note; voice notes are not transcribed here] listen"
+
+
+@pytest.mark.parametrize(
+    ("kind", "note"),
+    [
+        ("location", "[shared a location: Leeds station] here"),
+        ("contact", "[shared a contact: Sam +447700900456] here"),
+        ("order", "[sent an order: 2 x coffee] here"),
+    ],
+)
+def test_what_a_shared_location_contact_or_order_holds_is_in_its_note(kind, note):
+    content = {"location": "Leeds station", "contact": "Sam +447700900456", "order": "2 x coffee"}
+    assert text_of(message(kind, text=f" {content[kind]} ", caption="here")) == note
+
+
+def test_text_on_another_kind_is_not_shown_as_shared():
+    assert text_of(message("sticker", text="smile")) == "[sent a sticker]"
+
+
 def test_an_unknown_kind_is_named_in_its_note():
     assert text_of(message("poll")) == "[sent a poll message]"
     assert text_of(message("reaction", caption="ok")) == "[sent a reaction message] ok"
+    assert text_of(message("interactive")) == "[sent an interactive message]"
+    assert text_of(message("unsupported")) == "[sent an unsupported message]"

@@ -17,6 +17,10 @@ def test_a_reply_within_the_limit_is_one_part_without_its_outer_whitespace():
     assert split_text("  " + "a" * 10 + "\n", limit=10) == ["a" * 10]
 
 
+def test_a_reply_that_fits_is_not_split_at_a_space():
+    assert split_text("abcde fghi", limit=10) == ["abcde fghi"]
+
+
 def test_an_empty_reply_has_no_parts():
     assert split_text(" \n ", limit=10) == []
 
@@ -29,6 +33,11 @@ def test_a_long_reply_breaks_at_its_last_paragraph_not_its_last_word():
     parts = split_text(text, limit=30)
     # then the first message is the whole first paragraph, the second the rest
     assert parts == ["First paragraph here.", "Second one with words"]
+
+
+def test_a_paragraph_break_wins_over_a_later_line_break():
+    text = "First paragraph ends.\n\nA line\nand more words"
+    assert split_text(text, limit=35) == ["First paragraph ends.", "A line\nand more words"]
 
 
 def test_without_a_paragraph_break_a_line_break_wins_over_a_later_space():
@@ -66,6 +75,8 @@ def test_a_space_exactly_half_way_is_a_break_and_one_before_is_not():
     # the half-way rule at its edge: limit 10, a space at index 5 is used, at index 4 it is not
     assert split_text("abcde fghijkl", limit=10) == ["abcde", "fghijkl"]
     assert split_text("abcd efghijklmn", limit=10) == ["abcd efghi", "jklmn"]
+    # and for an odd limit, half is rounded down: limit 11, a space at index 5 is used
+    assert split_text("abcde fghijkl", limit=11) == ["abcde", "fghijkl"]
 
 
 def test_later_parts_start_and_end_without_whitespace():
@@ -130,11 +141,11 @@ def test_a_body_up_to_the_limit_is_parsed():
 
 
 def test_a_body_over_the_limit_is_refused_before_parsing():
-    with pytest.raises(BadRequest, match="body too large"):
+    with pytest.raises(BadRequest, match=r"^body too large$"):
         json_body(b'{"a": 1}', max_bytes=7)
 
 
 @pytest.mark.parametrize("body", [b"not json", b'{"a": "\xff"}'])
 def test_a_body_that_is_not_json_is_a_bad_request(body):
-    with pytest.raises(BadRequest, match="body is not JSON"):
+    with pytest.raises(BadRequest, match=r"^body is not JSON we accept$"):
         json_body(body, max_bytes=100)
