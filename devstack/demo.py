@@ -14,7 +14,8 @@ number; an opt-out; and an operator's forget that leaves nothing of the person b
 With the Meta provider the same story runs through Meta-shaped notifications and a local Graph
 API stand-in, and step 4 is Meta's identity change instead: Maya's business-scoped user id
 (BSUID) appears beside her phone, she then writes with the BSUID alone (a username), Meta
-regenerates her BSUID, and she keeps one memory throughout.
+regenerates her BSUID, and she keeps one memory throughout; then she changes her number and the
+carrier recycles the old one: its new owner is a stranger, Maya (from her new number) is not.
 
 Each expectation is checked; the exit status is 1 if any failed. Checks that depend on the
 wording of the reply are made only with the offline stand-in, whose replies are predictable.
@@ -35,6 +36,8 @@ from devstack.stack import LOG_PATH, DevStack
 MAYA = "+447700900123"
 MAYA_BSUID = "GB.13491208655302741918"
 MAYA_NEW_BSUID = "GB.20571208655302749900"
+MAYA_NEW_PHONE = "+447700900999"
+STRANGER_BSUID = "GB.31415926535897932384"  # the recycled number's new owner
 NEW_NUMBER = "+14155550199"
 AGENT = "Coach"
 
@@ -140,6 +143,7 @@ class Demo:
         self.burst()
         if self.meta:
             self.new_identifiers()
+            self.recycled_number()
         else:
             self.replaced_number()
         self.opt_out()
@@ -288,7 +292,12 @@ class Demo:
             first is not None and first.get("field") == "recipient",
             "the reply goes to her BSUID (`recipient`), there being no phone",
         )
-        self.stack.change_user_id(MAYA_BSUID, MAYA_NEW_BSUID)
+        self.stack.change_identity(
+            "user_changed_user_id",
+            {"from_user_id": MAYA_BSUID},
+            user_id=MAYA_NEW_BSUID,
+            previous_user_id=MAYA_BSUID,
+        )
         self.stack.wait_idle(timeout=60)
         self.console.note("system message user_changed_user_id: her BSUID was regenerated")
         self.bsuid = MAYA_NEW_BSUID
@@ -306,11 +315,43 @@ class Demo:
                 "the model's context under the new id holds what she said under the old ones",
             )
 
+    def recycled_number(self) -> None:
+        self.console.heading("5b. Maya changes her number; the carrier recycles the old one")
+        pk_before = self.stack.view(MAYA_NEW_BSUID).pk
+        self.stack.change_identity(
+            "user_changed_number", {"from": MAYA.lstrip("+")}, wa_id=MAYA_NEW_PHONE.lstrip("+")
+        )
+        self.stack.wait_idle(timeout=60)
+        self.console.note("system message user_changed_number: her old phone is detached")
+        before, line = len(self.model_calls()), "Hi, I just got this number. Who are you?"
+        self.console.say("stranger", line, style="magenta")
+        sent = len(self.stack.replies_to(MAYA))
+        self.stack.send_message(MAYA, line, bsuid=STRANGER_BSUID)
+        if self.stack.wait_for_replies(MAYA, sent + 1, timeout=120):
+            self.console.say(AGENT, self.stack.replies_to(MAYA)[-1]["text"], style="green")
+        self.check(self.stack.view(MAYA).pk != pk_before, "the old number reaches someone new")
+        if self.offline:
+            said = _last_input(self._replies(before))
+            self.check(
+                not any("Biscuit" in str(t) or "nurse" in str(t) for t in said),
+                "the stranger's context holds nothing of Maya's",
+            )
+        self.phone = MAYA_NEW_PHONE
+        before = len(self.model_calls())
+        self.talk("New number, same me. How is Biscuit doing, do you think?")
+        self.check(self.stack.view(MAYA_NEW_PHONE).pk == pk_before, "her new number reaches her")
+        if self.offline:
+            said = _last_input(self._replies(before))
+            self.check(
+                any("First week at the new job" in str(t) for t in said),
+                "and her context from the new number still holds her memory",
+            )
+
     def opt_out(self) -> None:
         self.console.heading("6. Maya writes STOP")
         sent_before = len(self.stack.replies_to(self.address))
         self.talk("STOP", expect_reply=False)
-        view = self.stack.view(MAYA)
+        view = self.stack.view(self.address)
         if self.meta:
             self.console.note("Meta sends no opt-out event: the agent honours STOP itself")
         else:
@@ -321,7 +362,7 @@ class Demo:
         )
         self.talk("Sorry, that was a mistake! Still here.")
         self.check(
-            not self.stack.view(MAYA).opted_out
+            not self.stack.view(self.address).opted_out
             and len(self.stack.replies_to(self.address)) == sent_before + 1,
             "writing again lifts the opt-out, and the memory survived it",
         )
@@ -338,14 +379,15 @@ class Demo:
         receipt = forget(self.stack.store(), self.stack.agent_id, identifier)
         self.console.note(f"forget(): {receipt.removed} items removed at {receipt.at:%H:%M:%S}")
         self.stack.wait_idle(timeout=60)
-        identifiers = [MAYA, MAYA_BSUID, MAYA_NEW_BSUID] if self.meta else [MAYA]
+        identifiers = [MAYA, MAYA_BSUID, MAYA_NEW_BSUID, MAYA_NEW_PHONE] if self.meta else [MAYA]
         keys = {self.stack.person_key(i) for i in identifiers}
         everything = self.stack.scan()
         hers = [item for item in everything if item.get("pk") in keys]
         for item in hers:
             self.console.note(f"left: {dict(sorted(item.items()))}")
+        mark = {"pk", "sk", "erased_at"}  # (moved_to: her old phone now reaches the stranger)
         self.check(
-            len(hers) == len(keys) and all(set(i) == {"pk", "sk", "erased_at"} for i in hers),
+            len(hers) == len(keys) and all(set(i) - {"moved_to"} == mark for i in hers),
             "nothing of Maya remains but content-free erasure marks"
             + (" (one per identifier she used)" if self.meta else ""),
         )

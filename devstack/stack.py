@@ -881,27 +881,15 @@ class DevStack:
         first = (values.get("messages") or values.get("statuses") or [{}])[0].get("id", "meta")
         return self._post_webhook(first, body, lambda: headers, attempts)
 
-    def change_user_id(self, previous: str, new: str, *, at: datetime | None = None) -> dict:
-        """Meta reports a regenerated BSUID: a `user_changed_user_id` system message."""
+    def change_identity(self, kind: str, sender: dict, *, at: datetime | None = None, **system):
+        """Meta reports a person's new identifier: a `user_changed_user_id` or
+        `user_changed_number` system message from `sender` (`from_user_id` and/or `from`)."""
         from devstack.events import meta_notification
 
-        notification = meta_notification(
-            messages=[
-                {
-                    "from_user_id": previous,
-                    "id": f"wamid.SYSTEM{uuid.uuid4().hex[:16].upper()}",
-                    "timestamp": str(int((at or self.now()).timestamp())),
-                    "type": "system",
-                    "system": {
-                        "body": "User changed their business-scoped user ID",
-                        "type": "user_changed_user_id",
-                        "user_id": new,
-                        "previous_user_id": previous,
-                    },
-                }
-            ],
-            number_id=self.business_number,
-        )
+        stamp = str(int((at or self.now()).timestamp()))
+        message = {"id": f"wamid.SYSTEM{uuid.uuid4().hex[:16].upper()}", "timestamp": stamp}
+        message |= {**sender, "type": "system", "system": {"type": kind, "body": kind, **system}}
+        notification = meta_notification(messages=[message], number_id=self.business_number)
         self._expect_accepted(self.post_meta(notification))
         return notification
 
@@ -976,7 +964,10 @@ class DevStack:
         return person_key(self.agent_id, phone)
 
     def view(self, phone: str) -> PersonView:
-        return self.view_key(self.person_key(phone))
+        """The person an identifier (phone or BSUID) reaches now."""
+        from memagent.lifecycle import resolve
+
+        return self.view_key(resolve(self.store(), self.agent_id, phone))
 
     def view_key(self, pk: str) -> PersonView:
         items = self.store().everything(pk)

@@ -58,9 +58,8 @@ def _kind(sk: str) -> str:
 
 
 def resolve(store: MemoryStore, agent: str, identifier: str) -> str:
-    """The key of the person an identifier (a phone or a Meta BSUID) belongs to."""
-    pk = person_key(agent, identifier)
-    return store.load(pk).state.alias_of or pk
+    """The key of the person an identifier (a phone or a Meta BSUID) reaches now."""
+    return store.reach(person_key(agent, identifier))[0]
 
 
 def forget(
@@ -86,15 +85,22 @@ def forget_key(
 ) -> Receipt:
     at = store.mark_erased(pk, at or datetime.now(UTC))
     by_kind: dict[str, int] = {}
-    aliases: set[str] = set()
+    aliases: dict[str, bool] = {}  # the keys of identifiers that reach the person: merged?
     # a turn in flight may commit between our read and our deletes: read again until only the
     # mark is left (its writes are refused once they see the mark, so this ends quickly)
     for _ in range(_MAX_PASSES):
         items = store.everything(pk)
         doomed = [item["sk"] for item in items if item["sk"] != STATE]
-        aliases.update(sk.removeprefix(ALIAS) for sk in doomed if sk.startswith(ALIAS))
+        aliases.update(
+            {
+                i["sk"].removeprefix(ALIAS): bool(i.get("merged"))
+                for i in items
+                if i["sk"].startswith(ALIAS)
+            }
+        )
         state = next((item for item in items if item["sk"] == STATE), {})
-        content = [key for key in state if key not in ("pk", "sk", "erased_at")]
+        # moved_to stays: it routes the partition's own identifier to whoever has it now
+        content = [key for key in state if key not in ("pk", "sk", "erased_at", "moved_to")]
         if not doomed and not content:
             break
         for sk in doomed:
@@ -103,10 +109,18 @@ def forget_key(
         if content:
             by_kind["state"] = 1  # with the summary, where an older version kept it there
         store.reduce_state_to_mark(pk, at)
-    for alias in sorted(aliases):
-        # the person's other identifiers: each keeps only its own erasure mark, so a late
-        # redelivery under any of them is refused too; and files kept under them go as well
-        forget_key(store, alias, at=at, archive=archive, media=media)
+    for alias, merged in sorted(aliases.items()):
+        own = store.state(alias)
+        if own.moved_to == pk and not merged:
+            # another person's own key, whose identifier had come to this person: it is
+            # retired to a new key holding only this erasure's mark; that memory stays theirs
+            store.retire(alias, pk, own=own, mark=at)
+        elif own.alias_of in (pk, None) or own.moved_to == pk:
+            # the person's other identifiers: each keeps only its own erasure mark, so a late
+            # redelivery under any of them is refused too; and files kept under them go as well
+            forget_key(store, alias, at=at, archive=archive, media=media)
+        else:
+            continue  # it reaches someone else now
         by_kind["identifiers"] = by_kind.get("identifiers", 0) + 1
     if archive is not None:
         by_kind["archived"] = archive.delete_person(pk)

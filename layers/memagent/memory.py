@@ -70,6 +70,11 @@ class PersonState:
     erased_at: datetime | None = None  # set by forget(); older events are never stored again
     forget_pending: bool = False  # the person asked to be forgotten; we asked them to confirm
     alias_of: str | None = None  # this identifier's person lives under another key (identity.py)
+    # this partition's own identifier now reaches another person (a recycled phone, a retired
+    # one): the memory here stays its person's, reached by their other identifiers
+    moved_to: str | None = None
+    phone_key: str | None = None  # the keys of the phone and the BSUID that reach the person now
+    bsuid_key: str | None = None
     # the event ids of the person's messages stored since the last reply, oldest first: the
     # next reply answers all of them at once (a burst of lines gets one answer)
     awaiting: tuple[str, ...] = ()

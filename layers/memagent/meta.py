@@ -32,6 +32,7 @@ Media
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -141,6 +142,8 @@ class Envelope:
     type: str
     chat: str  # the FIFO group's identity
     raw: dict[str, Any]
+    sender: frozenset[str] = frozenset()  # a message's BSUID and phone
+    introduces: frozenset[str] = frozenset()  # an identity change's new BSUID or phone
 
     @property
     def queued(self) -> bool:
@@ -187,7 +190,7 @@ def _contact_for(message: Mapping[str, Any], contacts: list[dict[str, Any]]) -> 
             sender_id and contact.get("user_id") == sender_id
         ):
             return contact
-    return contacts[0] if len(contacts) == 1 else {}
+    return {}  # never someone else's entry, even the only one: its BSUID would become theirs
 
 
 def identities(
@@ -237,6 +240,41 @@ def _is_turn(message: Mapping[str, Any], system: Mapping[str, Any]) -> bool:
     return kind not in IGNORED_TYPES
 
 
+def _introduced(message: Mapping[str, Any]) -> frozenset[str]:
+    """The identifiers an identity change gives the person: the new BSUID, the new phone."""
+    system = message.get("system") if isinstance(message.get("system"), dict) else {}
+    if message.get("type") != "system" or system.get("type") not in IDENTITY_CHANGES:
+        return frozenset()
+    new = (_bsuid(system.get("user_id")), _phone(system.get("wa_id") or system.get("new_wa_id")))
+    return frozenset(i for i in new if i)
+
+
+def _behind_changes(envelopes: list[Envelope]) -> list[Envelope]:
+    """A new identifier's messages in the same POST as the identity change that introduces
+    them (Meta may send the new id's first text before the change) go to the person's group,
+    behind the change: they are answered from the person's memory, not as a stranger's."""
+    joined = {i: e.chat for e in envelopes for i in e.introduces}
+    moved = [
+        dataclasses.replace(e, chat=next((joined[i] for i in e.sender if i in joined), e.chat))
+        if e.type == MESSAGE and not e.introduces
+        else e
+        for e in envelopes
+    ]
+    for change in [e for e in moved if e.introduces]:
+        at = moved.index(change)
+        first = next(
+            (
+                i
+                for i, e in enumerate(moved[:at])
+                if e.chat == change.chat and e.sender & change.introduces
+            ),
+            None,
+        )
+        if first is not None:
+            moved.insert(first, moved.pop(at))
+    return moved
+
+
 def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
     """Cut a verified POST into queued units: one per message, one per status that matters."""
     raw = json_body(body, max_bytes=max_bytes)
@@ -267,7 +305,17 @@ def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
             )
             # the FIFO group: the phone when the payload has one, so a person seen first by
             # phone, then by phone and BSUID, stays one group (one turn at a time, in order)
-            envelopes.append(Envelope(id=wamid, type=MESSAGE, chat=phone or who, raw=one))
+            sender = frozenset(i for i in (bsuid, phone) if i)
+            envelopes.append(
+                Envelope(
+                    id=wamid,
+                    type=MESSAGE,
+                    chat=phone or who,
+                    raw=one,
+                    sender=sender,
+                    introduces=_introduced(message),
+                )
+            )
         for status in _dicts(value.get("statuses")):
             state = status.get("status")
             if state == "failed":
@@ -303,7 +351,7 @@ def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
             )
         if not any(value.get(k) for k in ("messages", "statuses", "user_preferences")):
             ignored += 1  # another field (account_update, templates...): acknowledged
-    return Notification(envelopes, ignored, failed_codes, preferences, groups)
+    return Notification(_behind_changes(envelopes), ignored, failed_codes, preferences, groups)
 
 
 # --------------------------------------------------------------------------- queued events

@@ -2,7 +2,9 @@
 
 One partition per person (`pk` = memagent.person.person_key); sort keys:
 
-    ALIAS#<key>       another identifier's key that points here (its STATE holds `alias_of`)
+    ALIAS#<key>       another identifier's key that reaches this person (its STATE holds
+                      `alias_of`, or `moved_to` when that key holds another person's memory;
+                      `merged`: the memory there is this person's too)
     EVT#<digest>      the dedupe ledger: one item per whasp event, with the turn's progress
                       (stored -> sent, or opted_out / parked / skipped; `replied`, with the
                       reply's text, in entries an older version wrote) and a TTL; a message
@@ -80,6 +82,9 @@ def _state(item: dict[str, Any] | None) -> PersonState:
         erased_at=from_iso(item.get("erased_at")),
         forget_pending=bool(item.get("forget_pending", False)),
         alias_of=item.get("alias_of"),
+        moved_to=item.get("moved_to"),
+        phone_key=item.get("phone_key"),
+        bsuid_key=item.get("bsuid_key"),
         awaiting=tuple(item.get("awaiting") or ()),
         handoff=handoff_of(item),
     )
@@ -151,6 +156,22 @@ class MemoryStore(LedgerWrites, PersonWrites, ErasureWrites, CompactionWrites):
             if i["sk"].startswith(MSG) and int(i["seq"]) <= state.marker
         )
         return Memory(state=state, summary=summary, turns=turns, facts=facts, leftovers=leftovers)
+
+    def reach(self, key: str) -> tuple[str, Memory, PersonState]:
+        """The person an identifier's key reaches now (memagent.identity), their memory, and
+        the key's own state: one Query when it is the person's own key, one more when it
+        points elsewhere (`alias_of`, `moved_to`)."""
+        memory = self.load(key)
+        own = memory.state
+        target = own.alias_of or own.moved_to
+        if target and target != key:
+            return target, self.load(target), own
+        return key, memory, own
+
+    def state(self, pk: str) -> PersonState:
+        """One key's state item alone (a consistent GetItem)."""
+        key = {"pk": pk, "sk": STATE}
+        return _state(self.table.get_item(Key=key, ConsistentRead=True).get("Item"))
 
     def _state_update(
         self,

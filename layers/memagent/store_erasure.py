@@ -23,6 +23,8 @@ _STATE_CONTENT = (
     "updated_at",
     "forget_pending",
     "alias_of",
+    "phone_key",
+    "bsuid_key",
     "awaiting",
     "marketing",
     "marketing_at",

@@ -1,12 +1,18 @@
 """What the provider tells us about a person, kept on their STATE item (an opt-out, a
-marketing preference), their other identifiers' links, and the agent's current number."""
+marketing preference), where their identifiers reach (memagent.identity: attach, retire), and
+the agent's current number."""
 
 from __future__ import annotations
 
+import secrets
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from memagent.errors import ConcurrentUpdate
 from memagent.store_table import ALIAS, STATE, Table, iso
+
+if TYPE_CHECKING:
+    from memagent.memory import PersonState
 
 
 class PersonWrites(Table):
@@ -42,6 +48,99 @@ class PersonWrites(Table):
             )
             is None
         )
+
+    def attach(
+        self, key: str, pk: str, *, own: PersonState, role: str | None = None, merged: bool = False
+    ) -> None:
+        """Make an identifier's key reach person `pk`, from wherever it reached before (`own`:
+        the key's state as read). A key without a memory of its own points (`alias_of`); one
+        that holds a memory keeps it and redirects (`moved_to`): that memory stays its
+        person's. `role` ("phone" or "bsuid"): it is the person's current one.
+        `merged`: the memory under `key` is the same person's (an identity change)."""
+        now = iso(datetime.now(UTC))
+        previous = own.alias_of or own.moved_to or (key if own.last_seq else None)
+        own_role = [f"{role}_key = :key"] if role else []
+        if key == pk:  # the person's own key comes back to them
+            sets = ", ".join(["updated_at = :now", *own_role])
+            values = {":now": now, **({":key": key} if role else {})}
+            actions = [self._set_state(key, values, f"SET {sets} REMOVE moved_to")]
+        else:
+            redirect = "moved_to" if own.last_seq else "alias_of"
+            item = {
+                "pk": pk,
+                "sk": f"{ALIAS}{key}",
+                "key": key,
+                **({"merged": merged} if merged else {}),
+            }
+            actions = [
+                self._set_state(
+                    key, {":pk": pk, ":now": now}, f"SET {redirect} = :pk, updated_at = :now"
+                ),
+                {"Put": {"TableName": self.table_name, "Item": item}},
+            ]
+            if role:
+                actions.append(self._set_state(pk, {":key": key}, "SET " + own_role[0]))
+        if previous and previous not in (pk, key):
+            actions.append(self._delete(previous, f"{ALIAS}{key}"))
+        if self._transact(actions) is not None:
+            raise ConcurrentUpdate("an identifier moved meanwhile; retry")
+        if previous and previous != pk and role:
+            self._drop_role(previous, role, key)
+
+    def retire(
+        self,
+        key: str,
+        pk: str,
+        *,
+        own: PersonState,
+        role: str | None = None,
+        mark: datetime | None = None,
+    ) -> None:
+        """Detach an identifier's key from person `pk`: whoever writes from it next is someone
+        new. A key that only pointed loses its state item; one that holds a memory or a mark
+        (the person's own, or another's) keeps it and redirects to a new, empty key. `mark`:
+        that key starts with an erasure mark (`pk` was erased: a late redelivery from before
+        the erasure is refused there too)."""
+        actions = []
+        if key == pk or own.last_seq or own.erased_at:
+            fresh = f"P#{secrets.token_hex(20)}"
+            now = iso(datetime.now(UTC))
+            redirect = "SET moved_to = :fresh, updated_at = :now"
+            actions.append(self._set_state(key, {":fresh": fresh, ":now": now}, redirect))
+            item = {"pk": fresh, "sk": f"{ALIAS}{key}", "key": key}
+            actions.append({"Put": {"TableName": self.table_name, "Item": item}})
+            if mark is not None:
+                actions.append(self._set_state(fresh, {":at": iso(mark)}, "SET erased_at = :at"))
+        else:
+            actions.append(self._delete(key, STATE))
+        if key != pk:
+            actions.append(self._delete(pk, f"{ALIAS}{key}"))
+        if self._transact(actions) is not None:
+            raise ConcurrentUpdate("an identifier moved meanwhile; retry")
+        if role:
+            self._drop_role(pk, role, key)
+
+    def _drop_role(self, pk: str, role: str, key: str) -> None:
+        """The person no longer has `key` as their current phone or BSUID."""
+        self._update_if(
+            Key={"pk": pk, "sk": STATE},
+            UpdateExpression=f"REMOVE {role}_key",
+            ConditionExpression=f"{role}_key = :key",
+            ExpressionAttributeValues={":key": key},
+        )
+
+    def _delete(self, pk: str, sk: str) -> dict[str, Any]:
+        return {"Delete": {"TableName": self.table_name, "Key": {"pk": pk, "sk": sk}}}
+
+    def _set_state(self, pk: str, values: dict[str, Any], expression: str) -> dict[str, Any]:
+        return {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": {"pk": pk, "sk": STATE},
+                "UpdateExpression": expression,
+                "ExpressionAttributeValues": values,
+            }
+        }
 
     def record_opt_out(self, pk: str, at: datetime) -> bool:
         """Mark the person opted out, unless they have written since (events arrive out of

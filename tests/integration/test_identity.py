@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import boto3
 
-from devstack.events import meta_contact, meta_notification
+from devstack.events import meta_contact, meta_message, meta_notification
 from memagent.person import person_key
 from tests.conftest import AGENT
 from tests.integration.test_meta import (  # noqa: F401 (fixtures)
@@ -189,3 +189,265 @@ def test_the_retention_filter_passes_only_the_ttls_deletion_of_a_state_item():
     assert not passes_filters(record("REMOVE", "STATE"), patterns)  # anyone's delete
     assert not passes_filters(record("REMOVE", "STATE", {**ttl, "principalId": "x"}), patterns)
     assert not passes_filters(record("MODIFY", "STATE", image={"last_seq": {"N": "3"}}), patterns)
+
+
+# ------------------------------------------------------------------ identifiers that move
+
+NEW_BSUID = "GB.77700011122233344400"  # the recycled number's new owner
+MAYA_NEW_PHONE = "+447700900999"
+
+
+def _said(openai) -> list[str]:
+    """What the person's turns in the model's last context said."""
+    return [m["content"] for m in openai.calls()[-1]["input"] if m["role"] == "user"]
+
+
+def _exchange(webhook, queue, consumer, lambda_context, *notifications) -> None:
+    for notification in notifications:
+        assert post(webhook, notification, lambda_context) == 200
+        assert queue.drain(consumer, lambda_context) == 0
+
+
+def _user_changed(kind: str, *, at: int, **fields) -> dict:
+    """Meta's system message for a changed number or user id (the shapes in pywa's fixtures)."""
+    message = {"id": f"wamid.SYS{at}", "timestamp": str(at), "type": "system", "system": {}}
+    old = {k: fields.pop(k) for k in ("from", "from_user_id") if k in fields}
+    message.update(old)
+    message["system"] = {"type": kind, "body": "User changed", **fields}
+    return message
+
+
+def test_a_recycled_number_with_a_new_bsuid_is_a_stranger_to_the_previous_owners_memory(
+    webhook, queue, consumer, openai, graph, resources, lambda_context
+):
+    from memagent.lifecycle import export
+
+    store = consumer.consumer.agent.store
+    # given phone P with BSUID X told the agent something no one else may see
+    secret = "my HIV test came back positive"
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from(secret, phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW),
+    )
+    maya = person_key(AGENT, MAYA_BSUID)
+    store.table.put_item(
+        Item={
+            "pk": maya,
+            "sk": "FACT#hiv",
+            "text": "Tested HIV positive",
+            "at": "2026-11-01T00:00:00+00:00",
+        }
+    )
+    # when P, now with BSUID Y (the number's new owner), writes
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("hello, who is this?", phone=MAYA_PHONE, bsuid=NEW_BSUID, at=NOW + 60),
+    )
+    context = json.dumps(openai.calls()[-1])
+    # then the new owner's context, recall and export by P hold nothing of X's
+    assert _said(openai) == ["hello, who is this?"] and "HIV" not in context
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("what do you remember about me", phone=MAYA_PHONE, bsuid=NEW_BSUID, at=NOW + 90),
+    )
+    assert "HIV" not in graph.texts_to(MAYA_PHONE)[-1]
+    assert "HIV" not in json.dumps(export(store, AGENT, MAYA_PHONE), default=str)
+    # nor does "forget me", "yes" by the new owner touch X's memory
+    for at, text in ((NOW + 120, "forget me"), (NOW + 150, "yes")):
+        _exchange(
+            webhook,
+            queue,
+            consumer,
+            lambda_context,
+            text_from(text, phone=MAYA_PHONE, bsuid=NEW_BSUID, at=at),
+        )
+    # and X's memory is intact, reached (and erasable) by X
+    by_x = export(store, AGENT, MAYA_BSUID)
+    assert by_x["person"] == maya and by_x["messages"][0]["text"] == secret
+    assert [f["text"] for f in by_x["facts"]] == ["Tested HIV positive"]
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("It's me again", bsuid=MAYA_BSUID, at=NOW + 200),
+    )
+    assert _said(openai) == [secret, "It's me again"]
+
+
+def test_after_user_changed_number_a_new_bsuid_on_the_old_phone_is_a_stranger(
+    webhook, queue, consumer, openai, lambda_context
+):
+    # given Maya (P, X), who moves to phone Q (user_changed_number)
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("I'm Maya, training for Berlin", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW),
+        meta_notification(
+            messages=[
+                _user_changed(
+                    "user_changed_number",
+                    at=NOW + 30,
+                    **{"from": MAYA_PHONE.lstrip("+")},
+                    wa_id=MAYA_NEW_PHONE.lstrip("+"),
+                )
+            ]
+        ),
+    )
+    # when P's next owner writes, with their own BSUID, then with the phone alone
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("hi, new phone who dis", phone=MAYA_PHONE, bsuid=NEW_BSUID, at=NOW + 60),
+    )
+    # then they are a stranger
+    assert _said(openai) == ["hi, new phone who dis"]
+    # and Maya, from Q, is still herself (with her BSUID, and by the phone alone)
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("Which race again?", phone=MAYA_NEW_PHONE, bsuid=MAYA_BSUID, at=NOW + 90),
+    )
+    assert _said(openai) == ["I'm Maya, training for Berlin", "Which race again?"]
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("And when?", phone=MAYA_NEW_PHONE, at=NOW + 120),
+    )
+    assert _said(openai)[0] == "I'm Maya, training for Berlin"
+
+
+def test_a_phone_alone_after_user_changed_number_is_a_stranger_too(
+    webhook, queue, consumer, openai, lambda_context
+):
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("I'm Maya", phone=MAYA_PHONE, at=NOW),
+        meta_notification(
+            messages=[
+                _user_changed(
+                    "user_changed_number",
+                    at=NOW + 30,
+                    **{"from": MAYA_PHONE.lstrip("+")},
+                    wa_id=MAYA_NEW_PHONE.lstrip("+"),
+                )
+            ]
+        ),
+        text_from("hello?", phone=MAYA_PHONE, at=NOW + 60),
+    )
+    assert _said(openai) == ["hello?"]
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("Still me", phone=MAYA_NEW_PHONE, at=NOW + 90),
+    )
+    assert _said(openai) == ["I'm Maya", "Still me"]
+
+
+def test_a_new_bsuids_text_before_its_user_changed_user_id_in_one_post_has_the_memory(
+    webhook, queue, consumer, openai, lambda_context
+):
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("I'm training for Berlin", bsuid=MAYA_BSUID, at=NOW),
+    )
+    # when one POST carries the new id's text first, then the change (Meta's order)
+    change = _user_changed(
+        "user_changed_user_id",
+        at=NOW + 30,
+        from_user_id=MAYA_BSUID,
+        user_id=NEW_BSUID,
+        previous_user_id=MAYA_BSUID,
+    )
+    text = text_from("Which race again?", bsuid=NEW_BSUID, at=NOW + 31)
+    one_post = meta_notification(
+        contacts=text["entry"][0]["changes"][0]["value"]["contacts"],
+        messages=[*text["entry"][0]["changes"][0]["value"]["messages"], change],
+    )
+    _exchange(webhook, queue, consumer, lambda_context, one_post)
+    # then the text's context holds her earlier memory, as does the new id's next message
+    assert _said(openai) == ["I'm training for Berlin", "Which race again?"]
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("And the date?", bsuid=NEW_BSUID, at=NOW + 60),
+    )
+    assert _said(openai)[0] == "I'm training for Berlin" and len(_said(openai)) == 3
+
+
+def test_a_new_bsuids_text_a_post_before_its_user_changed_user_id_ends_in_one_memory(
+    webhook, queue, consumer, openai, resources, lambda_context
+):
+    from memagent.lifecycle import forget
+
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("I'm training for Berlin", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW),
+        # the new id's first text comes alone, in an earlier POST than the change
+        text_from("new phone, same me", phone=MAYA_PHONE, bsuid=NEW_BSUID, at=NOW + 20),
+        meta_notification(
+            messages=[
+                _user_changed(
+                    "user_changed_user_id",
+                    at=NOW + 30,
+                    from_user_id=MAYA_BSUID,
+                    user_id=NEW_BSUID,
+                    previous_user_id=MAYA_BSUID,
+                )
+            ]
+        ),
+        text_from("Which race again?", phone=MAYA_PHONE, bsuid=NEW_BSUID, at=NOW + 60),
+    )
+    assert (
+        _said(openai)[0] == "I'm training for Berlin" and _said(openai)[-1] == "Which race again?"
+    )
+    # and erasing her by the new id erases what it said in between too
+    forget(consumer.consumer.agent.store, AGENT, NEW_BSUID)
+    table = json.dumps(_table_items(resources), default=str)
+    assert "new phone, same me" not in table and "Berlin" not in table
+
+
+def test_a_contacts_entry_for_another_wa_id_does_not_give_its_bsuid(
+    webhook, queue, consumer, resources, lambda_context
+):
+    from tests.integration.test_meta import SAM_PHONE, memory_rows
+
+    # given Sam's message carrying only someone else's contact entry (phone and BSUID)
+    notification = meta_notification(
+        contacts=[meta_contact(phone=MAYA_PHONE, bsuid=MAYA_BSUID)],
+        messages=[meta_message("hi, Sam here", phone=SAM_PHONE, timestamp=NOW)],
+    )
+    _exchange(webhook, queue, consumer, lambda_context, notification)
+    # then Sam's memory is his phone's; the other BSUID has none, nor reaches Sam's
+    assert any(r.get("text") == "hi, Sam here" for r in memory_rows(resources, SAM_PHONE))
+    assert memory_rows(resources, MAYA_BSUID) == []
