@@ -300,7 +300,7 @@ def run_demo(
 def test_the_demo_runs_end_to_end_offline_and_exits_0(tmp_path):
     # given no key and no model server: a fresh process, as `make demo` starts it
     # when the demo runs
-    result = run_demo(tmp_path, without=("OPENAI_", "AWS_"))
+    result = run_demo(tmp_path, without=("OPENAI_", "AWS_", "PERSON_KEY"))
     # then it passed every check, showing the compaction and the offline label
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "OFFLINE STAND-IN" in result.stdout
@@ -316,7 +316,10 @@ def test_the_meta_demo_on_bedrock_runs_end_to_end_offline_and_exits_0(tmp_path):
     # given no key, no model server and no network: `make demo PROVIDER=meta` in a fresh process
     # and with ModelProvider=bedrock (make demo PROVIDER=meta MODEL_PROVIDER=bedrock)
     result = run_demo(
-        tmp_path, without=("OPENAI_", "AWS_", "META_"), PROVIDER="meta", MODEL_PROVIDER="bedrock"
+        tmp_path,
+        without=("OPENAI_", "AWS_", "META_", "PERSON_KEY"),
+        PROVIDER="meta",
+        MODEL_PROVIDER="bedrock",
     )
     # then the same story passes through Meta payloads and the Graph API stand-in, identity
     # changes included, and erasure by BSUID leaves only marks; every model call went to the
@@ -325,5 +328,8 @@ def test_the_meta_demo_on_bedrock_runs_end_to_end_offline_and_exits_0(tmp_path):
     assert "ModelProvider bedrock" in result.stdout
     assert "Graph API stand-in" in result.stdout
     assert "the reply goes to her new BSUID" in result.stdout
+    # a recycled number: its new owner is a stranger, Maya from her new number is herself
+    assert "the stranger's context holds nothing of Maya's" in result.stdout
+    assert "her new number reaches her" in result.stdout
     assert "(one per identifier she used)" in result.stdout
     assert "checks passed" in result.stdout and "FAIL" not in result.stdout
