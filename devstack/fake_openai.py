@@ -40,7 +40,7 @@ DATE = "%Y%m%dT%H%M%SZ"  # SigV4's X-Amz-Date
 TRANSCRIPTIONS = "/v1/audio/transcriptions"
 OFFLINE = "[offline model]"
 
-Responder = Callable[[dict[str, Any]], str]
+Responder = Callable[[dict[str, Any]], "str | dict[str, Any]"]
 Transcriber = Callable[[bytes], str]
 
 _ERROR_TYPES = {
@@ -152,8 +152,15 @@ class FakeOpenAI(RecordingServer):
             return error_reply(400, "Missing required parameter: 'model'.")
         if body.get("stream"):
             return error_reply(400, "FakeOpenAI does not stream; call without stream=True.")
-        text = self.responder(body)
+        answer = self.responder(body)  # a text, or {"output": [items]} (e.g. function calls)
         number = next(self._ids)
+        if isinstance(answer, dict):
+            output = answer["output"]
+            text = "".join(
+                c.get("text", "") for i in output if i["type"] == "message" for c in i["content"]
+            )
+        else:
+            text, output = answer, [_message(number, answer)]
         now = int(time.time())
         input_tokens = math.ceil(sum(len(t) for t in _texts(body)) / 4)
         output_tokens = math.ceil(len(text) / 4)
@@ -170,15 +177,7 @@ class FakeOpenAI(RecordingServer):
             "max_output_tokens": body.get("max_output_tokens"),
             "metadata": body.get("metadata") or {},
             "model": body["model"],
-            "output": [
-                {
-                    "type": "message",
-                    "id": f"msg_{number:024x}",
-                    "status": "completed",
-                    "role": "assistant",
-                    "content": [{"type": "output_text", "text": text, "annotations": []}],
-                }
-            ],
+            "output": output,
             "parallel_tool_calls": body.get("parallel_tool_calls", True),
             "previous_response_id": body.get("previous_response_id"),
             "reasoning": body.get("reasoning") or {"effort": None, "summary": None},
@@ -209,6 +208,16 @@ class FakeOpenAI(RecordingServer):
         if form.get("response_format") in ("text", "srt", "vtt"):
             return Reply(200, text.encode(), {"Content-Type": "text/plain; charset=utf-8"})
         return Reply.json(200, {"text": text})
+
+
+def _message(number: int, text: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": f"msg_{number:024x}",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
 
 
 # ---------------------------------------------------------------------- Bedrock

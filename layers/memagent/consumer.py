@@ -29,6 +29,7 @@ from memagent.provider import InboundMessage
 from memagent.providers import provider_from_settings
 from memagent.queue import ParkingQueue, RetryQueue
 from memagent.store import MemoryStore
+from memagent.tools import ToolBox
 from memagent.turn import Agent
 
 if TYPE_CHECKING:
@@ -187,6 +188,11 @@ class Consumer:
             provider,
             archive,
             media=media,
+            tools=(
+                ToolBox(settings.tools, max_output_chars=settings.tool_output_max_chars)
+                if settings.tools
+                else None
+            ),
         )
         parking = ParkingQueue(settings.parking_queue_url) if settings.parking_queue_url else None
         retries = Retries(

@@ -84,7 +84,7 @@ def build_context(
     instructions = "\n\n".join([system_prompt, *notes]) if notes else system_prompt
     return Context(
         instructions=instructions,
-        input=[{"role": t.role, "content": t.text} for t in turns],
+        input=[{"role": t.role, "content": t.content} for t in turns],
         turns_used=len(turns),
         chars_used=sum(len(t.text) for t in turns),
         facts_used=len(facts),

@@ -1,6 +1,7 @@
 """What an agent (persona) answers with: its settings, the memory store, the model, the
-provider, kept media and the transcript archive; built once (consumer.Consumer.from_settings)
-and handed to every step of a turn. The turn itself is memagent/turn.py."""
+provider, kept media, the transcript archive and the declared tools; built once
+(consumer.Consumer.from_settings) and handed to every step of a turn. The turn itself is
+memagent/turn.py."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from memagent.provider import Provider
     from memagent.settings import ConsumerSettings
     from memagent.store import MemoryStore
+    from memagent.tools import ToolBox
 
 
 class Crew:
@@ -27,6 +29,7 @@ class Crew:
         provider: Provider,
         archive: TranscriptArchive | None = None,
         media: KeptMedia | None = None,
+        tools: ToolBox | None = None,
     ):
         self.settings = settings
         self.archive = archive
@@ -34,6 +37,7 @@ class Crew:
         self.store = store
         self.model = model
         self.provider = provider
+        self.tools = tools  # the operator's declared tools (memagent/tools.py), if any
         self.ledger_ttl = timedelta(days=settings.ledger_ttl_days)
 
     def _forget(self, pk: str, *, at: datetime | None = None) -> Receipt:

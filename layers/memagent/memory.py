@@ -25,6 +25,14 @@ class Turn:
     number: str | None = None  # the whasp number that carried it (audit), if known
     event_id: str | None = None  # the inbound whasp event id, for the person's messages
     author: str | None = None  # "human": an operator wrote this reply, not the agent
+    tools: tuple[str, ...] = ()  # the agent's tool calls behind this reply, "name: summary"
+
+    @property
+    def content(self) -> str:
+        """The turn as the model reads it later: a reply with what its tools did."""
+        if not self.tools:
+            return self.text
+        return f"[tools used: {'; '.join(self.tools)}]\n{self.text}"
 
 
 @dataclass(frozen=True)

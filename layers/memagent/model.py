@@ -59,6 +59,22 @@ COMPACTION_SCHEMA = {
 
 
 @dataclass(frozen=True)
+class Acted:
+    """One round of a turn with tools: the model's text, or the calls it asks for; `items` is
+    what the next round sends back (its reasoning, encrypted, and its calls: store=false)."""
+
+    text: str
+    calls: list[dict[str, Any]]
+    items: list[dict[str, Any]]
+
+
+SENT_BACK = {
+    "function_call": ("type", "call_id", "name", "arguments"),
+    "reasoning": ("type", "id", "summary", "encrypted_content"),
+}
+
+
+@dataclass(frozen=True)
 class Folded:
     """What one compaction model call produced."""
 
@@ -244,6 +260,35 @@ class ModelClient:
             raise TransientError("the model returned an empty reply")
         return text
 
+    def act(
+        self,
+        instructions: str,
+        conversation: list[Any],
+        tools: list[dict[str, Any]],
+        *,
+        final: bool = False,
+    ) -> Acted:
+        """One round with tools offered (`final`: offered, but not to be called: answer now)."""
+        response = self._respond(
+            "tools",
+            instructions=instructions,
+            input=conversation,
+            tools=tools,
+            tool_choice="none" if final else "auto",
+            include=["reasoning.encrypted_content"],
+        )
+        items = []
+        for item in response.output or []:
+            data = item.model_dump(exclude_none=True) if hasattr(item, "model_dump") else item
+            kept = SENT_BACK.get(data.get("type"))
+            if kept:
+                items.append({key: data[key] for key in kept if key in data})
+        calls = [item for item in items if item["type"] == "function_call"]
+        text = (response.output_text or "").strip()
+        if not calls and not text:
+            raise TransientError("the model returned an empty reply")
+        return Acted(text=text, calls=calls, items=items)
+
     def describe_image(self, data: bytes, mime_type: str) -> str:
         image = f"data:{mime_type};base64,{base64.b64encode(data).decode()}"
         response = self._respond(
@@ -283,7 +328,7 @@ class ModelClient:
         """One call per compaction: the updated summary and the new facts, as structured output."""
         notes = "\n".join(f"- {fact}" for fact in facts) or "(none)"
         transcript = "\n".join(
-            f"{'Person' if t.role == 'user' else 'Agent'} ({t.at:%Y-%m-%d}): {t.text}"
+            f"{'Person' if t.role == 'user' else 'Agent'} ({t.at:%Y-%m-%d}): {t.content}"
             for t in turns
         )
         response = self._respond(

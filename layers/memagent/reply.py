@@ -13,6 +13,7 @@ from memagent.errors import ModelRejected
 from memagent.keywords import keyword
 from memagent.memory import Turn
 from memagent.observability import count, logger
+from memagent.tool_loop import answer_with_tools
 
 if TYPE_CHECKING:
     from memagent.crew import Crew
@@ -60,15 +61,20 @@ def reply(
             "facts": context.facts_used,
         },
     )
+    done: tuple[str, ...] = ()
     try:
-        text = crew.model.reply(context)
+        if crew.tools is None:
+            text = crew.model.reply(context)
+        else:
+            assert answering.event_id is not None
+            text, done = answer_with_tools(crew, pk, answering.event_id, context)
     except ModelRejected as error:
         # the model will never accept this request (a refusal, an unsupported input):
         # the person still gets exactly one reply, and the operator a metric
         count("ModelRejected")
         logger.error("model refused the turn; fallback reply", extra={"error": str(error)})
         text = FALLBACK_REPLY
-    return remember_and_send(crew, pk, message, memory, answering, text, asked.flags)
+    return remember_and_send(crew, pk, message, memory, answering, text, asked.flags, tools=done)
 
 
 def remember_and_send(
@@ -79,6 +85,8 @@ def remember_and_send(
     answering: Turn,
     text: str,
     flags: dict,
+    *,
+    tools: tuple[str, ...] = (),
 ) -> str:
     """Store the reply to `answering` (and to every message awaiting with it), then send it."""
     assert answering.event_id is not None
@@ -89,6 +97,7 @@ def remember_and_send(
         text=text,
         at=datetime.now(UTC),
         number=sender,
+        tools=tools,
     )
     crew.store.remember_reply(
         pk,

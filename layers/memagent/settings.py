@@ -523,6 +523,13 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     defer_seconds: int = 2
     # one reply to a burst of lines a person sent while their previous turn was answered
     coalesce_bursts: bool = True
+    whasp_api_key: Secret | None = field(default=None, repr=False)
+    meta_access_token: Secret | None = field(default=None, repr=False)
+    # the operator's tools (TOOLS_FILE, memagent/tools.py) and the bounds of a turn with them
+    tools: tuple = ()
+    tool_max_rounds: int = 3
+    tool_max_calls: int = 6
+    tool_output_max_chars: int = 4000
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
@@ -546,6 +553,7 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
             "retry_jitter": read.number("RETRY_JITTER", 0.2, minimum=0, maximum=1, below=True),
             "defer_seconds": read.integer("DEFER_SECONDS", 2, minimum=0, maximum=900),
             "coalesce_bursts": read.flag("COALESCE_BURSTS", True),
+            **_tools(read),
         }
 
     @property
@@ -553,6 +561,41 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
         """How long a silent person is kept (None: until erased)."""
         days = self.inactive_retention_days
         return timedelta(days=days) if days else None
+
+
+def _tools(read: Environment) -> dict:
+    """TOOLS_FILE, relative to the function's code (LAMBDA_TASK_ROOT), read and checked now."""
+    path = read.optional("TOOLS_FILE")
+    if not path:
+        return {}
+    from pathlib import Path
+
+    from memagent.tools import load_tools, tool_hosts
+
+    try:
+        hosts = tool_hosts(read.optional("TOOL_HOSTS"))
+    except ValueError as error:
+        read.problems.append(f"TOOL_HOSTS: {error}")
+        return {}
+    root = Path(read.optional("LAMBDA_TASK_ROOT") or ".")
+    try:
+        tools = load_tools(
+            root / path,
+            hosts=hosts,
+            environ=read.environment,
+            secret=lambda label, parameter: Secret(label, value=None, parameter=parameter),
+        )
+    except ConfigurationError as error:
+        read.problems.append(str(error))
+        return {}
+    return {
+        "tools": tools,
+        "tool_max_rounds": read.integer("TOOL_MAX_ROUNDS", 3, minimum=1, maximum=10),
+        "tool_max_calls": read.integer("TOOL_MAX_CALLS", 6, minimum=1, maximum=50),
+        "tool_output_max_chars": read.integer(
+            "TOOL_OUTPUT_MAX_CHARS", 4000, minimum=200, maximum=100_000
+        ),
+    }
 
 
 def _transcription_endpoint(read: Environment) -> dict:

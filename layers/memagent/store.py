@@ -112,6 +112,7 @@ def _turn(item: dict[str, Any]) -> Turn:
         number=item.get("number"),
         event_id=item.get("event_id"),
         author=item.get("author"),
+        tools=tuple(item.get("tools") or ()),
     )
 
 

@@ -94,6 +94,18 @@ class LedgerWrites(Table):
             }
         }
 
+    def record_tool(self, pk: str, event_id: str, name: str, value: Any) -> bool:
+        """Record a tool round's items or a call's result on the event's entry (tool_<r>,
+        tool_<r>_<i>: memagent/tool_loop.py), before the turn's next step, so a redelivery
+        replays it instead of asking the model or calling the tool again."""
+        return self._update_if(
+            Key={"pk": pk, "sk": ledger_sk(event_id)},
+            UpdateExpression="SET #t = :v",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeNames={"#t": name},
+            ExpressionAttributeValues={":v": value},
+        )
+
     def _settle(self, pk: str, event_id: str, ttl: timedelta, **values: Any) -> dict[str, Any]:
         """The transaction action that records how an awaiting message ended (answered by a
         burst's reply, or dropped by a STOP). Unconditional: the state's last_seq guard in the

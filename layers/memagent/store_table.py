@@ -127,4 +127,6 @@ class Table:
             item["event_id"] = turn.event_id
         if turn.author:
             item["author"] = turn.author
+        if turn.tools:
+            item["tools"] = list(turn.tools)
         return item

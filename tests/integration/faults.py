@@ -41,12 +41,17 @@ def crash_after(
 
 
 def crash_before(
-    obj: Any, name: str, monkeypatch: pytest.MonkeyPatch, fault: BaseException
+    obj: Any, name: str, monkeypatch: pytest.MonkeyPatch, fault: BaseException, *, nth: int = 1
 ) -> None:
-    """The next call of `obj.name` raises `fault` without running; the calls after it run."""
+    """The `nth` call of `obj.name` from now on raises `fault` without running; the calls
+    before and after it run."""
     original = getattr(obj, name)
+    calls = {"n": 0}
 
     def crashing(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] < nth:
+            return original(*args, **kwargs)
         monkeypatch.setattr(obj, name, original)
         raise fault
 

@@ -1,0 +1,323 @@
+"""Tools the operator declares for the model: where each runs, and one call of one of them.
+
+The operator declares tools in one JSON file shipped with the consumer (TOOLS_FILE, relative to
+the function's code: functions/consumer/), read and checked at cold start; a bad entry stops the
+cold start naming it:
+
+    {"tools": [
+      {"name": "list_free_slots", "description": "Free appointment slots on a day",
+       "parameters": {"type": "object", "properties": {"day": {"type": "string"}},
+                      "required": ["day"]},
+       "lambda": "${BOOKING_TOOL_ARN}"},
+      {"name": "order_status", "description": "Where an order is",
+       "parameters": {...},
+       "https": {"url": "https://api.example.com/tools/order-status",
+                 "auth_header": "Authorization", "auth_parameter": "/agent/orders-token",
+                 "timeout_seconds": 5}}
+    ]}
+
+`lambda` is a function ARN (or `${NAME}`, read from the environment: the template passes the
+ARN of a function of the same stack); it is invoked synchronously, and the consumer's role may
+invoke exactly the functions the template lists (ToolFunctionArns, the example's). `https`
+posts to an allow-listed origin (TOOL_HOSTS; https only, loopback excepted for the local stack),
+with an auth header read from SSM (cached like every secret), no redirects, a timeout.
+
+Both get the same JSON: {"tool": name, "arguments": {...}, "idempotency_key": key}, the key
+derived from the inbound event and the call's position in the turn (memagent/tool_loop.py), so a
+tool can make its own effect idempotent; HTTPS tools also get it as the Idempotency-Key header.
+Both answer {"output": <any JSON>, "summary": "<a short line for memory>"} or, for a failure
+the model should hear about, {"error": "..."}. Arguments are checked against the declared
+schema before any call; invalid ones go back to the model as an error, never to the tool.
+
+A call that fails in a way a retry may fix (Lambda throttled or its function crashed or timed
+out; HTTP 408, 429, 5xx, a timeout) raises TransientError: the record retries on our backoff,
+and the calls already made are replayed from the ledger, not repeated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memagent.errors import ConfigurationError, TransientError
+from memagent.observability import logger
+from memagent.origins import parse_origins, url_origin
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from memagent.origins import Origin
+    from memagent.settings import Secret
+
+NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the Responses API's rule for function names
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+MAX_TIMEOUT_SECONDS = 30.0
+SUMMARY_CHARS = 160
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    lambda_arn: str | None = None
+    url: str | None = None
+    auth_header: str | None = None
+    auth: Secret | None = field(default=None, repr=False)
+    timeout_seconds: float = 10.0
+    check: Callable[[Any], Any] = field(default=lambda data: data, repr=False, compare=False)
+
+    def spec(self) -> dict[str, Any]:
+        """The tool as the Responses API declares a function."""
+        return {
+            "type": "function",
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
+            "strict": False,
+        }
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a call gave: `output` for the model (cut to size), `summary` for memory."""
+
+    output: str
+    summary: str
+    failed: bool = False
+
+
+def load_tools(
+    path: str | Path,
+    *,
+    hosts: frozenset[Origin] = frozenset(),
+    environ: Mapping[str, str] | None = None,
+    secret: Callable[[str, str], Secret] | None = None,
+) -> tuple[Tool, ...]:
+    """The declared tools, checked; ConfigurationError names the file and the bad entry."""
+    import fastjsonschema  # Powertools' validation extra: a small, pure-Python JSON Schema
+
+    environ = os.environ if environ is None else environ
+    try:
+        declared = json.loads(Path(path).read_text(encoding="utf-8"))["tools"]
+        assert isinstance(declared, list)
+    except (OSError, ValueError, KeyError, TypeError, AssertionError) as error:
+        raise ConfigurationError(
+            f"TOOLS_FILE {path}: not a JSON object with a list 'tools' ({error})"
+        ) from None
+    tools, names = [], set()
+    for index, entry in enumerate(declared):
+        where = f"TOOLS_FILE {path}: tool #{index + 1}"
+        try:
+            tool = _tool(entry, hosts=hosts, environ=environ, secret=secret)
+            tool = _with_check(tool, fastjsonschema.compile(tool.parameters))
+        except (ValueError, KeyError, TypeError, fastjsonschema.JsonSchemaDefinitionException) as e:
+            name = entry.get("name") if isinstance(entry, dict) else None
+            raise ConfigurationError(f"{where} ({name or 'unnamed'}): {e}") from None
+        if tool.name in names:
+            raise ConfigurationError(f"{where}: the name {tool.name!r} is declared twice")
+        names.add(tool.name)
+        tools.append(tool)
+    return tuple(tools)
+
+
+def _with_check(tool: Tool, check: Callable[[Any], Any]) -> Tool:
+    from dataclasses import replace
+
+    return replace(tool, check=check)
+
+
+def _tool(
+    entry: Any,
+    *,
+    hosts: frozenset[Origin],
+    environ: Mapping[str, str],
+    secret: Callable[[str, str], Secret] | None,
+) -> Tool:
+    if not isinstance(entry, dict):
+        raise TypeError("each tool is a JSON object")
+    name, description = entry["name"], entry.get("description", "")
+    if not isinstance(name, str) or not NAME.match(name):
+        raise ValueError("'name' must be 1 to 64 letters, digits, '_' or '-'")
+    if not isinstance(description, str) or not description.strip():
+        raise ValueError("'description' must say what the tool does (the model reads it)")
+    parameters = entry.get("parameters", {"type": "object", "properties": {}})
+    if not isinstance(parameters, dict) or parameters.get("type") != "object":
+        raise ValueError("'parameters' must be a JSON schema of type 'object'")
+    if ("lambda" in entry) == ("https" in entry):
+        raise ValueError("say where it runs: exactly one of 'lambda' or 'https'")
+    if "lambda" in entry:
+        arn = _from_environment(str(entry["lambda"]), environ)
+        if not arn.startswith("arn:") or ":function:" not in arn:
+            raise ValueError(f"'lambda' must be a function ARN, not {arn!r}")
+        return Tool(name, description.strip(), parameters, lambda_arn=arn)
+    https = entry["https"]
+    url = str(https["url"])
+    origin = url_origin(url)
+    if origin is None or (origin[0] != "https" and origin[1] not in LOOPBACK):
+        raise ValueError(f"'https.url' must be an https URL, not {url!r}")
+    if origin not in hosts:
+        raise ValueError(f"{origin[0]}://{origin[1]}:{origin[2]} is not in TOOL_HOSTS")
+    timeout = float(https.get("timeout_seconds", 10))
+    if not 0 < timeout <= MAX_TIMEOUT_SECONDS:
+        raise ValueError(
+            f"'https.timeout_seconds' must be over 0 and at most {MAX_TIMEOUT_SECONDS}"
+        )
+    header, parameter = https.get("auth_header"), https.get("auth_parameter")
+    if bool(header) != bool(parameter):
+        raise ValueError("'auth_header' and 'auth_parameter' go together")
+    auth = None
+    if parameter:
+        if secret is None:
+            raise ValueError("an auth header needs a secret reader")
+        auth = secret(f"tool {name}", str(parameter))
+    return Tool(
+        name,
+        description.strip(),
+        parameters,
+        url=url.strip(),
+        auth_header=header,
+        auth=auth,
+        timeout_seconds=timeout,
+    )
+
+
+def _from_environment(value: str, environ: Mapping[str, str]) -> str:
+    """`${NAME}` -> the environment's NAME (a function of this stack, passed by the template)."""
+    match = re.fullmatch(r"\$\{([A-Z0-9_]+)\}", value.strip())
+    if match is None:
+        return value.strip()
+    found = environ.get(match.group(1), "")
+    if not found:
+        raise ValueError(f"{value} is not set in the environment")
+    return found
+
+
+class ToolBox:
+    """The declared tools and the clients that call them."""
+
+    def __init__(
+        self,
+        tools: tuple[Tool, ...],
+        *,
+        max_output_chars: int = 4000,
+        lambda_client: Any = None,
+    ):
+        self.tools = {tool.name: tool for tool in tools}
+        self.max_output_chars = max_output_chars
+        self._lambda = lambda_client
+        if lambda_client is None and any(t.lambda_arn for t in tools):
+            import boto3  # at cold start: the consumer's init, not the first tool call
+
+            self._lambda = boto3.client("lambda")
+        self._http: Any = None
+
+    def specs(self) -> list[dict[str, Any]]:
+        return [tool.spec() for tool in self.tools.values()]
+
+    def call(self, name: str, arguments: str, key: str) -> ToolResult:
+        """Call one tool with the model's arguments (a JSON string) under `key`."""
+        tool = self.tools.get(name)
+        if tool is None:
+            return self._refused(f"there is no tool called {name!r}")
+        try:
+            parsed = json.loads(arguments or "{}")
+            tool.check(parsed)
+        except ValueError as error:  # bad JSON, or JsonSchemaValueException (a ValueError)
+            logger.info("tool arguments refused", extra={"tool": name})
+            return self._refused(f"invalid arguments: {getattr(error, 'message', error)}")
+        payload = {"tool": name, "arguments": parsed, "idempotency_key": key}
+        answer = self._lambda_call(tool, payload) if tool.lambda_arn else self._https(tool, payload)
+        return self._result(name, answer)
+
+    def _refused(self, why: str) -> ToolResult:
+        return ToolResult(
+            output=json.dumps({"error": why}), summary=why[:SUMMARY_CHARS], failed=True
+        )
+
+    def _result(self, name: str, answer: Any) -> ToolResult:
+        if not isinstance(answer, dict) or ("output" not in answer and "error" not in answer):
+            answer = {"output": answer}
+        failed = "error" in answer
+        body = {"error": str(answer["error"])} if failed else {"output": answer["output"]}
+        output = json.dumps(body, ensure_ascii=False, default=str)
+        if len(output) > self.max_output_chars:
+            logger.info("tool output cut", extra={"tool": name, "chars": len(output)})
+            output = output[: self.max_output_chars] + " [cut: the output was longer]"
+        summary = answer.get("summary") or (f"failed: {answer['error']}" if failed else output)
+        return ToolResult(output=output, summary=str(summary)[:SUMMARY_CHARS], failed=failed)
+
+    def _lambda_call(self, tool: Tool, payload: dict[str, Any]) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            response = self._lambda.invoke(
+                FunctionName=tool.lambda_arn,
+                InvocationType="RequestResponse",
+                Payload=json.dumps(payload).encode(),
+            )
+        except ClientError as error:
+            code = error.response.get("Error", {}).get("Code", "")
+            status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            if status >= 500 or status == 429 or "Throttl" in code or "TooMany" in code:
+                raise TransientError(f"tool {tool.name}: Lambda {code or status}") from None
+            return {"error": f"the tool could not be invoked ({code or status})"}
+        except BotoCoreError as error:  # connection errors, timeouts
+            raise TransientError(f"tool {tool.name}: {type(error).__name__}") from None
+        body = response["Payload"].read()
+        if response.get("FunctionError"):
+            # a crash or a timeout of the tool's function: a retry may fix it, and the key
+            # makes a repeat safe for a tool that made its effect idempotent
+            raise TransientError(f"tool {tool.name}: its function failed")
+        try:
+            return json.loads(body or b"null")
+        except ValueError:
+            return {"error": "the tool answered something that is not JSON"}
+
+    def _https(self, tool: Tool, payload: dict[str, Any]) -> Any:
+        import urllib3
+
+        if self._http is None:
+            self._http = urllib3.PoolManager(retries=False)
+        headers = {
+            "Content-Type": "application/json",
+            "Idempotency-Key": payload["idempotency_key"],
+        }
+        if tool.auth is not None and tool.auth_header:
+            headers[tool.auth_header] = tool.auth.get()
+        try:
+            response = self._http.request(
+                "POST",
+                tool.url,
+                body=json.dumps(payload).encode(),
+                headers=headers,
+                timeout=urllib3.Timeout(
+                    connect=min(3.0, tool.timeout_seconds), read=tool.timeout_seconds
+                ),
+                redirect=False,
+            )
+        except urllib3.exceptions.HTTPError as error:
+            raise TransientError(f"tool {tool.name}: {type(error).__name__}") from None
+        if response.status in (408, 429) or response.status >= 500:
+            raise TransientError(f"tool {tool.name}: HTTP {response.status}")
+        try:
+            answer = json.loads(response.data or b"null")
+        except ValueError:
+            answer = None
+        if response.status >= 300:
+            error = answer.get("error") if isinstance(answer, dict) else None
+            return {"error": str(error or f"HTTP {response.status}")}
+        return (
+            answer
+            if answer is not None
+            else {"error": "the tool answered something that is not JSON"}
+        )
+
+
+def tool_hosts(value: str | None) -> frozenset[Origin]:
+    """TOOL_HOSTS: the origins HTTPS tools may call (space- or comma-separated)."""
+    return parse_origins(value)
