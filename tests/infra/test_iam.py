@@ -29,11 +29,13 @@ from tests.infra.test_template import (
     target,
 )
 
+ORDERS_TOOL = "arn:aws:lambda:eu-west-1:123456789012:function:orders"
 SHAPES = {
     "whasp": {},
     "whasp-with-archive": {"ArchiveBucket": "transcripts-example"},
     "meta-with-archive": {"Provider": "meta", "ArchiveBucket": "transcripts-example"},
     "bedrock": {"ModelProvider": "bedrock"},
+    "whasp-with-tools": {"ExampleBookingTool": "true", "ToolFunctionArns": ORDERS_TOOL},
 }
 PROFILE = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/eu.openai.gpt-6-luna"
 
@@ -44,10 +46,20 @@ def shape(request, sam_template: Template) -> tuple[Template, dict[str, str]]:
     return sam_transform(sam_template, parameters), parameters
 
 
-def function_roles(cfn: Template) -> dict[str, str]:
-    """Function logical id -> the logical id of its execution role."""
+def deployed(cfn: Template, type_: str, parameters: dict[str, str]) -> dict[str, Any]:
+    """The resources of a type that this shape deploys (their Condition holds)."""
+    return {
+        logical_id: resource
+        for logical_id, resource in resources(cfn, type_).items()
+        if "Condition" not in resource
+        or evaluate(cfn, {"Condition": resource["Condition"]}, parameters)
+    }
+
+
+def function_roles(cfn: Template, parameters: dict[str, str] | None = None) -> dict[str, str]:
+    """Function logical id -> the logical id of its execution role (of this shape's functions)."""
     found = {}
-    for function_id, function in resources(cfn, "AWS::Lambda::Function").items():
+    for function_id, function in deployed(cfn, "AWS::Lambda::Function", parameters or {}).items():
         role = target(function["Properties"]["Role"])
         assert role in cfn["Resources"], f"{function_id}'s role is not in the stack"
         found[function_id] = role
@@ -61,8 +73,8 @@ def role_statements(
     role = resolve_all(cfn, cfn["Resources"][role_id]["Properties"], parameters)
     documents = [p["PolicyDocument"] for p in role.get("Policies", [])]
     for policy in {
-        **resources(cfn, "AWS::IAM::Policy"),
-        **resources(cfn, "AWS::IAM::ManagedPolicy"),
+        **deployed(cfn, "AWS::IAM::Policy", parameters),
+        **deployed(cfn, "AWS::IAM::ManagedPolicy", parameters),
     }.values():
         if not deployed(cfn, policy, parameters):
             continue
@@ -77,7 +89,7 @@ def role_statements(
 def listing(cfn: Template, parameters: dict[str, str]) -> list[tuple[str, str, str]]:
     """(function, action, resource) for every grant: the table a reviewer reads."""
     rows = []
-    for function_id, role_id in function_roles(cfn).items():
+    for function_id, role_id in function_roles(cfn, parameters).items():
         for statement in role_statements(cfn, role_id, parameters):
             for action in as_list(statement["Action"]):
                 for resource in as_list(statement["Resource"]):
@@ -126,7 +138,8 @@ def profile_bound(cfn: Template, parameters: dict[str, str]) -> set[tuple[str, s
 def test_every_grant_names_its_resource_except_where_aws_allows_only_star(shape) -> None:
     cfn, parameters = shape
     grants = [g for g in listing(cfn, parameters) if g not in profile_bound(cfn, parameters)]
-    assert len({function for function, _, _ in grants}) == 4  # every function was listed
+    # every function was listed
+    assert {function for function, _, _ in grants} == set(function_roles(cfn, parameters))
     wide = [
         f"{function}: {action} on {resource}"
         for function, action, resource in grants
@@ -179,11 +192,13 @@ def test_pollers_and_logs_are_scoped_to_this_stacks_queue_stream_and_log_groups(
         by_action.setdefault(action, set()).add(resource)
     assert by_action["sqs:ReceiveMessage"] == {"EventQueue.Arn"}
     assert by_action["dynamodb:GetRecords"] == {"MemoryTable.StreamArn"}
+    example = {"BookingToolLogGroup.Arn"} if parameters.get("ExampleBookingTool") else set()
     assert by_action["logs:PutLogEvents"] == {
         "WebhookLogGroup.Arn",
         "ConsumerLogGroup.Arn",
         "CompactorLogGroup.Arn",
         "AdminLogGroup.Arn",
+        *example,
     }
     assert "logs:CreateLogGroup" not in by_action  # the template creates them, with retention
 
@@ -274,6 +289,22 @@ def test_bedrock_grants_the_one_profile_its_model_the_default_project_and_short_
     # and with OpenAI no role holds any Bedrock permission
     openai = sam_transform(sam_template, PARAMETERS)
     assert not [g for g in listing(openai, PARAMETERS) if g[1].startswith("bedrock")]
+
+
+def test_the_consumer_may_invoke_exactly_the_declared_tool_functions(shape) -> None:
+    cfn, parameters = shape
+    invokes = {
+        (function.removesuffix("Function")[:8], resource)
+        for function, action, resource in listing(cfn, parameters)
+        if action.startswith("lambda:")
+    }
+    if not parameters.get("ExampleBookingTool"):
+        assert invokes == set()  # no tools declared: nothing to invoke
+        return
+    assert invokes == {
+        ("Consumer", "BookingToolFunction.Arn"),
+        ("Consumer", ORDERS_TOOL),
+    }
 
 
 def test_no_function_sets_both_role_and_policies(sam_template: Template) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import json
+import re
 
 import pytest
 
@@ -121,3 +123,51 @@ def test_the_person_key_is_required_long_and_read_from_secrets_manager_in_aws():
         ConsumerSettings.from_env({**CONSUMER, "PERSON_KEY": "short"})
     arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:PersonKeySecret-AbCdEf"
     WebhookSettings.from_env({**webhook, "PERSON_KEY_SECRET_ARN": arn})  # read on first use
+
+
+def test_the_tools_file_is_checked_at_cold_start_naming_the_bad_entry(tmp_path):
+    tools = tmp_path / "tools.json"
+    good = {
+        "name": "list_free_slots",
+        "description": "Free slots on a day",
+        "parameters": {"type": "object", "properties": {"day": {"type": "string"}}},
+        "lambda": "arn:aws:lambda:eu-west-1:123456789012:function:booking",
+    }
+    env = {**CONSUMER, "TOOLS_FILE": str(tools), "TOOL_HOSTS": "https://api.example.com"}
+    cases = {
+        "tool #2 (book): say where it runs": {"name": "book", "description": "Books"},
+        "tool #2 (order): https://evil.example:443 is not in TOOL_HOSTS": {
+            **good,
+            "name": "order",
+            "lambda": None,
+            "https": {"url": "https://evil.example/order"},
+        },
+        "tool #2 (order): 'https.url' must be an https URL": {
+            **good,
+            "name": "order",
+            "lambda": None,
+            "https": {"url": "http://api.example.com/order"},
+        },
+        "tool #2 (bad name!): 'name' must be": {**good, "name": "bad name!"},
+        "tool #2 (slots): 'parameters' must be a JSON schema": {
+            **good,
+            "name": "slots",
+            "parameters": {"type": "string"},
+        },
+        "tool #2 (slots):": {
+            **good,
+            "name": "slots",
+            "parameters": {"type": "object", "required": 3},
+        },
+        "tool #2: the name 'list_free_slots' is declared twice": good,
+    }
+    for expected, second in cases.items():
+        second = {k: v for k, v in second.items() if v is not None}
+        tools.write_text(json.dumps({"tools": [good, second]}))
+        with pytest.raises(ConfigurationError, match=re.escape(expected)):
+            ConsumerSettings.from_env(env)
+    tools.write_text(json.dumps({"tools": [good]}))
+    assert [t.name for t in ConsumerSettings.from_env(env).tools] == ["list_free_slots"]
+    tools.write_text("not json")
+    with pytest.raises(ConfigurationError, match=r"TOOLS_FILE .*not a JSON object"):
+        ConsumerSettings.from_env(env)
