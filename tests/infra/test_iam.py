@@ -46,20 +46,21 @@ def shape(request, sam_template: Template) -> tuple[Template, dict[str, str]]:
     return sam_transform(sam_template, parameters), parameters
 
 
-def deployed(cfn: Template, type_: str, parameters: dict[str, str]) -> dict[str, Any]:
+def deployed_resources(cfn: Template, type_: str, parameters: dict[str, str]) -> dict[str, Any]:
     """The resources of a type that this shape deploys (their Condition holds)."""
     return {
         logical_id: resource
         for logical_id, resource in resources(cfn, type_).items()
-        if "Condition" not in resource
-        or evaluate(cfn, {"Condition": resource["Condition"]}, parameters)
+        if deployed(cfn, resource, parameters)
     }
 
 
 def function_roles(cfn: Template, parameters: dict[str, str] | None = None) -> dict[str, str]:
     """Function logical id -> the logical id of its execution role (of this shape's functions)."""
     found = {}
-    for function_id, function in deployed(cfn, "AWS::Lambda::Function", parameters or {}).items():
+    for function_id, function in deployed_resources(
+        cfn, "AWS::Lambda::Function", parameters or {}
+    ).items():
         role = target(function["Properties"]["Role"])
         assert role in cfn["Resources"], f"{function_id}'s role is not in the stack"
         found[function_id] = role
@@ -73,8 +74,8 @@ def role_statements(
     role = resolve_all(cfn, cfn["Resources"][role_id]["Properties"], parameters)
     documents = [p["PolicyDocument"] for p in role.get("Policies", [])]
     for policy in {
-        **deployed(cfn, "AWS::IAM::Policy", parameters),
-        **deployed(cfn, "AWS::IAM::ManagedPolicy", parameters),
+        **resources(cfn, "AWS::IAM::Policy"),
+        **resources(cfn, "AWS::IAM::ManagedPolicy"),
     }.values():
         if not deployed(cfn, policy, parameters):
             continue
