@@ -51,7 +51,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from memagent.origins import Origin
-    from memagent.settings import Secret
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the Responses API's rule for function names
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -67,7 +66,7 @@ class Tool:
     lambda_arn: str | None = None
     url: str | None = None
     auth_header: str | None = None
-    auth: Secret | None = field(default=None, repr=False)
+    auth: Any = field(default=None, repr=False)  # a settings.Secret: .get() -> the header value
     timeout_seconds: float = 10.0
     check: Callable[[Any], Any] = field(default=lambda data: data, repr=False, compare=False)
 
@@ -96,7 +95,7 @@ def load_tools(
     *,
     hosts: frozenset[Origin] = frozenset(),
     environ: Mapping[str, str] | None = None,
-    secret: Callable[[str, str], Secret] | None = None,
+    secret: Callable[[str, str], Any] | None = None,
 ) -> tuple[Tool, ...]:
     """The declared tools, checked; ConfigurationError names the file and the bad entry."""
     import fastjsonschema  # Powertools' validation extra: a small, pure-Python JSON Schema
@@ -136,7 +135,7 @@ def _tool(
     *,
     hosts: frozenset[Origin],
     environ: Mapping[str, str],
-    secret: Callable[[str, str], Secret] | None,
+    secret: Callable[[str, str], Any] | None,
 ) -> Tool:
     if not isinstance(entry, dict):
         raise TypeError("each tool is a JSON object")
@@ -212,8 +211,17 @@ class ToolBox:
         self._lambda = lambda_client
         if lambda_client is None and any(t.lambda_arn for t in tools):
             import boto3  # at cold start: the consumer's init, not the first tool call
+            from botocore.config import Config
 
-            self._lambda = boto3.client("lambda")
+            # one quick retry of a throttle or a 5xx; past it, the record's own backoff
+            self._lambda = boto3.client(
+                "lambda",
+                config=Config(
+                    connect_timeout=3,
+                    read_timeout=MAX_TIMEOUT_SECONDS,
+                    retries={"mode": "standard", "max_attempts": 2},
+                ),
+            )
         self._http: Any = None
 
     def specs(self) -> list[dict[str, Any]]:
