@@ -184,6 +184,8 @@ def functions(template: dict[str, Any], resolver: Resolver, root: Path) -> dict[
     for logical_id, resource in (template.get("Resources") or {}).items():
         if resource.get("Type") != FUNCTION:
             continue
+        if "Condition" in resource and not resolver.condition(resource["Condition"]):
+            continue  # not in this shape of the stack (e.g. the example tool, off)
         props = resource.get("Properties") or {}
         merged = {**globals_, **props}
         variables = {
