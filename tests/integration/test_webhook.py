@@ -377,6 +377,41 @@ def test_arbitrary_requests_never_500_and_never_enqueue_unsigned(
     assert queued() == []
 
 
+def _envelope(event_id: str) -> Any:
+    """A whasp envelope with arbitrary parts, its id the one the request is signed for."""
+    text, phone = st.text(max_size=80), st.from_regex(r"\+[1-9][0-9]{6,14}", fullmatch=True)
+    message = st.fixed_dictionaries({"id": text, "type": st.just("text"), "text": text})
+    data = st.fixed_dictionaries(
+        {"number": st.one_of(phone, text), "chat": st.one_of(phone, text), "message": message}
+    )
+    kinds = st.sampled_from(["message.received", "chat.opted_out", "number.replaced"])
+    return st.fixed_dictionaries(
+        {
+            "id": st.just(event_id),
+            "type": st.one_of(kinds, text),
+            "created_at": st.just(datetime.now(UTC).isoformat()),
+            "data": st.one_of(data, st.dictionaries(text, text, max_size=3), text),
+        }
+    ).map(lambda value: json.dumps(value).encode())
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    body=st.one_of(_envelope("evt_fuzz"), st.binary(max_size=300), st.text().map(str.encode)),
+    base64_encoded=st.booleans(),
+)
+def test_correctly_signed_arbitrary_bodies_never_500(webhook, lambda_context, body, base64_encoded):
+    # whatever a correctly signed body holds, the answer is never a server error
+    headers = signed_headers(body, "evt_fuzz")
+    try:
+        request = http_event(body, headers, base64_encoded=base64_encoded)
+    except UnicodeDecodeError:
+        request = http_event(body, headers, base64_encoded=True)
+    assert webhook.handler(request, lambda_context)["statusCode"] < 500
+
+
 def test_the_webhook_cold_path_loads_no_model_code_no_pydantic_no_xray_sdk_and_no_boto3_client():
     # given a fresh interpreter in a Lambda-like environment (a cold start; with
     # AWS_LAMBDA_FUNCTION_NAME set, a Powertools Tracer would load the X-Ray SDK and patch
