@@ -98,7 +98,7 @@ PERMANENT_STATUSES = frozenset({400, 404, 413, 415, 422})
 # bedrock-runtime endpoint"): requests are always synchronous (background=true is a 400),
 # server-side tools (web search and the other hosted ones) are unavailable, and with store=false
 # nothing is kept, so previous_response_id cannot continue anything. Only client-side tools stay.
-BEDROCK_DROPS = frozenset({"background", "previous_response_id", "conversation"})
+BEDROCK_DROPS = frozenset({"background", "previous_response_id"})
 CLIENT_SIDE_TOOLS = frozenset({"function", "custom"})
 
 
