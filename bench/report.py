@@ -99,6 +99,7 @@ def results(
         _hardening_section(measured["hardening"]),
         _retry_section(measured["retries"]),
         _burst_section(measured["bursts"]),
+        _tools_section(measured["tools"]),
         METHOD,
     ]
     return unwrap("\n".join(sections)) + "\n"
@@ -563,6 +564,25 @@ answered in two parts). Both runs get the same deliveries; only `COALESCE_BURSTS
 Coalesced / one by one: model calls {_n(b["model_calls_ratio"], 2)}x, model input
 {_n(b["input_chars_ratio"], 2)}x (every call resends the recent history, so fewer calls also
 means fewer input tokens).
+"""
+
+
+def _tools_section(t: dict[str, Any]) -> str:
+    header = ["crash", "attempts", "model calls", "tool calls", "positions", "bookings", "replies"]
+    keys = ["step", "attempts", "model_calls", "tool_calls", "positions", "bookings", "replies"]
+    rows = [[c[key] for key in keys] for c in t["cells"]]
+    return f"""## 10. Tools: each side effect once per position
+
+The example booking tools (`examples/booking`, behind a local Lambda Invoke API) through the
+consumer handler, with the offline model asking for the free slots, then the booking: a booking
+turn is {t["model_calls_per_turn"]} model calls and {t["tool_calls_per_turn"]} tool calls. Then
+the same turn with a crash after each step, redelivered until it succeeds:
+
+{table(header, rows, "lrrrrrr")}
+
+Cells without exactly one booking and one reply: {_must(t["cells_not_exactly_one"], 0)}. A call
+repeated under the same key (the one window: the tool acted, its result not yet recorded; the
+example answers the repeat from its key): {t["repeats_under_one_key"]}.
 """
 
 

@@ -26,6 +26,7 @@ import hardening
 import harness
 import report
 import retry_bench
+import tool_bench
 import turn_bench
 import webhook_bench
 
@@ -102,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         measured["bursts"] = burst_bench.run(stack, **sizes["bursts"])
         step("8. failure timing")
         measured["retries"] = retry_bench.run(stack, **sizes["retries"])
+        step("10. tool turns: calls per booking turn, and a crash after each step")
+        measured["tools"] = tool_bench.run(stack)
     step("5. the local stack end to end")
     measured["e2e"] = e2e_bench.run(**sizes["e2e"])
 

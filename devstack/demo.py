@@ -141,6 +141,7 @@ class Demo:
         self.first_conversation()
         self.returning_after_weeks()
         self.burst()
+        self.booking()
         if self.meta:
             self.new_identifiers()
             self.recycled_number()
@@ -261,8 +262,35 @@ class Demo:
             "one model call for the burst, its input ending with all three lines in order",
         )
 
+    def booking(self) -> None:
+        self.console.heading("5. Maya books a session; the first attempt dies after the booking")
+        self.console.note(
+            "The model calls the example booking tool (ExampleBookingTool=true): the free slots, "
+            "then the booking. The booking's answer is lost on its way back, as if the consumer "
+            "died just after the tool acted: the queue redelivers the message, the recorded "
+            "slots are replayed, and the booking is asked again under the same idempotency key."
+        )
+        api = self.stack.lambda_api
+        api.lose_answers("book_appointment", 2)  # the call and the Lambda client's one retry
+        before = len(self.stack.replies_to(self.address))
+        reply = self.talk("Can you book me a session on 2026-12-03 at 10:00?")
+        self.stack.wait_idle(timeout=120)
+        books = [p for p in api.invocations() if (p or {}).get("tool") == "book_appointment"]
+        keys = {p["idempotency_key"] for p in books}
+        self.check(
+            len(books) > 1 and len(keys) == 1,
+            f"the booking reached the tool {len(books)} times, under one idempotency key: "
+            "booked once",
+        )
+        self.check(len(self.stack.replies_to(self.address)) == before + 1, "one reply")
+        if self.offline:
+            self.check(
+                reply is not None and "Booked: 2026-12-03 10:00" in reply["text"],
+                "the reply says what was booked",
+            )
+
     def replaced_number(self) -> None:
-        self.console.heading("5. WhatsApp bans the business number; whasp hands over a new one")
+        self.console.heading("6. WhatsApp bans the business number; whasp hands over a new one")
         old = self.stack.business_number
         pk_before = self.stack.view(MAYA).pk
         self.stack.replace_number(NEW_NUMBER)
@@ -283,7 +311,7 @@ class Demo:
             self.check(told == [True, False], "the model is told about the new number once")
 
     def new_identifiers(self) -> None:
-        self.console.heading("5. Maya takes a username, then Meta regenerates her BSUID")
+        self.console.heading("6. Maya takes a username, then Meta regenerates her BSUID")
         pk_before = self.stack.view(MAYA).pk
         self.phone = None
         self.console.note("with a username, her messages carry only her BSUID (no phone)")
@@ -348,7 +376,7 @@ class Demo:
             )
 
     def opt_out(self) -> None:
-        self.console.heading("6. Maya writes STOP")
+        self.console.heading("7. Maya writes STOP")
         sent_before = len(self.stack.replies_to(self.address))
         self.talk("STOP", expect_reply=False)
         view = self.stack.view(self.address)
@@ -368,7 +396,7 @@ class Demo:
         )
 
     def forget(self) -> None:
-        self.console.heading("7. Maya asks the operator to erase her (GDPR art. 17)")
+        self.console.heading("8. Maya asks the operator to erase her (GDPR art. 17)")
         try:
             from memagent.lifecycle import forget
         except ImportError:
@@ -430,7 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     checks = Checks(console)
     began = time.monotonic()
     console.heading(f"The local stack: the whole pipeline on this machine ({args.provider})")
-    parameters = {"ModelProvider": args.model_provider}
+    # the example booking tool is on: scene 5 books through it
+    parameters = {"ModelProvider": args.model_provider, "ExampleBookingTool": "true"}
     with DevStack(
         console=console, log_path=args.log, provider=args.provider, parameters=parameters
     ) as stack:

@@ -21,6 +21,13 @@ class FakeLambda(RecordingServer):
     def __init__(self, functions: dict[str, Handler] | None = None) -> None:
         super().__init__()
         self.functions = dict(functions or {})  # function name or ARN -> handler(event, context)
+        self._lost: list[str] = []  # tools whose next answers are lost, in order
+
+    def lose_answers(self, tool: str, n: int = 1) -> None:
+        """The next `n` invocations for `tool` run, then answer 502 (as if the caller died just
+        after the function acted): the side effect happened, the caller never learns it."""
+        with self._lock:
+            self._lost.extend([tool] * n)
 
     def invocations(self, name: str | None = None) -> list[Any]:
         """The payloads of the invocations of `name` (any function if None), in order."""
@@ -42,4 +49,11 @@ class FakeLambda(RecordingServer):
         except Exception as error:  # the function's own failure, not the API's
             body = {"errorMessage": str(error), "errorType": type(error).__name__}
             return Reply.json(200, body, {"X-Amz-Function-Error": "Unhandled"})
+        with self._lock:
+            tool = (record["json"] or {}).get("tool") if isinstance(record["json"], dict) else None
+            lost = tool in self._lost
+            if lost:
+                self._lost.remove(tool)
+        if lost:
+            return Reply.json(502, {"message": "the answer was lost"})
         return Reply(200, json.dumps(result).encode(), {"X-Amz-Executed-Version": "$LATEST"})

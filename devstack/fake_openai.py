@@ -312,7 +312,7 @@ def offline_transcriber(audio: bytes) -> str:
     return f"[offline transcription of {len(audio)} bytes]"
 
 
-def offline_model(request: dict[str, Any]) -> str:
+def offline_model(request: dict[str, Any]) -> str | dict[str, Any]:
     """A deterministic stand-in for a model, so the local stack works with no API key.
 
     It shows the memory mechanics rather than intelligence: replies say what the notes in the
@@ -325,7 +325,39 @@ def offline_model(request: dict[str, Any]) -> str:
         return json.dumps(_structured(request, text_format.get("schema") or {}))
     if image := _first_image(request.get("input")):
         return f"{OFFLINE} a picture ({image})"
+    if (acted := _act(request)) is not None:
+        return acted
     return _reply(request)
+
+
+def _act(request: dict[str, Any]) -> Any:
+    """With the example booking tools offered and a message asking to book: look up the day's
+    free slots, book the asked time (or the first free one), then say what was booked."""
+    offered = {tool.get("name") for tool in request.get("tools") or []}
+    said = (_user_messages(request) or [""])[-1]
+    if not {"list_free_slots", "book_appointment"} <= offered or "book" not in said.casefold():
+        return None
+    done = [
+        json.loads(item["output"])
+        for item in request.get("input") or []
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    ]
+    day = (re.findall(r"\d{4}-\d{2}-\d{2}", said) or ["2026-12-03"])[0]
+    if not done:
+        return _calls("list_free_slots", {"day": day})
+    if len(done) == 1:
+        free = (done[0].get("output") or {}).get("free") or ["09:00"]
+        asked = re.findall(r"\b\d{1,2}:\d{2}\b", said)
+        time_ = asked[0].zfill(5) if asked and asked[0].zfill(5) in free else free[0]
+        return _calls("book_appointment", {"day": day, "time": time_, "name": "the person"})
+    booked = (done[-1].get("output") or {}).get("booked")
+    return f"{OFFLINE} " + (f"Booked: {booked}." if booked else f"No booking: {done[-1]}")
+
+
+def _calls(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    call_id = f"call_{name}"
+    item = {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": name}
+    return {"output": [{**item, "arguments": json.dumps(arguments), "status": "completed"}]}
 
 
 def _reply(request: dict[str, Any]) -> str:

@@ -224,6 +224,7 @@ class DevStack:
         self.whasp: Any = None  # devstack.fake_whasp.FakeWhasp
         self.graph: Any = None  # devstack.fake_meta.FakeGraph (provider meta)
         self.openai: Any = None  # devstack.fake_openai.FakeOpenAI, when offline
+        self.lambda_api: Any = None  # devstack.fake_lambda.FakeLambda: tools' functions
         self.resources: LocalResources | None = None
         self.functions: dict[str, cfn.FunctionSpec] = {}
         self.pools: dict[str, FunctionPool] = {}
@@ -301,14 +302,31 @@ class DevStack:
                 )
         self.console.event("model", self.model.label)
 
+        from devstack.fake_lambda import FakeLambda
+
+        self.lambda_api = FakeLambda().start()  # the consumer invokes tools' functions here
         resolver = self._cfn = self._resolver(base_url)
         self._create_buckets(resolver)
         self.functions = cfn.functions(self.template, resolver, ROOT)
         # moto's Parameter Store takes seconds to initialise: overlap it with the cold starts
         # (the functions read their secrets on first use, after both are done).
         in_parallel([self._start_functions, self._store_secrets])
+        for logical_id, spec in self.functions.items():
+            if self._role(spec) == "other":  # a tool's function (the example booking tool)
+                self.lambda_api.functions[self.function_arn(logical_id)] = self._invoker(logical_id)
         self._start_apis()
         self._start_deliveries(resolver)
+
+    def _invoker(self, logical_id: str) -> Any:
+        pool = self.pools[logical_id]
+
+        def invoke(event: Any, _context: Any) -> Any:
+            outcome = pool.invoke(event)
+            if not outcome.ok:
+                raise RuntimeError(f"{outcome.error_type}: {outcome.error_message}")
+            return outcome.result
+
+        return invoke
 
     def stop(self) -> None:
         """Stop everything this stack started, newest first; safe to call twice."""
@@ -322,7 +340,7 @@ class DevStack:
             thread.start()
         for thread in threads:
             thread.join()
-        for server in (self.whasp, self.graph, self.openai):
+        for server in (self.whasp, self.graph, self.openai, self.lambda_api):
             if server is not None:
                 server.stop()
         if self.moto is not None:
@@ -505,6 +523,8 @@ class DevStack:
             # a local run: the webhook accepts the published test-only secret
             "MEMAGENT_LOCAL_STACK": "1",
         }
+        if self.lambda_api is not None:
+            env["AWS_ENDPOINT_URL_LAMBDA"] = self.lambda_api.url
         if self.compact_threshold is not None:
             env["COMPACT_THRESHOLD"] = str(self.compact_threshold)
         if self.compact_keep is not None:

@@ -44,6 +44,7 @@ def test_quick_bench_writes_every_figure(tmp_path):
         "## 7. Hardening",
         "## 8. Failure timing",
         "## 9. Bursts",
+        "## 10. Tools",
     ):
         assert heading in report
     assert plot.read_bytes().startswith(b"\x89PNG")
@@ -55,6 +56,7 @@ def test_quick_bench_writes_every_figure(tmp_path):
     assert "consumer cold import + init" in report and "(`import openai`)" in report
     # and the counts that must be zero are zero, even at this size
     measured = json.loads(data.read_text())
+    assert measured["tools"]["cells_not_exactly_one"] == 0
     hardening = measured["hardening"]
     assert hardening["crash"]["cells_not_exactly_one"] == 0
     bursts = measured["bursts"]

@@ -1,0 +1,81 @@
+"""Figure 10: tool turns. The example booking tools (examples/booking) behind a local Lambda
+Invoke API, the offline model asking for them ("book me ... at 10:00": the free slots, then the
+booking), through the real consumer: model and tool calls per booking turn, then a crash after
+each step of that two-tool turn, redelivered until it succeeds. Every cell must end with one
+reply and each position's effect once; the one window (the tool acted, the result unrecorded)
+repeats the call under the same idempotency key, which the example turns into a no-op."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import harness
+
+from devstack.fake_lambda import FakeLambda
+from devstack.fake_openai import offline_model
+
+ROOT = Path(__file__).resolve().parent.parent
+ARN = "arn:aws:lambda:eu-west-1:123456789012:function:booking"
+ASK = "Can you book me a session on 2026-12-03 at 10:00?"
+# (label, collaborator, method, nth call): the crash strikes after that call
+STEPS = [
+    ("none", None, None, 0),
+    ("after the slots call", "tools", "call", 1),
+    ("after recording the slots", "store", "record_tool", 2),
+    ("after the booking call", "tools", "call", 2),
+    ("after recording the booking", "store", "record_tool", 4),
+    ("after storing the reply", "store", "remember_reply", 1),
+    ("after sending the reply", "provider", "send_text", 1),
+]
+
+
+def run(stack: harness.Stack) -> dict[str, Any]:
+    from hardening import _crash_after
+
+    booking = harness.load_handler(ROOT / "examples" / "booking" / "app.py", {})
+    with FakeLambda({ARN: booking.handler}) as api:
+        env = {
+            **stack.consumer_env(stack.resources("tl")),
+            "TOOLS_FILE": str(ROOT / "functions" / "consumer" / "tools.example.json"),
+            "BOOKING_TOOL_ARN": ARN,
+            "AWS_ENDPOINT_URL_LAMBDA": api.url,
+        }
+        consumer = harness.load_function("consumer", env)
+        stack.openai.responder = offline_model
+        agent, context, cells = consumer.consumer.agent, harness.LambdaContext(), []
+        for index, (label, target, method, nth) in enumerate(STEPS):
+            stack.openai.reset()
+            stack.whasp.reset()
+            api.requests.clear()
+            booking.booked.clear()
+            phone = f"+4477009{index:02d}0002"
+            event = harness.whasp_message(ASK, chat=phone, created_at=harness.iso_now(5))
+            if target is not None:
+                _crash_after(getattr(agent, target), method, nth)
+            attempts, failed = 0, ["x"]
+            with harness.captured_logs(harness.LogSink()):
+                while failed and attempts < 5:
+                    attempts += 1
+                    batch = harness.sqs_batch(event, receive_count=attempts)
+                    failed = harness.retried(consumer.handler, batch, context)
+            keys = [p["idempotency_key"] for p in api.invocations(ARN)]
+            cells.append(
+                {
+                    "step": label,
+                    "attempts": attempts,
+                    "model_calls": len(stack.openai.calls()),
+                    "tool_calls": len(keys),
+                    "positions": len(set(keys)),
+                    "bookings": len(booking.booked),
+                    "replies": len(stack.whasp.texts_to(phone)),
+                }
+            )
+    crashed = cells[1:]
+    return {
+        "cells": cells,
+        "model_calls_per_turn": cells[0]["model_calls"],
+        "tool_calls_per_turn": cells[0]["tool_calls"],
+        "cells_not_exactly_one": sum(c["replies"] != 1 or c["bookings"] != 1 for c in crashed),
+        "repeats_under_one_key": sum(c["tool_calls"] - c["positions"] for c in crashed),
+    }
