@@ -344,7 +344,7 @@ class Demo:
             )
 
     def recycled_number(self) -> None:
-        self.console.heading("5b. Maya changes her number; the carrier recycles the old one")
+        self.console.heading("6b. Maya changes her number; the carrier recycles the old one")
         pk_before = self.stack.view(MAYA_NEW_BSUID).pk
         self.stack.change_identity(
             "user_changed_number", {"from": MAYA.lstrip("+")}, wa_id=MAYA_NEW_PHONE.lstrip("+")
