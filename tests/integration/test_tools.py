@@ -189,11 +189,45 @@ def test_an_https_tool_gets_the_key_and_validated_arguments(
     assert [s["text"] for s in whasp.sent] == ["Your order: shipped"]
 
 
+def test_an_https_tools_auth_header_is_read_from_ssm_and_sent_to_its_host_only(
+    lambda_api, order_api, openai, whasp, tmp_path, consumer_env, monkeypatch, lambda_context
+):
+    import boto3
+
+    boto3.client("ssm").put_parameter(
+        Name="/agent/orders-token", Value="Bearer s3cret", Type="SecureString", Overwrite=True
+    )
+    declared = {
+        "name": "order_status",
+        "description": "Where an order is",
+        "parameters": {"type": "object", "properties": {"order": {"type": "integer"}}},
+        "https": {
+            "url": f"{order_api.url}/tools/order-status",
+            "auth_header": "Authorization",
+            "auth_parameter": "/agent/orders-token",
+        },
+    }
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps({"tools": [declared]}))
+    env = {**consumer_env, "TOOLS_FILE": str(path), "TOOL_HOSTS": order_api.url}
+    consumer = load_function("consumer", env, monkeypatch)
+    order_api.requests.clear()
+    openai.responder = lambda r: (
+        {"output": [call("order_status", {"order": 3}, "c1")]} if not outputs(r) else "ok"
+    )
+    consumer.handler(sqs_batch(message("order 3?")), lambda_context)
+    (request,) = order_api.requests
+    assert request["headers"]["authorization"] == "Bearer s3cret"
+    assert all("s3cret" not in json.dumps(call) for call in openai.calls())
+
+
 # the steps of a two-tool turn, and a crash after each: (collaborator, method, nth call)
 CRASH_POINTS = [
+    ("store", "record_tool", 1, "after"),  # the model's first round recorded, nothing called
     ("tools", "call", 1, "before"),  # before the first call
     ("tools", "call", 1, "after"),  # the first tool acted; its result not yet recorded
     ("store", "record_tool", 2, "after"),  # the first result recorded
+    ("store", "record_tool", 3, "after"),  # the second round recorded, the booking not made
     ("tools", "call", 2, "before"),
     ("tools", "call", 2, "after"),  # the booking made; not yet recorded
     ("store", "record_tool", 4, "after"),  # the booking recorded
