@@ -74,8 +74,10 @@ def mutate(module: str, tests: list[str], max_children: int) -> Counter[str]:
     work = prepare(module, tests)
     mutmut = [sys.executable, str(Path(__file__).resolve()), "mutmut"]
     run = [*mutmut, "run", "--max-children", str(max_children)]
-    if subprocess.run(run, cwd=work, capture_output=True, text=True).returncode:
-        sys.exit(f"mutmut failed; run it again in {work}: ../../.venv/bin/mutmut run")
+    done = subprocess.run(run, cwd=work, capture_output=True, text=True)
+    if done.returncode:
+        print("\n".join((done.stdout + done.stderr).splitlines()[-40:]))
+        sys.exit(f"mutmut failed in {work}")
     results = subprocess.run(
         [*mutmut, "results", "--all", "true"], cwd=work, check=True, capture_output=True, text=True
     ).stdout

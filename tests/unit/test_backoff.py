@@ -35,6 +35,28 @@ def test_the_outage_budget_is_the_sum_of_the_shortest_waits():
     assert outage_survived_seconds(schedule, 5) < 3600  # what 5 receives would have given
 
 
+def test_each_attempts_own_time_adds_to_the_outage_budget():
+    schedule = RetrySchedule(base_seconds=10, cap_seconds=900, jitter=0.2)
+    # 8 + 16 + 32 + 64 + 128 of waits, and 5 attempts of 40 s
+    assert outage_survived_seconds(schedule, 5, seconds_per_attempt=40) == 248 + 5 * 40
+
+
+def test_a_delay_is_at_least_one_second_and_drawn_without_a_given_generator():
+    # given a schedule whose delays round to nothing
+    schedule = RetrySchedule(base_seconds=0.4, cap_seconds=900, jitter=0)
+    # then SQS is asked for 1 s, the least that still waits
+    assert schedule.delay(1) == 1
+    assert schedule.shortest(1) == 1
+    # and without a generator of its own, a delay is drawn within its bounds
+    assert 8 <= RetrySchedule(base_seconds=10, jitter=0.2).delay(1) <= 10
+
+
+def test_the_doubling_stops_at_2_to_the_32():
+    schedule = RetrySchedule(base_seconds=1, cap_seconds=2**40, jitter=0)
+    assert schedule.nominal(34) == 2**32
+    assert schedule.nominal(10_000) == 2**32
+
+
 def record(group: str, receive_count: int) -> SQSRecord:
     return SQSRecord(
         {
