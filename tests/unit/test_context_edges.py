@@ -85,3 +85,12 @@ def test_a_two_letter_word_matches():
 
 def test_with_room_for_no_facts_none_go_in():
     assert picked([Fact("Has a dog", START)], "dog", 0) == []
+
+
+def test_picked_facts_go_in_oldest_first_whatever_order_memory_gives():
+    facts = [
+        Fact("Works nights", START + timedelta(2)),
+        Fact("Has a dog", START + timedelta(1)),
+        Fact("Lives in Leeds", START),
+    ]
+    assert picked(facts, "hello", 2) == ["Has a dog", "Works nights"]
