@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from memagent.lifecycle import forget_key
+from memagent.notify import OperatorEvents
 
 if TYPE_CHECKING:
     from memagent.archive import KeptMedia, TranscriptArchive
@@ -39,6 +40,9 @@ class Crew:
         self.provider = provider
         self.tools = tools  # the operator's declared tools (memagent/tools.py), if any
         self.ledger_ttl = timedelta(days=settings.ledger_ttl_days)
+        self.handoff_timeout = timedelta(hours=settings.handoff_timeout_hours)
+        # handoff notifications (memagent.notify); no bus configured: none sent
+        self.events = OperatorEvents(settings.operator_event_bus, settings.agent_id)
 
     def _forget(self, pk: str, *, at: datetime | None = None) -> Receipt:
         """Erase a person (memagent.lifecycle), with this agent's archive and kept media. Every

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from memagent.delivery import show_typing
 from memagent.inbound import message_text
-from memagent.keywords import cancels_forget, is_stop, stopped_at
+from memagent.keywords import cancels_forget, is_stop, keeps_its_meaning, stopped_at
 from memagent.memory import Memory, Turn
 from memagent.observability import count, logger
 
@@ -23,11 +23,13 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Remembered:
     """A message stored for the first time. `stop`: it was a STOP; `held`: it was written
-    before a standing opt-out (kept, never answered). Else `memory` holds it, awaiting."""
+    before a standing opt-out (kept, never answered); `for_human`: a human has the chat (kept
+    for them, never answered by the agent). Else `memory` holds it, awaiting."""
 
     memory: Memory
     stop: bool
     held: bool
+    for_human: bool = False
 
 
 def to_text(crew: Crew, pk: str, message: InboundMessage) -> str:
@@ -45,18 +47,36 @@ def to_text(crew: Crew, pk: str, message: InboundMessage) -> str:
 
 
 def remember(
-    crew: Crew, pk: str, memory: Memory, message: InboundMessage, text: str
+    crew: Crew,
+    pk: str,
+    memory: Memory,
+    message: InboundMessage,
+    text: str,
+    *,
+    human: bool = False,
+    end_handoff: bool = False,
 ) -> Remembered | None:
-    """Store the message; None if it was stored before (a repeat)."""
+    """Store the message; None if it was stored before (a repeat). `human`: a human has the
+    chat; `end_handoff`: theirs timed out, and this write ends it."""
     state = memory.state
     stop = is_stop(message, text)
     # a STOP's opt-out lifts only with a message written after it (events arrive out of
     # order, and a burst may hold lines from both sides of a STOP)
     stopped = stopped_at(memory)
     held = not stop and stopped is not None and message.sent_at < stopped
-    extra = {}
+    # while a human has the chat the agent answers nothing, but STOP and "forget me" keep
+    # their meaning
+    for_human = (
+        human
+        and not stop
+        and not held
+        and not keeps_its_meaning(text, state, crew.settings.forget_keyword)
+    )
+    extra: dict = {}
     if cancels_forget(text, state):
         extra["forget_pending"] = False  # anything but "yes" keeps the memory
+    if for_human and state.handoff is not None:
+        extra["handoff_waiting"] = state.handoff.waiting + 1
     turn = Turn(
         seq=memory.next_seq,
         role="user",
@@ -66,7 +86,8 @@ def remember(
         event_id=message.event_id,
     )
     # counted with the reply, whose seq is reserved here: the one state write per turn
-    last_seq = turn.seq if stop or held else turn.seq + 1
+    answered = not (stop or held or for_human)
+    last_seq = turn.seq + 1 if answered else turn.seq
     stored = crew.store.remember_inbound(
         pk,
         previous=state,
@@ -76,8 +97,10 @@ def remember(
         ledger_ttl=crew.ledger_ttl,
         opted_out=stop,
         held=held,
+        for_human=for_human,
+        end_handoff=end_handoff,
         extra_set=extra or None,
-        reserve_reply=not (stop or held),
+        reserve_reply=answered,
     )
     if crew.media is not None and message.media is not None:
         crew.media.discard(pk, message.event_id)  # its text is stored now
@@ -86,16 +109,23 @@ def remember(
         return None
     count("MessagesRemembered")
     logger.info("message remembered", extra={"seq": turn.seq, "kind": message.kind})
-    if message.kind == "text" and not stop and not held:
+    if message.kind == "text" and answered:
         show_typing(crew, message)  # once per turn: a duplicate never gets here
     now_state = dataclasses.replace(
         state,
-        last_seq=turn.seq + 1,  # the reply's slot is reserved
+        last_seq=last_seq,  # with the reply's slot reserved, if it gets one
         last_number=message.number,
         last_inbound_at=message.sent_at,
         opted_out=False,
-        forget_pending=state.forget_pending and not extra,
-        awaiting=(*state.awaiting, message.event_id),
+        forget_pending=state.forget_pending and "forget_pending" not in extra,
+        awaiting=(*state.awaiting, message.event_id) if answered else state.awaiting,
+        handoff=(
+            None
+            if end_handoff
+            else dataclasses.replace(state.handoff, waiting=extra["handoff_waiting"])
+            if for_human and state.handoff is not None
+            else state.handoff
+        ),
     )
     memory = dataclasses.replace(memory, state=now_state, turns=(*memory.turns, turn))
-    return Remembered(memory, stop=stop, held=held)
+    return Remembered(memory, stop=stop, held=held, for_human=for_human)

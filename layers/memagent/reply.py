@@ -12,6 +12,7 @@ from memagent.delivery import say_goodbye_and_forget, send
 from memagent.errors import ModelRejected
 from memagent.keywords import keyword
 from memagent.memory import Turn
+from memagent.notify import HANDOFF_STARTED
 from memagent.observability import count, logger
 from memagent.tool_loop import answer_with_tools
 
@@ -36,9 +37,17 @@ def reply(
 ) -> str:
     """Answer `answering` (with `about`: the burst's lines it answers together)."""
     settings = crew.settings
-    asked = keyword(answering.text, memory, settings.forget_keyword)
+    asked = keyword(
+        answering.text,
+        memory,
+        settings.forget_keyword,
+        settings.handoff_phrases,
+        settings.handoff_notice,
+    )
     if asked.erase:
         return say_goodbye_and_forget(crew, pk, message, answering)
+    if asked.handoff:
+        return hand_to_human(crew, pk, message, memory, answering, asked.reply or "", asked.flags)
     if asked.reply is not None:
         return remember_and_send(crew, pk, message, memory, answering, asked.reply, asked.flags)
 
@@ -75,6 +84,32 @@ def reply(
         logger.error("model refused the turn; fallback reply", extra={"error": str(error)})
         text = FALLBACK_REPLY
     return remember_and_send(crew, pk, message, memory, answering, text, asked.flags, tools=done)
+
+
+def hand_to_human(
+    crew: Crew,
+    pk: str,
+    message: InboundMessage,
+    memory: Memory,
+    answering: Turn,
+    notice: str,
+    flags: dict,
+) -> str:
+    """The person asked for a human: the notice is the agent's last word until the chat is
+    handed back (or times out); the handoff is recorded with it, in the reply's write, and
+    operators are told (memagent.notify)."""
+    now = datetime.now(UTC)
+    handoff = {
+        "handoff_agent": crew.settings.agent_id,
+        "handoff_since": now.isoformat(),
+        "handoff_reason": "person",
+        "handoff_waiting": 0,
+    }
+    decision = remember_and_send(crew, pk, message, memory, answering, notice, {**flags, **handoff})
+    count("HandoffsRequested")
+    logger.info("the person asked for a human: chat handed over")
+    crew.events.emit(HANDOFF_STARTED, pk, reason="person", since=now)
+    return decision
 
 
 def remember_and_send(

@@ -512,6 +512,8 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     media_max_bytes: int = 10 * 1024 * 1024
     opt_out_policy: str = "keep"
     forget_keyword: str = "forget me"
+    handoff_phrases: tuple[str, ...] = ()  # memagent.keywords.HANDOFF_PHRASES unless set
+    handoff_notice: str = ""
     parking_queue_url: str | None = None
     record_time_budget_seconds: float = 0
     # retries: a failed record comes back after a backoff we set on the event queue (QUEUE_URL);
@@ -545,6 +547,7 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
             "media_max_bytes": read.integer("MEDIA_MAX_BYTES", 10 * 1024 * 1024, minimum=1),
             "opt_out_policy": read.choice("OPT_OUT_POLICY", ("keep", "erase"), "keep"),
             "forget_keyword": read.text("FORGET_KEYWORD", "forget me"),
+            **_handoff(read),
             "parking_queue_url": read.optional("PARKING_QUEUE_URL"),
             "record_time_budget_seconds": read.number("RECORD_TIME_BUDGET_SECONDS", 0, minimum=0),
             "queue_url": read.optional("QUEUE_URL"),
@@ -595,6 +598,26 @@ def _tools(read: Environment) -> dict:
         "tool_output_max_chars": read.integer(
             "TOOL_OUTPUT_MAX_CHARS", 4000, minimum=200, maximum=100_000
         ),
+    }
+
+
+def _handoff(read: Environment) -> dict:
+    """HANDOFF_PHRASES: comma-separated phrases that ask for a human ("off": none); unset, the
+    defaults in several languages (memagent.keywords)."""
+    from memagent.keywords import HANDOFF_NOTICE, HANDOFF_PHRASES
+
+    raw = read.optional("HANDOFF_PHRASES")
+    if raw is None:
+        phrases = HANDOFF_PHRASES
+    elif raw.strip().lower() == "off":
+        phrases = ()
+    else:
+        phrases = tuple(p.strip() for p in raw.split(",") if p.strip())
+        if not phrases:
+            read.problems.append('HANDOFF_PHRASES: comma-separated phrases, or "off"')
+    return {
+        "handoff_phrases": phrases,
+        "handoff_notice": read.text("HANDOFF_NOTICE", HANDOFF_NOTICE),
     }
 
 

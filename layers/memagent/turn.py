@@ -7,6 +7,7 @@ through (`Agent.answer`, every step in the module its name says):
     already handled?      memagent/redelivery.py  skipped events; a repeat resumes its ledger
     to text               memagent/remember.py    voice notes transcribed, photos described
     remember              memagent/remember.py    message + ledger entry + state, one write
+    a human has it?       memagent/operator.py    stored for them, no model call, no reply
     a keyword?            memagent/keywords.py    STOP, "forget me" and its "yes", recall
     wait for the burst?   memagent/bursts.py      a burst's lines get one reply
     answer                memagent/reply.py       a keyword's or the model's (context.py)
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import random
 import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from memagent import events, identity, keywords
@@ -29,6 +31,7 @@ from memagent.bursts import answer_awaiting, end_of_burst
 from memagent.crew import Crew
 from memagent.delivery import show_typing
 from memagent.errors import ConcurrentUpdate, MalformedEvent
+from memagent.notify import HANDOFF_ENDED, HANDOFF_MESSAGE
 from memagent.observability import count, logger
 from memagent.provider import (
     ChatOptedOut,
@@ -42,7 +45,7 @@ from memagent.redelivery import resume, skipped
 from memagent.remember import remember, to_text
 
 if TYPE_CHECKING:
-    from memagent.memory import PersonState
+    from memagent.memory import Memory, PersonState
     from memagent.provider import Event
 
 RACE_ATTEMPTS = 3
@@ -73,10 +76,15 @@ class Agent(Crew):
         pk, memory = identity.person(self, message.chat, message.aliases, at=message.created_at)
         logger.append_keys(event_id=message.event_id, person=pk)
         state = memory.state
+        human = state.handed_off(datetime.now(UTC), self.handoff_timeout)
+        timed_out = state.handoff is not None and not human
 
         def then(decision: str) -> str:
             # a record that stored nothing new may still end a burst (one written after an
-            # erasure, or a redelivery split away from the rest): what awaits is answered
+            # erasure, or a redelivery split away from the rest): what awaits is answered,
+            # unless a human has the chat
+            if human:
+                return decision
             return end_of_burst(self, pk, message, state, decision, followed=followed)
 
         if (skip := skipped(self, pk, memory, message)) is not None:
@@ -88,9 +96,14 @@ class Agent(Crew):
                 return then(resume(self, pk, message, entry))
             show_typing(self, message)  # before the slow part: fetching and transcribing
         text = to_text(self, pk, message)
-        remembered = remember(self, pk, memory, message, text)
+        remembered = remember(self, pk, memory, message, text, human=human, end_handoff=timed_out)
         if remembered is None:  # a repeat: its ledger entry says what is left to do
             return then(resume(self, pk, message, self.store.ledger(pk, message.event_id)))
+        if timed_out:
+            count("HandoffsTimedOut")
+            self.events.emit(HANDOFF_ENDED, pk, reason="timeout")
+        if remembered.for_human:
+            return self._for_human(pk, remembered.memory)
         if remembered.stop:
             return self._stopped(pk, message, state)
         if remembered.held:
@@ -98,7 +111,9 @@ class Agent(Crew):
             logger.info("message written before the opt-out: kept, not answered")
             return "opted_out"
         memory = remembered.memory
-        if followed and keywords.waits(text, memory.state, self.settings.forget_keyword):
+        if followed and keywords.waits(
+            text, memory.state, self.settings.forget_keyword, self.settings.handoff_phrases
+        ):
             count("MessagesCoalesced")
             logger.info("answer left to the burst's last message")
             return "waiting"
@@ -106,7 +121,19 @@ class Agent(Crew):
 
     def answered_alone(self, message: InboundMessage) -> bool:
         """A keyword that gets its own answer never joins a burst (the consumer's look ahead)."""
-        return keywords.answered_alone(message, self.settings.forget_keyword)
+        return keywords.answered_alone(
+            message, self.settings.forget_keyword, self.settings.handoff_phrases
+        )
+
+    def _for_human(self, pk: str, memory: Memory) -> str:
+        """A human has the chat: the message is stored for them, the model is not called, and
+        nothing is sent; operators hear that someone is waiting (counts, never the text)."""
+        handoff = memory.state.handoff
+        waiting = handoff.waiting if handoff else 0
+        count("MessagesForHuman")
+        logger.info("a human has the chat: stored, not answered", extra={"waiting": waiting})
+        self.events.emit(HANDOFF_MESSAGE, pk, waiting=waiting)
+        return "for_human"
 
     def _stopped(self, pk: str, message: InboundMessage, state: PersonState) -> str:
         """The person wrote STOP: nothing more is sent, and what awaited a reply is dropped."""

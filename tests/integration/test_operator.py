@@ -465,3 +465,136 @@ def test_a_reply_outside_metas_24_hour_window_is_refused_with_131047(
         == 422
     )
     assert graph.sent == []
+
+
+# ------------------------------------------------------------------ the turn while a human has it
+
+
+@pytest.fixture
+def agent(consumer_env, bus, monkeypatch) -> Any:
+    """The consumer, telling operators on the bus."""
+    return load_function(
+        "consumer", {**consumer_env, "OPERATOR_EVENT_BUS": bus["name"]}, monkeypatch
+    )
+
+
+def test_asking_for_a_human_hands_the_chat_over_until_the_operator_hands_it_back(
+    agent, admin, openai, whasp, bus, lambda_context
+):
+    # given Maya has talked to the agent
+    say(agent, lambda_context, "Hi, I'm Maya", minutes_ago=10)
+    # when she asks for a human
+    say(agent, lambda_context, "can I talk to a human?", minutes_ago=9)
+    # then one reply says a person will answer, and operators hear of it (no text)
+    assert len(whasp.sent) == 2 and "person from our team" in whasp.sent[-1]["text"]
+    [started] = notifications(bus)
+    assert (started["detail-type"], started["detail"]["reason"]) == ("Handoff started", "person")
+    assert [
+        p["person"] for p in call(admin, lambda_context, "GET", "/handoffs")[1]["handoffs"]
+    ] == [person_key(AGENT, MAYA)]
+    # when she writes three more messages
+    calls = len(openai.calls())
+    said = ["My order 1234 never came", "It was a birthday present", "Hello??"]
+    for minute, text in zip((8, 7, 6), said, strict=True):
+        say(agent, lambda_context, text, minutes_ago=minute)
+    # then the model is not called, nothing is sent, and they are stored in order
+    assert len(openai.calls()) == calls
+    assert len(whasp.sent) == 2
+    _, conversation = call(admin, lambda_context, "GET", f"{person()}/conversation")
+    assert [m["text"] for m in conversation["messages"]][-3:] == said
+    assert conversation["handoff"]["waiting"] == 3
+    waiting = notifications(bus)
+    assert [(n["detail-type"], n["detail"]["waiting"]) for n in waiting] == [
+        ("Handoff message waiting", 1),
+        ("Handoff message waiting", 2),
+        ("Handoff message waiting", 3),
+    ]
+    assert not any(text in json.dumps(waiting) for text in said)
+    # when the operator answers (and the request is retried), then hands back
+    words = "Hi Maya, Sam here. Your parcel left the depot this morning."
+    for _ in range(2):
+        status, _ = call(
+            admin,
+            lambda_context,
+            "POST",
+            f"{person()}/messages",
+            {"text": words},
+            **{"idempotency-key": "sam-1"},
+        )
+        assert status == 200
+    assert [s["text"] for s in whasp.sent].count(words) == 1
+    call(admin, lambda_context, "DELETE", f"{person()}/handoff")
+    # then her next message is answered by the agent, with the human's words in its input
+    say(agent, lambda_context, "Great, thanks!", minutes_ago=0)
+    last = openai.calls()[-1]["input"]
+    assert ("assistant", words) in [(m["role"], m["content"]) for m in last]
+    assert [m["content"] for m in last if m["role"] == "user"][-4:] == [*said, "Great, thanks!"]
+    # and it answered that message once: nothing the human answered got a reply of its own
+    assert len(whasp.sent) == 4
+
+
+def test_after_the_timeout_without_an_operator_reply_the_agent_answers_again(
+    agent, admin, openai, whasp, bus, store, lambda_context
+):
+    say(agent, lambda_context, "talk to a person please", minutes_ago=30)
+    say(agent, lambda_context, "anyone?", minutes_ago=20)
+    assert len(whasp.sent) == 1
+    # given the handoff began longer ago than HandoffTimeoutHours (24), with no operator reply
+    long_ago = (datetime.now(UTC) - timedelta(hours=25)).isoformat()
+    store.table.update_item(
+        Key={"pk": person_key(AGENT, MAYA), "sk": "STATE"},
+        UpdateExpression="SET handoff_since = :t",
+        ExpressionAttributeValues={":t": long_ago},
+    )
+    assert call(admin, lambda_context, "GET", "/handoffs")[1] == {"handoffs": []}
+    notifications(bus)
+    # when she writes again
+    calls = len(openai.calls())
+    say(agent, lambda_context, "still there?", minutes_ago=0)
+    # then the agent answers, with what she said meanwhile in its context
+    assert len(openai.calls()) == calls + 1 and len(whasp.sent) == 2
+    assert "anyone?" in json.dumps(openai.calls()[-1]["input"])
+    assert [n["detail"]["reason"] for n in notifications(bus)] == ["timeout"]
+    assert call(admin, lambda_context, "GET", f"{person()}/conversation")[1]["handoff"] == {
+        "handed_off": False
+    }
+
+
+def test_stop_and_forget_me_keep_their_meaning_while_a_human_has_the_chat(
+    agent, admin, openai, whasp, resources, lambda_context
+):
+    say(agent, lambda_context, "I'd like to speak to someone", minutes_ago=10)
+    # "forget me" is still answered (a person's rights wait for nobody), and "yes" erases
+    say(agent, lambda_context, "forget me", minutes_ago=9)
+    assert "forget everything" in whasp.sent[-1]["text"]
+    say(agent, lambda_context, "yes", minutes_ago=8)
+    assert "forgotten everything" in whasp.sent[-1]["text"]
+    assert call(admin, lambda_context, "GET", "/handoffs")[1] == {"handoffs": []}
+    # and after a new handoff, STOP opts her out: the operator can send nothing
+    say(agent, lambda_context, "human", minutes_ago=-1)  # written after the erasure
+    say(agent, lambda_context, "STOP", minutes_ago=-2)
+    sent = len(whasp.sent)
+    status, answer = call(
+        admin,
+        lambda_context,
+        "POST",
+        f"{person()}/messages",
+        {"text": "Hi?"},
+        **{"idempotency-key": "after-stop"},
+    )
+    assert status == 409 and "opted out" in answer["error"]
+    assert len(whasp.sent) == sent
+
+
+def test_a_redelivered_message_for_the_human_stays_unanswered(
+    agent, admin, openai, whasp, lambda_context
+):
+    say(agent, lambda_context, "human please", minutes_ago=10)
+    stamp = (datetime.now(UTC) - timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
+    event = whasp_message("are you there", chat=MAYA, created_at=stamp, event_id="evt_twice")
+    calls = len(openai.calls())
+    for _ in range(2):
+        assert agent.handler(sqs_batch(event), lambda_context)["batchItemFailures"] == []
+    assert len(openai.calls()) == calls and len(whasp.sent) == 1
+    _, conversation = call(admin, lambda_context, "GET", f"{person()}/conversation")
+    assert [m["text"] for m in conversation["messages"]].count("are you there") == 1
