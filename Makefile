@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install test test-slow test-all mutation lint format validate scan build events bench demo chat clean
+.PHONY: help install test test-slow test-all mutation lint format validate scan build events bench demo chat console clean
 
 help:
 	@echo "make test      the test suite, in parallel, without the slow tier (creates .venv)"
@@ -21,7 +21,8 @@ help:
 	@echo "make demo      the whole pipeline on this machine, a scripted conversation (no AWS, no key);"
 	@echo "               make demo PROVIDER=meta runs it through Meta's Cloud API payloads;"
 	@echo "               make demo MODEL_PROVIDER=bedrock with ModelProvider=bedrock (still offline)"
-	@echo "make chat      the same local stack, interactive"
+	@echo "make chat      the same local stack, interactive (/human, /say TEXT, /back: the operator)"
+	@echo "make console   the operator's console on http://127.0.0.1:8089 (local stack, or STACK=name)"
 	@echo "make bench     benchmarks -> docs/benchmarks.md"
 
 install: $(STAMP)
@@ -98,6 +99,10 @@ demo: $(STAMP)
 
 chat: $(STAMP)
 	$(PY) -m devstack.chat
+
+# the admin API of a deployed stack (STACK=name, your AWS credentials), else of a local stack
+console: $(STAMP)
+	$(PY) -m console.server $(if $(STACK),--stack $(STACK))
 
 bench: $(STAMP)
 	$(PY) bench/run.py --out docs/benchmarks.md

@@ -1,8 +1,25 @@
-"""Export or forget a person, through boto3, against a deployed stack or the local stack.
+"""A person's memory and chat, by hand: export or forget them (through boto3), read and edit
+their facts and summary, take their chat over and answer (through the admin API).
 
     python scripts/people.py export +447700900123 --stack whasp-agent > maya.json
     python scripts/people.py forget +447700900123 --stack whasp-agent
     python scripts/people.py forget +447700900123 --table t-memory --agent coach   # local stack
+
+    python scripts/people.py waiting --stack whasp-agent          # who asked for a human
+    python scripts/people.py conversation +447700900123 --stack whasp-agent
+    python scripts/people.py facts +447700900123 --stack whasp-agent
+    python scripts/people.py add-fact +447700900123 "Runs on Sundays" --stack whasp-agent
+    python scripts/people.py correct-fact +447700900123 "Works days" --fact 3f2a... --stack ...
+    python scripts/people.py delete-fact +447700900123 --fact 3f2a... --stack whasp-agent
+    python scripts/people.py summary +447700900123 "Maya is a nurse ..." --stack whasp-agent
+    python scripts/people.py take-over +447700900123 --stack whasp-agent
+    python scripts/people.py say +447700900123 "Hi Maya, Sam here" --stack whasp-agent
+    python scripts/people.py hand-back +447700900123 --stack whasp-agent
+
+The operator's verbs go through the admin API (the stack's AdminApiUrl output, or --url), signed
+with SigV4 and your usual AWS credentials (none for a local stack's loopback URL), so each is
+audited like a console action. `say` sends exactly once per --key (a fresh one if not given,
+printed: retry a failed send with it).
 
 With --stack, the table name, agent id, buckets and person key are read from the CloudFormation
 stack (its MemoryTableName, MediaBucketName, TranscriptArchiveBucketName and PersonKeySecretArn
@@ -19,6 +36,9 @@ import argparse
 import json
 import os
 import sys
+import uuid
+from typing import Any
+from urllib.parse import quote
 
 import boto3
 
@@ -41,16 +61,90 @@ def from_stack(stack: str) -> tuple[str, str, str | None, str | None]:
     )
 
 
+OPERATOR_VERBS = (
+    "waiting",
+    "conversation",
+    "facts",
+    "add-fact",
+    "correct-fact",
+    "delete-fact",
+    "summary",
+    "take-over",
+    "hand-back",
+    "say",
+)
+
+
+def operate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
+    """One operator verb through the admin API; returns its JSON answer."""
+    from console.server import AdminApi
+
+    url = args.url or from_stack_admin_url(args.stack)
+    api = AdminApi(url, region=args.region)
+    who = f"/people/{quote(args.phone or '', safe='')}"
+
+    def call(method: str, path: str, body: Any = None, **headers: str) -> Any:
+        data = json.dumps(body).encode() if body is not None else b""
+        status, answer = api.call(
+            method, path, data, {"Content-Type": "application/json", **headers}
+        )
+        parsed = json.loads(answer or b"null")
+        if status >= 400:
+            raise SystemExit(f"{status}: {(parsed or {}).get('error', parsed)}")
+        return parsed
+
+    verb = args.action
+    if verb != "waiting" and not args.phone:
+        parser.error(f"{verb} needs the person's phone or Meta user id")
+    if verb in ("add-fact", "correct-fact", "summary", "say") and not args.text:
+        parser.error(f"{verb} needs the text")
+    if verb in ("correct-fact", "delete-fact") and not args.fact:
+        parser.error(f"{verb} needs --fact ID (the id `facts` lists)")
+    if verb == "waiting":
+        return call("GET", "/handoffs")
+    if verb in ("conversation", "facts"):
+        return call("GET", f"{who}/{verb}")
+    if verb == "add-fact":
+        return call("POST", f"{who}/facts", {"text": args.text})
+    if verb == "correct-fact":
+        return call("PUT", f"{who}/facts/{args.fact}", {"text": args.text})
+    if verb == "delete-fact":
+        return call("DELETE", f"{who}/facts/{args.fact}")
+    if verb == "summary":  # based on the summary as read now: a fold meanwhile is a 409
+        read = call("GET", f"{who}/conversation")["summary"]
+        body = {"text": args.text, "based_on": read["at"] if read else None}
+        return call("PUT", f"{who}/summary", body)
+    if verb == "take-over":
+        return call("POST", f"{who}/handoff")
+    if verb == "hand-back":
+        return call("DELETE", f"{who}/handoff")
+    key = args.key or f"cli-{uuid.uuid4()}"
+    sys.stderr.write(f"idempotency key: {key} (retry a failed send with --key {key})\n")
+    return call("POST", f"{who}/messages", {"text": args.text}, **{"Idempotency-Key": key})
+
+
+def from_stack_admin_url(stack: str) -> str:
+    description = boto3.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in description.get("Outputs", [])}
+    return outputs["AdminApiUrl"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=["export", "forget"])
+    parser.add_argument("action", choices=["export", "forget", *OPERATOR_VERBS])
     parser.add_argument(
         "phone",
+        nargs="?",
         help="the person's number in E.164 (+447700900123) or Meta user id (US.1349120865530274)",
     )
+    parser.add_argument("text", nargs="?", help="a fact, the summary, or what to say")
+    parser.add_argument("--fact", help="a fact's id (correct-fact, delete-fact)")
+    parser.add_argument("--key", help="say: the idempotency key (the same for every retry)")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--stack", help="CloudFormation stack name (deployed)")
     source.add_argument("--table", help="memory table name (e.g. the local stack's)")
+    source.add_argument("--url", help="the admin API's URL (operator verbs; a local stack's)")
+    parser.add_argument("--region", help="the admin API's region (default: your AWS config's)")
     parser.add_argument("--agent", help="agent id (default: the stack's AgentId, or coach)")
     parser.add_argument(
         "--archive-bucket", help="transcript archive bucket (default: the stack's, if any)"
@@ -58,8 +152,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--media-bucket", help="kept media bucket (default: the stack's)")
     args = parser.parse_args(argv)
 
-    if not PERSON_ID.match(args.phone):
+    if args.phone is not None and not PERSON_ID.match(args.phone):
         parser.error("phone must be E.164 (+447700900123) or a Meta user id (US.13491208655302)")
+    if args.action in OPERATOR_VERBS:
+        if args.table:
+            parser.error(f"{args.action} goes through the admin API: give --stack or --url")
+        json.dump(operate(args, parser), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    if args.phone is None or args.url:
+        parser.error(f"{args.action} needs the phone, and --stack or --table")
     table, agent, bucket, media_bucket = (
         from_stack(args.stack) if args.stack else (args.table, "coach", None, None)
     )

@@ -163,8 +163,8 @@ class Operator:
         people = []
         for item in self.store.handoffs(self.settings.agent_id):
             view = handoff_view(handoff_of(item), self.timeout, now)
-            if view["handed_off"]:
-                people.append({"person": item["pk"], **view})
+            if view["handed_off"]:  # the address: to open and answer the chat
+                people.append({"person": item["pk"], "address": item.get("handoff_address"), **view})
         return {"handoffs": people}
 
     # ------------------------------------------------------------------ memory by hand
@@ -241,7 +241,12 @@ class Operator:
             return {"person": pk, "handoff": handoff_view(handoff, self.timeout, now)}
         previous = handoff.since if handoff else None
         if not self.store.take_over(
-            pk, agent=self.settings.agent_id, reason="operator", at=now, previous=previous
+            pk,
+            agent=self.settings.agent_id,
+            reason="operator",
+            at=now,
+            previous=previous,
+            address=identifier(who),
         ):
             _pk, memory = self.person(who)  # someone else took it meanwhile: theirs stands
             return {"person": pk, "handoff": handoff_view(memory.state.handoff, self.timeout, now)}

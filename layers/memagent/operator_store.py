@@ -146,12 +146,20 @@ class OperatorStore(MemoryStore):
     # ------------------------------------------------------------------ handoff
 
     def take_over(
-        self, pk: str, *, agent: str, reason: str, at: datetime, previous: datetime | None
+        self,
+        pk: str,
+        *,
+        agent: str,
+        reason: str,
+        at: datetime,
+        previous: datetime | None,
+        address: str,
     ) -> bool:
         """Hand the person to a human (replacing a timed-out handoff `previous`). False: the
         person is gone, or someone else started a handoff meanwhile."""
         condition = "attribute_exists(last_seq) AND "
         values: dict[str, Any] = {
+            ":address": address,
             ":agent": agent,
             ":since": _iso(at),
             ":reason": reason,
@@ -166,7 +174,7 @@ class OperatorStore(MemoryStore):
             Key={"pk": pk, "sk": STATE},
             UpdateExpression=(
                 "SET handoff_agent = :agent, handoff_since = :since, handoff_reason = :reason,"
-                " handoff_waiting = :zero REMOVE handoff_replied_at"
+                " handoff_waiting = :zero, handoff_address = :address REMOVE handoff_replied_at"
             ),
             ConditionExpression=condition,
             ExpressionAttributeValues=values,

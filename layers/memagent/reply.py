@@ -104,6 +104,7 @@ def hand_to_human(
         "handoff_since": now.isoformat(),
         "handoff_reason": "person",
         "handoff_waiting": 0,
+        "handoff_address": message.address,  # where the operator's replies go
     }
     decision = remember_and_send(crew, pk, message, memory, answering, notice, {**flags, **handoff})
     count("HandoffsRequested")

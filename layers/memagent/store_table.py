@@ -21,13 +21,16 @@ EVT = "EVT#"
 ALIAS = "ALIAS#"
 TURN_READ_FROM = FACT  # FACT# < MSG# < STATE < SUMMARY: one range holds what a turn needs
 
-# a human has the chat (memagent.operator): on the state item; HandoffIndex's keys are the first two
+# a human has the chat (memagent.operator): on the state item; HandoffIndex's keys are the first
+# two. `handoff_address` is where the operator's replies go (the person's phone or BSUID): held
+# only while the handoff lasts (a hand-back, a timeout or an erasure removes it)
 HANDOFF_ATTRIBUTES = (
     "handoff_agent",
     "handoff_since",
     "handoff_reason",
     "handoff_replied_at",
     "handoff_waiting",
+    "handoff_address",
 )
 TRANSACTION_LIMIT = 100  # DynamoDB's cap on actions per TransactWriteItems
 

@@ -1,0 +1,1 @@
+"""The operator console (console/server.py, console/index.html): run with `make console`."""

@@ -1,0 +1,195 @@
+"""The operator's console: a small web page on your own machine, for the admin API.
+
+    make console STACK=whasp-agent     # a deployed stack, signed with your AWS credentials
+    make console                       # the local stack, with someone waiting for a human
+    python -m console.server --url http://127.0.0.1:PORT   # any admin API (make chat prints it)
+
+The page (console/index.html: plain HTML and JavaScript, no build step) talks only to this
+server, which forwards `/api/<route>` to the admin API and signs each request with SigV4 on the
+server side (botocore, your usual credentials), so no secret ever reaches the browser. It
+listens on 127.0.0.1 only, and forwards only requests that carry its own header and come from
+its own origin (another site open in your browser cannot drive it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+PAGE = Path(__file__).with_name("index.html")
+HEADER = "X-Operator-Console"  # a custom header: a cross-site form or fetch cannot send it
+FORWARDED = ("content-type", "idempotency-key")
+
+
+class AdminApi:
+    """Where requests go: the admin API's base URL, signed with SigV4 unless it is local."""
+
+    def __init__(self, base_url: str, *, region: str | None = None, sign: bool | None = None):
+        if not base_url.startswith(("https://", "http://")):
+            raise ValueError(f"the admin API's URL must be http(s): {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        host = urlsplit(self.base_url).hostname or ""
+        self.sign = sign if sign is not None else host not in ("127.0.0.1", "localhost")
+        self.region = region or (host.split(".")[2] if host.count(".") >= 4 else None)
+
+    def call(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple:
+        url = self.base_url + path
+        if self.sign:
+            headers = self._signed(method, url, body, headers)
+        request = urllib.request.Request(  # noqa: S310 (http(s) only: checked in __init__)
+            url, data=body or None, method=method, headers=headers
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=35) as response:  # noqa: S310
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+        except OSError as error:
+            reason = f"the admin API is unreachable: {type(error).__name__}"
+            return 502, json.dumps({"error": reason}).encode()
+
+    def _signed(self, method: str, url: str, body: bytes, headers: dict[str, str]) -> dict:
+        import boto3
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+
+        session = boto3.Session()
+        credentials = session.get_credentials()
+        if credentials is None:
+            raise RuntimeError("no AWS credentials: configure them as for the AWS CLI")
+        request = AWSRequest(method=method, url=url, data=body, headers=headers)
+        region = self.region or session.region_name or "us-east-1"
+        SigV4Auth(credentials.get_frozen_credentials(), "execute-api", region).add_auth(request)
+        return dict(request.headers.items())
+
+
+def handler_for(api: AdminApi) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "operator-console"
+
+        def log_message(self, format: str, *args: Any) -> None:  # paths hold phone numbers
+            pass
+
+        def _reply(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header(
+                "Content-Security-Policy",
+                "default-src 'self'; script-src 'self' 'unsafe-inline'; "
+                "style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
+            )
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _forward(self) -> None:
+            host = self.headers.get("Host", "")
+            origin = self.headers.get("Origin")
+            if self.headers.get(HEADER) != "1" or (origin and origin != f"http://{host}"):
+                self._reply(403, b'{"error": "not from the console"}', "application/json")
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            headers = {k: v for k, v in self.headers.items() if k.lower() in FORWARDED}
+            status, answer = api.call(self.command, self.path.removeprefix("/api"), body, headers)
+            self._reply(status, answer, "application/json")
+
+        def do_GET(self) -> None:
+            if self.path in ("/", "/index.html"):
+                self._reply(200, PAGE.read_bytes(), "text/html; charset=utf-8")
+            elif self.path.startswith("/api/"):
+                self._forward()
+            else:
+                self._reply(404, b"not found", "text/plain")
+
+        do_POST = do_PUT = do_DELETE = _forward
+
+    return Handler
+
+
+class Console:
+    """The console's HTTP server, on 127.0.0.1 (port 0: any free one)."""
+
+    def __init__(self, api: AdminApi, port: int = 0):
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler_for(api))
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Console:
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> Console:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def stack_admin_url(stack: str) -> str:
+    import boto3
+
+    description = boto3.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in description.get("Outputs", [])}
+    return outputs["AdminApiUrl"]
+
+
+def local_stack() -> Any:
+    """The local stack, with one person who asked for a human (and a fact to correct)."""
+    from devstack.stack import DevStack
+
+    stack = DevStack(level="quiet").start()
+    phone = "+447700900123"
+    for text in ("Hi, I'm Maya. I have a dog called Biscuit", "can I talk to a human?"):
+        stack.send_message(phone, text)
+        stack.wait_idle()
+    return stack
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--stack", help="a deployed CloudFormation stack (its AdminApiUrl)")
+    source.add_argument("--url", help="the admin API's base URL")
+    parser.add_argument("--region", help="the stack's region (default: your AWS config's)")
+    parser.add_argument("--port", type=int, default=8089)
+    args = parser.parse_args(argv)
+    stack = None
+    if args.stack:
+        api = AdminApi(stack_admin_url(args.stack), region=args.region)
+    elif args.url:
+        api = AdminApi(args.url, region=args.region)
+    else:
+        stack = local_stack()
+        api = AdminApi(stack.apis["AdminApi"].url, sign=False)
+        print("local stack: +447700900123 asked for a human (make chat talks to its own stack)")
+    console = Console(api, args.port).start()
+    print(f"operator console: {console.url}  (Ctrl-C to stop)")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        console.stop()
+        if stack is not None:
+            stack.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
