@@ -10,6 +10,9 @@ Type a message and the agent answers, as on WhatsApp. Commands:
     /replace +14155550199  whasp replaces the business number (number.replaced)
     /optout                whasp opts the chat out (as after STOP); writing again lifts it
     /forget                the operator erases the person (memagent.lifecycle.forget)
+    /human                 the operator takes the chat over (the agent stays quiet)
+    /say TEXT              the operator writes to the person, as the business
+    /back                  the operator hands the chat back to the agent
     /help                  this list
     /quit                  stop the stack and leave (also Ctrl-D)
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import uuid
 from datetime import timedelta
 from typing import TextIO
 
@@ -79,6 +83,9 @@ class Chat:
             "/replace": lambda: self.replace(argument),
             "/optout": self.opt_out,
             "/forget": self.forget,
+            "/human": lambda: self.operator("POST", "/handoff"),
+            "/say": lambda: self.operator("POST", "/messages", argument),
+            "/back": lambda: self.operator("DELETE", "/handoff"),
         }
         handler = handlers.get(name)
         if handler is None:
@@ -104,7 +111,26 @@ class Chat:
         if not replies:
             view = self.stack.view(self.phone)
             why = "the chat is opted out" if view.opted_out else "see the detailed log"
+            status, chat = self.stack.admin("GET", f"/people/{self.phone}/conversation")
+            if status == 200 and chat["handoff"]["handed_off"]:
+                why = "a human has the chat: stored for them; /say answers, /back hands back"
             self.console.note(f"(no reply sent: {why})")
+
+    def operator(self, method: str, route: str, text: str | None = None) -> None:
+        """The operator, through the local admin API: take over, write, hand back."""
+        if text is not None and not text:
+            self.console.note("what should the operator say? /say Hello, this is Sam", style="red")
+            return
+        body = {"text": text} if text else None
+        key = {"Idempotency-Key": f"chat-{uuid.uuid4().hex}"} if text else {}
+        status, answer = self.stack.admin(method, f"/people/{self.phone}{route}", body, **key)
+        if status != 200:
+            self.console.note(f"admin API {status}: {answer.get('error')}", style="red")
+        elif text:
+            self.console.say("operator", text, style="magenta")
+        else:
+            handed = answer["handoff"]["handed_off"]
+            self.console.note("a human has the chat" if handed else "the agent has the chat again")
 
     def switch(self, phone: str) -> None:
         if not E164.match(phone):

@@ -9,7 +9,8 @@ handlers behind moto, a local whasp and, unless OPENAI_BASE_URL or OPENAI_API_KE
 offline stand-in for the model that is not AI and says so in every reply. The demo shows, as it
 happens: messages in and replies out; compaction firing once 40 turns are pending, with the
 summary and facts it produced; the person returning three weeks later; a replaced business
-number; an opt-out; and an operator's forget that leaves nothing of the person behind.
+number; an opt-out; Maya asking for a human, an operator answering through the admin API and
+handing back; and an operator's forget that leaves nothing of the person behind.
 
 With the Meta provider the same story runs through Meta-shaped notifications and a local Graph
 API stand-in, and step 4 is Meta's identity change instead: Maya's business-scoped user id
@@ -148,6 +149,7 @@ class Demo:
         else:
             self.replaced_number()
         self.opt_out()
+        self.handoff()
         self.forget()
 
     def first_conversation(self) -> None:
@@ -394,6 +396,47 @@ class Demo:
             and len(self.stack.replies_to(self.address)) == sent_before + 1,
             "writing again lifts the opt-out, and the memory survived it",
         )
+
+    def handoff(self) -> None:
+        self.console.heading("7. Maya asks for a human; an operator answers, then hands back")
+        reply = self.talk("Can I talk to a human, please?")
+        self.check(
+            reply is not None and "person from our team" in reply["text"],
+            "one reply says a person will answer",
+        )
+        _, waiting = self.stack.admin("GET", "/handoffs")
+        self.check(
+            [h["address"] for h in waiting["handoffs"]] == [self.address],
+            "GET /handoffs lists her as waiting for a human (an EventBridge event went out)",
+        )
+        sent, calls = len(self.stack.replies_to(self.address)), len(self.model_calls())
+        for text in ("My new badge doesn't open the staff room.", "Who can fix it?"):
+            self.talk(text, expect_reply=False)
+        self.check(
+            len(self.stack.replies_to(self.address)) == sent and len(self.model_calls()) == calls,
+            "while a human has the chat, her messages are stored: no model call, no reply",
+        )
+        words = "Hi Maya, Sam from the team here: the badge office on floor 2 fixes it today."
+        for _ in range(2):  # the operator's client retries: the same Idempotency-Key
+            self.stack.admin(
+                "POST",
+                f"/people/{self.address}/messages",
+                {"text": words},
+                **{"Idempotency-Key": "demo-sam-1"},
+            )
+        self.console.say("Sam", words, style="magenta")
+        texts = [r["text"] for r in self.stack.replies_to(self.address)]
+        self.check(texts.count(words) == 1, "the operator's reply went out once, retried or not")
+        self.stack.admin("DELETE", f"/people/{self.address}/handoff")
+        self.console.note("the operator hands the chat back (DELETE /people/{id}/handoff)")
+        before = len(self.model_calls())
+        self.talk("Thanks, that worked!")
+        if self.offline:
+            said = _last_input(self._replies(before))
+            self.check(
+                any(words in str(text) for text in said),
+                "the agent's next model call has the human's words in its context",
+            )
 
     def forget(self) -> None:
         self.console.heading("8. Maya asks the operator to erase her (GDPR art. 17)")

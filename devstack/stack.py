@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import threading
 import time
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Self
+from urllib.parse import quote
 
 from devstack import cfn, in_parallel, moto_fixes
 from devstack.apigw import LocalHttpApi, Route
@@ -1037,6 +1039,22 @@ class DevStack:
             if redrive:
                 return cfn.logical_id_of(redrive["deadLetterTargetArn"])
         raise LookupError("no queue of the template has a dead-letter queue")
+
+    def admin(self, method: str, path: str, body: Any = None, **headers: str) -> tuple[int, Any]:
+        """Call the local admin API over HTTP, as an operator (the console, scripts/people.py):
+        (status, parsed body). The path's person is URL-encoded here."""
+        path = re.sub(r"/people/([^/]+)", lambda m: "/people/" + quote(m[1], safe=""), path)
+        request = urllib.request.Request(  # noqa: S310 (our own loopback URL)
+            self.apis["AdminApi"].url + path,
+            data=json.dumps(body).encode() if body is not None else None,
+            method=method,
+            headers={"Content-Type": "application/json", **headers},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"null")
 
     def invoke(self, logical_id: str, event: Any) -> Outcome:
         """Invoke any function of the template directly (like `aws lambda invoke`)."""
