@@ -164,7 +164,9 @@ class Operator:
         for item in self.store.handoffs(self.settings.agent_id):
             view = handoff_view(handoff_of(item), self.timeout, now)
             if view["handed_off"]:  # the address: to open and answer the chat
-                people.append({"person": item["pk"], "address": item.get("handoff_address"), **view})
+                people.append(
+                    {"person": item["pk"], "address": item.get("handoff_address"), **view}
+                )
         return {"handoffs": people}
 
     # ------------------------------------------------------------------ memory by hand
