@@ -398,7 +398,7 @@ class Demo:
         )
 
     def handoff(self) -> None:
-        self.console.heading("7. Maya asks for a human; an operator answers, then hands back")
+        self.console.heading("8. Maya asks for a human; an operator answers, then hands back")
         reply = self.talk("Can I talk to a human, please?")
         self.check(
             reply is not None and "person from our team" in reply["text"],
@@ -439,7 +439,7 @@ class Demo:
             )
 
     def forget(self) -> None:
-        self.console.heading("8. Maya asks the operator to erase her (GDPR art. 17)")
+        self.console.heading("9. Maya asks the operator to erase her (GDPR art. 17)")
         try:
             from memagent.lifecycle import forget
         except ImportError:
