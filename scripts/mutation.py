@@ -2,6 +2,7 @@
 exercise it; for facts, also the instruction screen with each pattern and alternative removed.
 
     scripts/mutation.py [--max-children N] [MODULE ...]    (default: every module configured)
+    scripts/mutation.py mutmut ARGS ...     (mutmut itself, in .mutation/<module>/: show, run NAME)
 
 mutmut imports the code it mutates from ./ or src/ (it names each mutant after its file's path),
 and our package is layers/memagent. So each module runs in .mutation/<module>/, where
