@@ -184,3 +184,82 @@ def test_a_person_forgotten_and_back_is_compacted_again(compactor, store, resour
     assert summary(resources.table_name) == "Maya is back."
     assert facts(resources.table_name) == ["Lives in Leeds"]
     assert int(state(resources.table_name)["marker"]) == 25
+
+
+def test_a_backlog_over_two_parts_folds_two_and_leaves_the_rest_for_the_next_run(
+    compactor, store, resources, openai
+):
+    model = Model(openai, ("part one", ["Works nights"]), ("part two", ["Has a dog"]))
+    # given 55 turns of exactly 4,000 characters (the most a turn brings to a fold), the first
+    # one longer: 35 to fold, 15 to a 60,000-character part
+    texts = ["0" * 4_001] + [f"{i:02d}".ljust(4_000, ".") for i in range(1, 55)]
+    seed_turns(store, MAYA, texts)
+    # when it is compacted
+    assert compactor.compactor.compact(PK) == "compacted"
+    # then two parts of 15 turns are folded, one call each, and the last 5 wait for the next run
+    assert len(model.shown) == 2
+    assert int(state(resources.table_name)["marker"]) == 30
+    assert seqs(resources.table_name) == list(range(31, 56))
+    # each turn went in whole, the longer one cut to 4,000 characters
+    first, second = (section(shown, "Conversation to fold in:") for shown in model.shown)
+    assert [line.split("): ", 1)[1] for line in first] == ["0" * 3_999 + "\u2026", *texts[1:15]]
+    assert [line.split("): ", 1)[1] for line in second] == texts[15:30]
+    # and the second part was folded into the first's summary, shown the first's facts
+    assert section(model.shown[1], "Current summary:") == ["part one"]
+    assert section(model.shown[1], "Notes already kept:") == ["- Works nights"]
+    assert summary(resources.table_name) == "part two"
+    assert facts(resources.table_name) == ["Has a dog", "Works nights"]
+
+
+def test_a_fold_keeps_at_most_ten_new_facts_and_none_it_already_has(
+    compactor, store, resources, openai
+):
+    Model(
+        openai,
+        ("one", ["Works nights as a nurse"]),
+        ("two", ["works nights as a nurse."] + [f"Visited city number {i}" for i in range(12)]),
+    )
+    talk(store, 45)
+    compactor.compactor.compact(PK)
+    talk(store, 20, start=later(1))
+    assert compactor.compactor.compact(PK) == "compacted"
+    # then the known fact is not stored twice, and of 12 new ones the first 10 are
+    assert facts(resources.table_name) == sorted(
+        ["Works nights as a nurse"] + [f"Visited city number {i}" for i in range(10)]
+    )
+
+
+def test_a_fold_refused_once_is_folded_from_the_shortened_transcript(
+    compactor, store, resources, openai
+):
+    model = Model(openai, ("Maya works nights.", ["Works nights"]))
+    talk(store, 45)
+    openai.fail_next(1, status=400)
+    assert compactor.compactor.compact(PK) == "compacted"
+    assert len(model.shown) == 1  # the refused request never reached the responder
+    assert summary(resources.table_name) == "Maya works nights."
+    assert facts(resources.table_name) == ["Works nights"]
+
+
+def test_a_clean_up_a_crash_interrupted_is_finished_by_the_next_run(
+    compactor, store, resources, openai, monkeypatch
+):
+    Model(openai, ("folded", []))
+    talk(store, 45)
+    # given a compaction that committed, then died after deleting two of the 25 folded turns
+    delete = store.delete_turns
+
+    def crash(pk, seqs_):
+        delete(pk, list(seqs_)[:2])
+        raise RuntimeError("killed mid clean-up")
+
+    monkeypatch.setattr(store, "delete_turns", crash)
+    with pytest.raises(RuntimeError):
+        compactor.compactor.compact(PK)
+    monkeypatch.setattr(store, "delete_turns", delete)
+    assert seqs(resources.table_name) == list(range(3, 46))
+    # when the next run comes, with nothing new to fold
+    assert compactor.compactor.compact(PK) == "nothing_to_fold"
+    # then the rest of the folded turns are gone, the newest 20 stay, and the flag is down
+    assert seqs(resources.table_name) == list(range(26, 46))
+    assert state(resources.table_name)["compaction_due"] is False
