@@ -9,7 +9,7 @@ of it spent waiting on the model) and how much slower a fraction of a vCPU runs 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 # us-east-1 list prices, as known to the authors; check https://aws.amazon.com/pricing before
@@ -60,7 +60,6 @@ class Line:
     source: str  # which benchmark measured the counts
     fixed_per_month: float = 0.0
     group: str = "AWS"
-    notes: list[str] = field(default_factory=list)
 
     def monthly(self, messages: int) -> float:
         return self.per_message * messages + self.fixed_per_month

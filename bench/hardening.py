@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 import harness
+import reference_turn
 from botocore.exceptions import ClientError
 
 from devstack.resources import load_template, max_receive_count
@@ -156,7 +157,8 @@ def reference_crash_matrix(stack: harness.Stack) -> dict[str, Any]:
     no finish_event. A redelivery is simply handled again."""
     stack.openai.reset()
     resources = stack.resources("rc")
-    reference = _reference_agent(stack, resources)
+    # the model's first call and its two retries fail together, as in our matrix
+    reference = reference_turn.on_stand_ins(stack, resources.table_name, model_retries=2)
     client = reference.table.meta.client
     attempts_allowed = max_receive_count(load_template())
     crash_points = {
@@ -206,21 +208,6 @@ def reference_crash_matrix(stack: harness.Stack) -> dict[str, Any]:
         "replies_sent": sum(c["replies_sent"] for c in cells),
         "cells_not_exactly_one": sum(c["replies_sent"] != 1 for c in cells),
     }
-
-
-def _reference_agent(stack: harness.Stack, resources: Any) -> Any:
-    from openai import OpenAI
-    from reference_turn import ReferenceAgent
-
-    from memagent.whasp import WhaspClient
-
-    return ReferenceAgent(
-        resources.table_name,
-        model=OpenAI(base_url=f"{stack.openai.url}/v1", api_key="sk-bench", max_retries=2),
-        model_name="gpt-6-luna",
-        whasp=WhaspClient(stack.whasp.url, "whasp-key"),
-        system_prompt=harness.SYSTEM_PROMPT,
-    )
 
 
 def _model_answers(stack: harness.Stack) -> int:

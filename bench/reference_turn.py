@@ -125,3 +125,21 @@ class ReferenceAgent:
         self.table.put_item(Item={"pk": pk, "sk": "SUMMARY", "text": summary})
         for index, fact in enumerate(facts):
             self.table.put_item(Item={"pk": pk, "sk": f"FACT#{index:04d}", "text": fact})
+
+
+def on_stand_ins(stack: Any, table_name: str, *, model_retries: int) -> ReferenceAgent:
+    """The reference design on the bench's stand-ins (bench/harness.py's Stack)."""
+    from harness import SYSTEM_PROMPT
+    from openai import OpenAI
+
+    from memagent.whasp import WhaspClient
+
+    return ReferenceAgent(
+        table_name,
+        model=OpenAI(
+            base_url=f"{stack.openai.url}/v1", api_key="sk-bench", max_retries=model_retries
+        ),
+        model_name="gpt-6-luna",
+        whasp=WhaspClient(stack.whasp.url, "whasp-key"),
+        system_prompt=SYSTEM_PROMPT,
+    )

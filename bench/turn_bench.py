@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import harness
+import reference_turn
 from conversation import conversation, iso, realistic_model
 from pipeline import Pipeline
-from reference_turn import ReferenceAgent
 
 PHONE = "+447700900123"
 
@@ -34,10 +34,7 @@ def _per_turn(total: dict[str, Any], turns: int) -> dict[str, Any]:
 
 
 def run(stack: harness.Stack, *, warmup: int, window: int) -> dict[str, Any]:
-    from openai import OpenAI
-
     from memagent.person import person_key
-    from memagent.whasp import WhaspClient
 
     stack.openai.responder = realistic_model
     said = list(conversation(warmup + window, seed=11))
@@ -62,13 +59,7 @@ def run(stack: harness.Stack, *, warmup: int, window: int) -> dict[str, Any]:
 
     # the reference: the same conversation, the same summary and facts, then the same window
     resources = stack.resources("ref")
-    reference = ReferenceAgent(
-        resources.table_name,
-        model=OpenAI(base_url=f"{stack.openai.url}/v1", api_key="sk-bench", max_retries=0),
-        model_name="gpt-6-luna",
-        whasp=WhaspClient(stack.whasp.url, "whasp-key"),
-        system_prompt=harness.SYSTEM_PROMPT,
-    )
+    reference = reference_turn.on_stand_ins(stack, resources.table_name, model_retries=0)
     for message in said[:warmup]:
         reference.handle(_event(message))
     reference.seed_memory(
