@@ -136,7 +136,14 @@ def get_person(phone: str):
     return _audited(
         actions.EXPORT,
         phone,
-        lambda who: export(store, settings.agent_id, who, archive=archive, kept_media=media),
+        lambda who: export(
+            store,
+            settings.agent_id,
+            who,
+            archive=archive,
+            kept_media=media,
+            legacy_keys=settings.legacy_person_keys,
+        ),
     )
 
 
@@ -145,7 +152,14 @@ def delete_person(phone: str):
     return _audited(
         actions.ERASE,
         phone,
-        lambda who: forget(store, settings.agent_id, who, archive=archive, media=media).as_dict(),
+        lambda who: forget(
+            store,
+            settings.agent_id,
+            who,
+            archive=archive,
+            media=media,
+            legacy_keys=settings.legacy_person_keys,
+        ).as_dict(),
     )
 
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from memagent.observability import count, logger
 from memagent.person import person_key
+from memagent.upgrade import carry_over
 
 if TYPE_CHECKING:
     from memagent.crew import Crew
@@ -56,6 +57,11 @@ def person(
     store, agent_id = crew.store, crew.settings.agent_id
     key = person_key(agent_id, chat)
     pk, memory, own = store.reach(key)
+    known = memory.state.last_seq or memory.state.erased_at or own.alias_of or own.moved_to
+    # nobody yet: a stranger, or someone a stack before keyed keys remembers (memagent.upgrade)
+    legacy = link and not known and crew.settings.legacy_person_keys
+    if legacy and carry_over(store, agent_id, (chat, *aliases)):
+        pk, memory, own = store.reach(key)
     erased = memory.state.erased_at
     if not aliases or (erased and (at is None or at <= erased)):
         return pk, memory

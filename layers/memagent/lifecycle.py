@@ -20,8 +20,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from memagent.audit import ERASE, audit
 from memagent.observability import logger, metrics
-from memagent.person import person_key
+from memagent.person import legacy_key, person_key
 from memagent.store_table import ALIAS, EVT, FACT, MSG, STATE, SUMMARY
+from memagent.upgrade import legacy_person
 
 if TYPE_CHECKING:
     from memagent.store import MemoryStore
@@ -62,6 +63,12 @@ def resolve(store: MemoryStore, agent: str, identifier: str) -> str:
     return store.reach(person_key(agent, identifier))[0]
 
 
+def legacy(store: MemoryStore, agent: str, identifier: str) -> str | None:
+    """The key of a memory an identifier's key before keyed keys still holds (memagent.upgrade)."""
+    state = store.states([legacy_key(agent, identifier)])
+    return next((legacy_person(s) for s in state.values()), None)
+
+
 def forget(
     store: MemoryStore,
     agent: str,
@@ -70,9 +77,18 @@ def forget(
     archive: Any | None = None,
     at: datetime | None = None,
     media: Any | None = None,
+    legacy_keys: bool = False,
 ) -> Receipt:
-    """Forget a person by any of their identifiers (phone or BSUID)."""
-    return forget_key(store, resolve(store, agent, phone), archive=archive, at=at, media=media)
+    """Forget a person by any of their identifiers (phone or BSUID); `legacy_keys`: and the
+    memory its key before keyed keys holds (LEGACY_PERSON_KEYS)."""
+    receipt = forget_key(store, resolve(store, agent, phone), archive=archive, at=at, media=media)
+    old = legacy(store, agent, phone) if legacy_keys else None
+    if old is None:
+        return receipt
+    more = forget_key(store, old, archive=archive, at=receipt.at, media=media)
+    kinds = {**receipt.by_kind, **more.by_kind}
+    by_kind = {k: receipt.by_kind.get(k, 0) + more.by_kind.get(k, 0) for k in kinds}
+    return Receipt(receipt.person, receipt.at, receipt.removed + more.removed, by_kind)
 
 
 def forget_key(
@@ -166,12 +182,15 @@ def export(
     *,
     archive: Any | None = None,
     kept_media: Any | None = None,
+    legacy_keys: bool = False,
 ) -> dict[str, Any]:
     """Everything held about a person, every layer with its times, as JSON-ready data; by any
     of their identifiers (phone or BSUID). Outside the table: archived transcripts (`archive`)
-    and kept media files (`kept_media`: anything with `export_person(pk) -> list[dict]`)."""
+    and kept media files (`kept_media`: anything with `export_person(pk) -> list[dict]`).
+    `legacy_keys`: with what the identifier's key before keyed keys holds (LEGACY_PERSON_KEYS)."""
     pk = resolve(store, agent, phone)
-    items = store.everything(pk)
+    old = legacy(store, agent, phone) if legacy_keys else None
+    items = store.everything(pk) + (store.everything(old) if old else [])
     state = next((item for item in items if item["sk"] == STATE), {})
     summary = next((item for item in items if item["sk"] == SUMMARY), {})
     if not summary and state.get("summary"):  # kept on the state item by an older version

@@ -44,6 +44,12 @@ def person_key(agent: str, identifier: str) -> str:
     return f"P#{digest(agent + chr(0x1F) + identifier)[:40]}"
 
 
+def legacy_key(agent: str, identifier: str) -> str:
+    """The key a stack before keyed person keys gave an identifier (a bare SHA-256): read only
+    to carry that memory over to its keyed key (memagent.upgrade), never written."""
+    return f"P#{hashlib.sha256((agent + chr(0x1F) + identifier).encode()).hexdigest()[:40]}"
+
+
 def agent_key(agent: str) -> str:
     """The partition key of agent-wide records (the current whasp number)."""
     return f"A#{agent}"

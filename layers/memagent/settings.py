@@ -347,6 +347,8 @@ class MemorySettings:
     ledger_ttl_days: int = 30
     # a person silent this long is forgotten (TTL on their state item); 0 keeps them until erased
     inactive_retention_days: int = 365
+    # memory a stack before keyed person keys kept is looked up (and moved: memagent.upgrade)
+    legacy_person_keys: bool = True
     max_facts: int = 200
     max_fact_chars: int = 160
     archive_bucket: str | None = None
@@ -379,6 +381,7 @@ class MemorySettings:
             "compact_keep": keep,
             "ledger_ttl_days": read.integer("LEDGER_TTL_DAYS", 30, minimum=7),
             "inactive_retention_days": read.integer("INACTIVE_RETENTION_DAYS", 365, minimum=0),
+            "legacy_person_keys": read.flag("LEGACY_PERSON_KEYS", True),
             "max_facts": read.integer("MAX_FACTS", 200, minimum=1),
             "max_fact_chars": read.integer("MAX_FACT_CHARS", 160, minimum=20),
             "archive_bucket": read.optional("ARCHIVE_BUCKET"),

@@ -120,6 +120,47 @@ class PersonWrites(Table):
         if role:
             self._drop_role(pk, role, key)
 
+    def states(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        """The state items of several keys in one request (BatchGetItem), by key."""
+        request = {"Keys": [{"pk": k, "sk": STATE} for k in keys], "ConsistentRead": True}
+        found: dict[str, dict[str, Any]] = {}
+        while request:
+            response = self._client.batch_get_item(RequestItems={self.table_name: request})
+            found.update({i["pk"]: i for i in response["Responses"].get(self.table_name, [])})
+            request = response.get("UnprocessedKeys", {}).get(self.table_name)
+        return found
+
+    def move(self, old: str, new: str, *, via: str) -> int:
+        """Move a partition's items to key `new` (memagent.upgrade), whose state must hold no
+        memory: copies first, then the old items' deletion, then one transaction that writes
+        the state under `new` and deletes the old one and the `via` key's pointer (the commit:
+        until then a redelivery finds the old state and finishes the move). The old partition's
+        links (ALIAS#, keys of its own kind) are dropped: the identifiers at hand link again.
+        Returns the number of items moved."""
+        items = self.everything(old)
+        state = next((i for i in items if i["sk"] == STATE), None)
+        rest = [i for i in items if i["sk"] != STATE and not i["sk"].startswith(ALIAS)]
+        links = [i["sk"].removeprefix(ALIAS) for i in items if i["sk"].startswith(ALIAS)]
+        with self.table.batch_writer() as batch:
+            for item in rest:
+                batch.put_item(Item={**item, "pk": new})
+        with self.table.batch_writer() as batch:
+            for item in rest:
+                batch.delete_item(Key={"pk": old, "sk": item["sk"]})
+        links_to_old = ("alias_of", "moved_to", "phone_key", "bsuid_key")
+        kept = {k: v for k, v in (state or {}).items() if k not in links_to_old}
+        actions = [self._delete(key, STATE) for key in dict.fromkeys((old, via))]
+        if state is not None:
+            condition = "attribute_not_exists(last_seq) AND attribute_not_exists(erased_at)"
+            put = {"TableName": self.table_name, "Item": {**kept, "pk": new}}
+            actions.append({"Put": {**put, "ConditionExpression": condition}})
+        if self._transact(actions) is not None:
+            raise ConcurrentUpdate("the memory moved meanwhile; retry")
+        with self.table.batch_writer() as batch:  # the old links' pointers, now to nothing
+            for key in set(links) - {via}:
+                batch.delete_item(Key={"pk": key, "sk": STATE})
+        return len(rest) + (state is not None)
+
     def _drop_role(self, pk: str, role: str, key: str) -> None:
         """The person no longer has `key` as their current phone or BSUID."""
         self._update_if(
