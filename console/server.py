@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import threading
 import urllib.error
@@ -180,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         print("local stack: +447700900123 asked for a human (make chat talks to its own stack)")
     console = Console(api, args.port).start()
     print(f"operator console: {console.url}  (Ctrl-C to stop)")
+    # a SIGTERM stops it like Ctrl-C: the local stack's processes are stopped too
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         threading.Event().wait()
     except KeyboardInterrupt:
