@@ -35,7 +35,11 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event: dict, context: LambdaContext) -> dict:
-    consumer.look_ahead(event.get("Records") or [])  # which records end a burst
-    return process_partial_response(
-        event=event, record_handler=record_handler, processor=processor, context=context
-    )
+    records = event.get("Records") or []
+    consumer.look_ahead(records)  # which records end a burst
+    watchdog = settings.watchdog_seconds and context is not None
+    seconds_left = context.get_remaining_time_in_millis() / 1000 if watchdog else None
+    with processor.watchdog(records, seconds_left, settings.watchdog_seconds):
+        return process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context
+        )

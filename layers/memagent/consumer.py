@@ -13,12 +13,17 @@ they never run first.
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+import threading
+from threading import Timer
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from memagent.archive import KeptMedia, TranscriptArchive
 from memagent.backoff import RetrySchedule
@@ -33,8 +38,6 @@ from memagent.tools import ToolBox
 from memagent.turn import Agent
 
 if TYPE_CHECKING:
-    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-
     from memagent.provider import Event
     from memagent.settings import ConsumerSettings
 
@@ -99,11 +102,58 @@ class Retries:
 
 class BackoffFifoProcessor(SqsFifoPartialProcessor):
     """Powertools' FIFO processor (skip_group_on_error) that, before it reports the failures,
-    sets when each failed record comes back (Retries). Powertools has no such feature."""
+    sets when each failed record comes back (Retries). Powertools has no such feature.
+
+    A batch whose every record failed is answered like any other, all of them in
+    batchItemFailures, not raised: one person's failure is no function error (no Errors alarm,
+    no retry of the whole batch at the visibility timeout)."""
 
     def __init__(self, retries: Retries):
         super().__init__(skip_group_on_error=True)
+        self.raise_on_entire_batch_failure = False
         self.retries = retries
+        self.expired = threading.Event()  # the watchdog fired: start no more records
+
+    @contextmanager
+    def watchdog(self, records: list[dict[str, Any]], seconds_left: float | None, lead: float):
+        """Shortly before the invocation's deadline (`lead` seconds): delete the records that
+        succeeded and set the backoff visibility on the rest. A timeout would leave them all,
+        answered ones included, to the queue's 42-minute visibility timeout."""
+        self.expired.clear()
+        if not lead or seconds_left is None or self.retries.queue is None:
+            yield
+            return
+        timer = Timer(max(0.0, seconds_left - lead), self._expire, (records, lead))
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+
+    def _expire(self, records: list[dict[str, Any]], lead: float) -> None:
+        self.expired.set()
+        queue = self.retries.queue
+        assert queue is not None
+        try:
+            done = {_message_id(r) for r in list(self.success_messages)}
+            handles = [r["receiptHandle"] for r in records if r.get("messageId") in done]
+            rest = [SQSRecord(r) for r in records if r.get("messageId") not in done]
+            # at least the watchdog's lead: the running record must not start again elsewhere
+            # while this invocation may still be at it
+            floor = math.ceil(lead) + 1
+            delays = [
+                (handle, max(floor, seconds))
+                for handle, seconds in self.retries.plan([(r, None) for r in rest])
+            ]
+            refused = queue.delete(handles) + queue.postpone(delays)
+            metrics.add_metric(name="WatchdogFired", unit=MetricUnit.Count, value=1)
+            logger.warning(
+                "deadline near: handled records deleted, the rest postponed",
+                extra={"deleted": len(handles), "postponed": len(delays), "refused": refused},
+            )
+        except Exception:
+            logger.exception("watchdog could not settle the batch")
 
     def _clean(self):  # runs after the last record, before the response (or the raise)
         try:
@@ -114,6 +164,11 @@ class BackoffFifoProcessor(SqsFifoPartialProcessor):
             logger.exception("retry delays not set")
         finally:
             super()._clean()
+
+
+def _message_id(record: Any) -> str | None:
+    """A record's message id, whether Powertools kept it as its data class or the raw dict."""
+    return record.get("messageId") if isinstance(record, dict) else record.message_id
 
 
 class Consumer:
@@ -207,12 +262,19 @@ class Consumer:
         return cls(agent, parking, parse_event, retries)
 
     def processor(self) -> BackoffFifoProcessor:
-        return BackoffFifoProcessor(self.retries)
+        self._processor = BackoffFifoProcessor(self.retries)
+        return self._processor
+
+    def expiring(self) -> bool:
+        processor = getattr(self, "_processor", None)
+        return processor is not None and processor.expired.is_set()
 
     def process(self, record: SQSRecord, *, seconds_left: float | None = None) -> str:
         """Handle one record. With too little time left in the invocation, fail it at once:
         it is retried later, instead of a Lambda timeout failing the whole batch."""
         logger.append_keys(message_id=record.message_id)
+        if self.expiring():
+            raise Deferred("the invocation's deadline is near (watchdog)")
         budget = self.agent.settings.record_time_budget_seconds
         if seconds_left is not None and budget and seconds_left < budget:
             metrics.add_metric(name="RecordsDeferred", unit=MetricUnit.Count, value=1)

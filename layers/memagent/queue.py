@@ -30,6 +30,14 @@ DEADLINE_CONFIG = Config(
     retries={"total_max_attempts": 2, "mode": "standard"},
 )
 _CONFIG = DEADLINE_CONFIG
+# The consumer's own calls on the event queue (retry delays, the watchdog's deletes) are not on
+# anyone's 10 s clock, and one refused call leaves a person's group waiting for the queue's
+# 42-minute visibility: longer timeouts and 5 attempts (standard mode's backoff between them).
+VISIBILITY_CONFIG = Config(
+    connect_timeout=2.0,
+    read_timeout=5.0,
+    retries={"total_max_attempts": 5, "mode": "standard"},
+)
 # One POST's batches in flight at once (botocore's HTTP session pools 10 connections), and the
 # last moment one may start: a call started by then ends within DEADLINE_CONFIG's 4 s, inside
 # whasp's 10 s (Meta asks for less; a POST of that size is no ordinary delivery).
@@ -163,7 +171,24 @@ class RetryQueue:
         import boto3  # the consumer's: not on the webhook's cold path
 
         self.queue_url = queue_url
-        self._sqs = client or boto3.client("sqs", config=_CONFIG)
+        self._sqs = client or boto3.client("sqs", config=VISIBILITY_CONFIG)
+
+    def delete(self, handles: list[str]) -> int:
+        """Delete records that were handled (the watchdog's, before a timeout would return
+        them); return how many SQS did not take."""
+        refused = 0
+        for start in range(0, len(handles), 10):  # SQS takes 10 entries per call
+            chunk = handles[start : start + 10]
+            try:
+                response = self._sqs.delete_message_batch(
+                    QueueUrl=self.queue_url,
+                    Entries=[{"Id": str(i), "ReceiptHandle": h} for i, h in enumerate(chunk)],
+                )
+            except (BotoCoreError, ClientError):
+                refused += len(chunk)
+                continue
+            refused += len(response.get("Failed") or [])
+        return refused
 
     def postpone(self, delays: list[tuple[str, int]]) -> int:
         """Make each (receipt handle, seconds) record visible again after its seconds; return

@@ -526,6 +526,9 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     retry_max_seconds: float = 900
     retry_jitter: float = 0.2
     defer_seconds: int = 2
+    # this long before the invocation's deadline, handled records are deleted and the rest
+    # postponed on the backoff (0: no watchdog)
+    watchdog_seconds: float = 0
     # one reply to a burst of lines a person sent while their previous turn was answered
     coalesce_bursts: bool = True
     whasp_api_key: Secret | None = field(default=None, repr=False)
@@ -558,6 +561,7 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
             "retry_max_seconds": read.number("RETRY_MAX_SECONDS", 900, minimum=1, maximum=43_200),
             "retry_jitter": read.number("RETRY_JITTER", 0.2, minimum=0, maximum=1, below=True),
             "defer_seconds": read.integer("DEFER_SECONDS", 2, minimum=0, maximum=900),
+            "watchdog_seconds": read.number("WATCHDOG_SECONDS", 0, minimum=0),
             "coalesce_bursts": read.flag("COALESCE_BURSTS", True),
             **_tools(read),
         }

@@ -270,3 +270,31 @@ def test_every_checkov_skip_says_why(sam_template: Template) -> None:
         or len(str(skip.get("comment", "")).split()) < 5
     ]
     assert not unexplained, unexplained
+
+
+def test_the_consumer_is_reserved_at_its_mappings_concurrency_and_alarmed_alone(
+    cfn: Template,
+) -> None:
+    from tests.infra.test_template import consumer_mapping, event_queue_id, mapped_function
+
+    mapping = consumer_mapping(cfn)
+    function_id, function = mapped_function(cfn, mapping)
+    # then account-wide throttling cannot take the consumer's instances from under the poller
+    reserved = function["Properties"]["ReservedConcurrentExecutions"]
+    assert reserved == mapping["ScalingConfig"]["MaximumConcurrency"]
+    # and a throttle of the consumer alone, and the FIFO in-flight limit, are alarmed
+    alarms = resources(cfn, "AWS::CloudWatch::Alarm").values()
+    throttles = [
+        a["Properties"]
+        for a in alarms
+        if a["Properties"].get("MetricName") == "Throttles"
+        and [target(d["Value"]) for d in a["Properties"]["Dimensions"]] == [function_id]
+    ]
+    assert throttles and throttles[0]["Threshold"] == 1
+    in_flight = [
+        a["Properties"]
+        for a in alarms
+        if a["Properties"].get("MetricName") == "ApproximateNumberOfMessagesNotVisible"
+    ]
+    queue = [target(d["Value"]) for d in in_flight[0]["Dimensions"]]
+    assert queue == [event_queue_id(cfn)] and in_flight[0]["Threshold"] < 120_000
