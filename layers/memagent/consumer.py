@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import math
 import random
+import threading
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
-import threading
 from threading import Timer
 from typing import TYPE_CHECKING, Any
 

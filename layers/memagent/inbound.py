@@ -32,8 +32,24 @@ def _with_caption(note: str, caption: str | None) -> str:
     return f"{note} {caption.strip()}" if caption and caption.strip() else note
 
 
+def voice_seconds(data: bytes) -> float | None:
+    """An Ogg Opus voice note's length, from its last page's granule position (Opus counts
+    48,000 per second) less the header's pre-skip; None for anything else."""
+    last, head = data.rfind(b"OggS"), data.find(b"OpusHead")
+    if last < 0 or head < 0 or len(data) < last + 14 or len(data) < head + 12:
+        return None
+    granule = int.from_bytes(data[last + 6 : last + 14], "little")
+    pre_skip = int.from_bytes(data[head + 10 : head + 12], "little")
+    return max(0, granule - pre_skip) / 48_000
+
+
 def message_text(
-    message: InboundMessage, *, provider: Provider, model: ModelClient, max_media_bytes: int
+    message: InboundMessage,
+    *,
+    provider: Provider,
+    model: ModelClient,
+    max_media_bytes: int,
+    max_audio_seconds: float | None = None,
 ) -> str:
     """Text as is; voice notes transcribed; photos described (with their caption); anything
     else a short bracketed note. A media file we cannot use becomes a note, never a failure
@@ -49,6 +65,14 @@ def message_text(
         mime_type = message.media.mime_type or content_type
         try:
             if message.kind == "audio":
+                seconds = voice_seconds(data)
+                if max_audio_seconds and seconds and seconds > max_audio_seconds:
+                    # not transcribed: the model sees this note, and tells the person
+                    logger.info("voice note too long", extra={"seconds": round(seconds)})
+                    return (
+                        f"[sent a voice note of {seconds / 60:.0f} minutes, longer than the "
+                        f"{max_audio_seconds / 60:g} the agent listens to: not heard]"
+                    )
                 transcript = model.transcribe(data, mime_type)
                 if transcript is None:
                     return _with_caption(NOTES["unheard"], message.caption)

@@ -26,6 +26,7 @@ class Turn:
     event_id: str | None = None  # the inbound whasp event id, for the person's messages
     author: str | None = None  # "human": an operator wrote this reply, not the agent
     tools: tuple[str, ...] = ()  # the agent's tool calls behind this reply, "name: summary"
+    tokens: int = 0  # a model reply's tokens (input and output), counted at the next message
 
     @property
     def content(self) -> str:
@@ -87,6 +88,13 @@ class PersonState:
     # next reply answers all of them at once (a burst of lines gets one answer)
     awaiting: tuple[str, ...] = ()
     handoff: Handoff | None = None  # a human has the chat (memagent.operator)
+    # the person's day (UTC, of what they wrote) and its model turns and tokens, counted up to
+    # the reply with seq `counted_seq`; `notice_day`: the day they were told of the limit
+    budget_day: str | None = None
+    day_turns: int = 0
+    day_tokens: int = 0
+    counted_seq: int = 0
+    notice_day: str | None = None
 
     def handed_off(self, now: datetime, timeout: timedelta) -> bool:
         """Whether a human has the chat now: handed off, and not timed out."""

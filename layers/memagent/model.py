@@ -160,6 +160,7 @@ class ModelClient:
         `credentials`: AWS credentials for the Bedrock token (default: botocore's chain)."""
         self._settings = settings
         self._transcription_model = transcription_model
+        self.tokens_used = 0  # input and output tokens of every call so far
         self.bedrock = settings.model_provider == "bedrock"
         if self.bedrock:
             from memagent.bedrock import BearerToken
@@ -244,6 +245,8 @@ class ModelClient:
         )
         usage = getattr(response, "usage", None)
         if usage is not None:
+            # every call's tokens, for the person's daily budget (memagent/budget.py)
+            self.tokens_used += (usage.input_tokens or 0) + (usage.output_tokens or 0)
             metrics.add_metric(name="ModelCalls", unit=MetricUnit.Count, value=1)
             metrics.add_metric(
                 name="ModelInputTokens", unit=MetricUnit.Count, value=usage.input_tokens or 0
@@ -254,7 +257,12 @@ class ModelClient:
         return response
 
     def reply(self, context: Context) -> str:
-        response = self._respond("reply", instructions=context.instructions, input=context.input)
+        response = self._respond(
+            "reply",
+            instructions=context.instructions,
+            input=context.input,
+            max_output_tokens=self._settings.max_reply_tokens,
+        )
         text = (response.output_text or "").strip()
         if not text:
             raise TransientError("the model returned an empty reply")
@@ -275,6 +283,7 @@ class ModelClient:
             input=conversation,
             tools=tools,
             tool_choice="none" if final else "auto",
+            max_output_tokens=self._settings.max_reply_tokens,
             include=["reasoning.encrypted_content"],
         )
         items = []

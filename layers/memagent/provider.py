@@ -187,6 +187,22 @@ def split_text(text: str, limit: int = MAX_TEXT_CHARS) -> list[str]:
     return parts
 
 
+def shorten(text: str, max_parts: int, limit: int = MAX_TEXT_CHARS) -> str:
+    """The reply cut to what `max_parts` messages hold (at a word, with an ellipsis), so a
+    model that writes a novel costs a few messages, not forty."""
+    if len(split_text(text, limit)) <= max_parts:
+        return text
+    room = max_parts * limit - 2
+    while True:
+        cut = text[:room]
+        if " " in cut[room // 2 :]:
+            cut = cut[: cut.rfind(" ")]
+        shortened = cut.rstrip() + " \u2026"
+        if len(split_text(shortened, limit)) <= max_parts:
+            return shortened
+        room -= limit // 8
+
+
 def parse_send_key(key: str) -> tuple[str, int] | None:
     """(event id, part) of a key made by idempotency_key, or None (a hashed or foreign key)."""
     found = SEND_KEY.match(key)

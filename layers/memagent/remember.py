@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from memagent.budget import counted, day_of
 from memagent.delivery import show_typing
 from memagent.inbound import message_text
 from memagent.keywords import cancels_forget, is_stop, keeps_its_meaning, stopped_at
@@ -43,6 +44,7 @@ def to_text(crew: Crew, pk: str, message: InboundMessage) -> str:
         provider=provider,
         model=crew.model,
         max_media_bytes=crew.settings.media_max_bytes,
+        max_audio_seconds=crew.settings.max_audio_seconds,
     )
 
 
@@ -77,6 +79,8 @@ def remember(
         extra["forget_pending"] = False  # anything but "yes" keeps the memory
     if for_human and state.handoff is not None:
         extra["handoff_waiting"] = state.handoff.waiting + 1
+    # the day's model turns and tokens, in this same state write (memagent/budget.py)
+    counters = {} if stop or held else counted(state, memory.turns, day_of(message.sent_at))
     turn = Turn(
         seq=memory.next_seq,
         role="user",
@@ -99,7 +103,7 @@ def remember(
         held=held,
         for_human=for_human,
         end_handoff=end_handoff,
-        extra_set=extra or None,
+        extra_set={**extra, **counters} or None,
         reserve_reply=answered,
     )
     if crew.media is not None and message.media is not None:
@@ -126,6 +130,7 @@ def remember(
             if for_human and state.handoff is not None
             else state.handoff
         ),
+        **counters,
     )
     memory = dataclasses.replace(memory, state=now_state, turns=(*memory.turns, turn))
     return Remembered(memory, stop=stop, held=held, for_human=for_human)

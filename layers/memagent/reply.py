@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from memagent import store_ledger as ledger
+from memagent.budget import day_of, exhausted
 from memagent.context import build_context
 from memagent.delivery import say_goodbye_and_forget, send
 from memagent.errors import ModelRejected
@@ -14,6 +16,7 @@ from memagent.keywords import keyword
 from memagent.memory import Turn
 from memagent.notify import HANDOFF_STARTED
 from memagent.observability import count, logger
+from memagent.provider import shorten
 from memagent.tool_loop import answer_with_tools
 
 if TYPE_CHECKING:
@@ -50,6 +53,8 @@ def reply(
         return hand_to_human(crew, pk, message, memory, answering, asked.reply or "", asked.flags)
     if asked.reply is not None:
         return remember_and_send(crew, pk, message, memory, answering, asked.reply, asked.flags)
+    if exhausted(memory.state, settings):
+        return over_budget(crew, pk, message, memory, answering, asked.flags)
 
     context = build_context(
         memory,
@@ -71,6 +76,7 @@ def reply(
         },
     )
     done: tuple[str, ...] = ()
+    used = crew.model.tokens_used
     try:
         if crew.tools is None:
             text = crew.model.reply(context)
@@ -83,7 +89,34 @@ def reply(
         count("ModelRejected")
         logger.error("model refused the turn; fallback reply", extra={"error": str(error)})
         text = FALLBACK_REPLY
-    return remember_and_send(crew, pk, message, memory, answering, text, asked.flags, tools=done)
+    # at least 1: a model reply counts as a turn even where the endpoint reports no usage
+    tokens = max(1, crew.model.tokens_used - used)
+    shortened = shorten(text, settings.max_reply_parts)
+    if shortened != text:  # "write me a novel": not 40 WhatsApp messages
+        count("RepliesShortened")
+        logger.info("reply shortened", extra={"chars": len(text), "kept": len(shortened)})
+    return remember_and_send(
+        crew, pk, message, memory, answering, shortened, asked.flags, tools=done, tokens=tokens
+    )
+
+
+def over_budget(
+    crew: Crew, pk: str, message: InboundMessage, memory: Memory, answering: Turn, flags: dict
+) -> str:
+    """The person reached today's limit: no model call. The day's first such message gets the
+    notice; the rest are kept (already stored, in order) and answered with tomorrow's."""
+    count("PersonBudgetReached")
+    day = day_of(answering.at)
+    if memory.state.notice_day != day:
+        logger.info("person's daily budget reached; notice sent")
+        notice = crew.settings.budget_notice
+        flags = {**flags, "notice_day": day}
+        return remember_and_send(crew, pk, message, memory, answering, notice, flags)
+    for event_id in memory.state.awaiting:
+        crew.store.finish_event(pk, event_id, ledger.SKIPPED, reason="over_budget")
+    crew.store.clear_awaiting(pk)
+    logger.info("person's daily budget reached; kept for tomorrow")
+    return "over_budget"
 
 
 def hand_to_human(
@@ -123,6 +156,7 @@ def remember_and_send(
     flags: dict,
     *,
     tools: tuple[str, ...] = (),
+    tokens: int = 0,
 ) -> str:
     """Store the reply to `answering` (and to every message awaiting with it), then send it."""
     assert answering.event_id is not None
@@ -134,6 +168,7 @@ def remember_and_send(
         at=datetime.now(UTC),
         number=sender,
         tools=tools,
+        tokens=tokens,
     )
     crew.store.remember_reply(
         pk,

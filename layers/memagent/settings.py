@@ -38,6 +38,10 @@ SSM_CONFIG = {
     "retries": {"total_max_attempts": 2, "mode": "standard"},
 }
 
+DEFAULT_BUDGET_NOTICE = (
+    "We've talked a lot today, so I'm taking a break until tomorrow. I've kept everything you "
+    "wrote and will pick it up then."
+)
 DEFAULT_SYSTEM_PROMPT = (
     "You are a warm, concise companion who chats with people on WhatsApp. "
     "Write short, natural messages. Pick up earlier threads when it helps the person."
@@ -404,6 +408,7 @@ class ModelSettings(MemorySettings):
     openai_max_retries: int = 2
     openai_api_key: Secret | None = field(default=None, repr=False)  # never read with bedrock
     bedrock_region: str | None = None  # with bedrock: the region the bearer token is signed for
+    max_reply_tokens: int = 1024  # sent as max_output_tokens with every reply
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
@@ -432,6 +437,7 @@ class ModelSettings(MemorySettings):
             "openai_max_retries": read.integer("OPENAI_MAX_RETRIES", 2, minimum=0),
             "openai_api_key": None if provider == "bedrock" else read.secret("OPENAI_API_KEY"),
             "bedrock_region": region,
+            "max_reply_tokens": read.integer("MAX_REPLY_TOKENS", 1024, minimum=16),
         }
 
 
@@ -538,6 +544,13 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     tool_max_rounds: int = 3
     tool_max_calls: int = 6
     tool_output_max_chars: int = 4000
+    # budgets (memagent/budget.py): a longer reply is shortened to this many messages, longer
+    # voice notes are not transcribed, and past a daily limit a person gets one notice a day
+    max_reply_parts: int = 3
+    max_audio_seconds: int = 300
+    person_daily_turns: int = 0  # 0: no limit
+    person_daily_tokens: int = 0  # 0: no limit
+    budget_notice: str = DEFAULT_BUDGET_NOTICE
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
@@ -564,6 +577,11 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
             "watchdog_seconds": read.number("WATCHDOG_SECONDS", 0, minimum=0),
             "coalesce_bursts": read.flag("COALESCE_BURSTS", True),
             **_tools(read),
+            "max_reply_parts": read.integer("MAX_REPLY_PARTS", 3, minimum=1, maximum=100),
+            "max_audio_seconds": read.integer("MAX_AUDIO_SECONDS", 300, minimum=1),
+            "person_daily_turns": read.integer("PERSON_DAILY_TURNS", 0, minimum=0),
+            "person_daily_tokens": read.integer("PERSON_DAILY_TOKENS", 0, minimum=0),
+            "budget_notice": read.text("BUDGET_NOTICE", DEFAULT_BUDGET_NOTICE),
         }
 
     @property

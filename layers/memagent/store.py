@@ -87,6 +87,11 @@ def _state(item: dict[str, Any] | None) -> PersonState:
         bsuid_key=item.get("bsuid_key"),
         awaiting=tuple(item.get("awaiting") or ()),
         handoff=handoff_of(item),
+        budget_day=item.get("budget_day"),
+        day_turns=int(item.get("day_turns", 0)),
+        day_tokens=int(item.get("day_tokens", 0)),
+        counted_seq=int(item.get("counted_seq", 0)),
+        notice_day=item.get("notice_day"),
     )
 
 
@@ -113,6 +118,7 @@ def _turn(item: dict[str, Any]) -> Turn:
         event_id=item.get("event_id"),
         author=item.get("author"),
         tools=tuple(item.get("tools") or ()),
+        tokens=int(item.get("tokens", 0)),
     )
 
 

@@ -28,6 +28,11 @@ _STATE_CONTENT = (
     "awaiting",
     "marketing",
     "marketing_at",
+    "budget_day",
+    "day_turns",
+    "day_tokens",
+    "counted_seq",
+    "notice_day",
     "expires_at",  # the retention TTL: a mark never expires (it refuses late redeliveries)
     *HANDOFF_ATTRIBUTES,
 )

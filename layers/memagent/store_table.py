@@ -132,4 +132,6 @@ class Table:
             item["author"] = turn.author
         if turn.tools:
             item["tools"] = list(turn.tools)
+        if turn.tokens:
+            item["tokens"] = turn.tokens
         return item

@@ -298,3 +298,29 @@ def test_the_consumer_is_reserved_at_its_mappings_concurrency_and_alarmed_alone(
     ]
     queue = [target(d["Value"]) for d in in_flight[0]["Dimensions"]]
     assert queue == [event_queue_id(cfn)] and in_flight[0]["Threshold"] < 120_000
+
+
+def test_budgets_reach_the_consumer_and_the_stack_token_budget_is_alarmed(cfn: Template) -> None:
+    from tests.infra.test_template import consumer_mapping, mapped_function
+
+    _, function = mapped_function(cfn, consumer_mapping(cfn))
+    variables = function["Properties"]["Environment"]["Variables"]
+    budgets = {
+        "MAX_REPLY_TOKENS": "MaxReplyTokens",
+        "MAX_REPLY_PARTS": "MaxReplyParts",
+        "MAX_AUDIO_SECONDS": "MaxAudioSeconds",
+        "PERSON_DAILY_TURNS": "PersonDailyTurns",
+        "PERSON_DAILY_TOKENS": "PersonDailyTokens",
+        "BUDGET_NOTICE": "BudgetNotice",
+    }
+    assert {name: target(variables[name]) for name in budgets} == budgets
+    [alarm] = [
+        a["Properties"]
+        for a in resources(cfn, "AWS::CloudWatch::Alarm").values()
+        if target(a["Properties"].get("Threshold")) == "StackDailyTokenBudget"
+    ]
+    watched = {
+        m["MetricStat"]["Metric"]["MetricName"] for m in alarm["Metrics"] if "MetricStat" in m
+    }
+    assert watched == {"ModelInputTokens", "ModelOutputTokens"}
+    assert {m["MetricStat"]["Period"] for m in alarm["Metrics"] if "MetricStat" in m} == {86400}

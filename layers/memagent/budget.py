@@ -1,0 +1,46 @@
+"""What one person may cost a day: model turns and tokens, counted on their state item.
+
+The counters ride on writes a turn makes anyway: a reply's tokens are stored on its turn item
+(the put that stores the reply), and the next message's state update (the transaction that
+stores it) adds the replies since the last count to the day's totals. So counting costs no
+request of its own, only a few bytes on the state item (bench/results.md). Past a limit the
+person's messages are still remembered, in order; the first gets one short notice (no model
+call), the rest of the day nothing, and tomorrow's message is answered with all of them in
+context. The day is the UTC date of what the person wrote (their message's own time).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from memagent.memory import PersonState, Turn
+    from memagent.settings import ConsumerSettings
+
+
+def day_of(at: datetime) -> str:
+    return at.astimezone(UTC).date().isoformat()
+
+
+def counted(state: PersonState, turns: Iterable[Turn], day: str) -> dict[str, Any]:
+    """The state's day counters with the model replies stored since the last count added.
+    Those answered the person's previous messages: on a new day they were the last day's, and
+    the counters start again from nothing."""
+    fresh = [t for t in turns if t.role == "assistant" and t.seq > state.counted_seq]
+    same_day = state.budget_day == day
+    today = [t for t in fresh if t.tokens] if same_day else []
+    return {
+        "budget_day": day,
+        "day_turns": (state.day_turns if same_day else 0) + len(today),
+        "day_tokens": (state.day_tokens if same_day else 0) + sum(t.tokens for t in today),
+        "counted_seq": max([state.counted_seq, *(t.seq for t in fresh)]),
+    }
+
+
+def exhausted(state: PersonState, settings: ConsumerSettings) -> bool:
+    """Whether today's model turns or tokens have reached a limit (0: none)."""
+    turns, tokens = settings.person_daily_turns, settings.person_daily_tokens
+    return bool(turns and state.day_turns >= turns) or bool(tokens and state.day_tokens >= tokens)
