@@ -17,7 +17,7 @@ from memagent.memory import Turn
 from memagent.notify import HANDOFF_STARTED
 from memagent.observability import count, logger
 from memagent.provider import shorten
-from memagent.tool_loop import answer_with_tools
+from memagent.tool_loop import RejectedAfterTools, answer_with_tools
 
 if TYPE_CHECKING:
     from memagent.crew import Crew
@@ -89,6 +89,8 @@ def reply(
         count("ModelRejected")
         logger.error("model refused the turn; fallback reply", extra={"error": str(error)})
         text = FALLBACK_REPLY
+        if isinstance(error, RejectedAfterTools):
+            done = error.done  # what the tools did before the refusal stays remembered
     # at least 1: a model reply counts as a turn even where the endpoint reports no usage
     tokens = max(1, crew.model.tokens_used - used)
     shortened = shorten(text, settings.max_reply_parts)

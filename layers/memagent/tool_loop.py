@@ -44,6 +44,15 @@ class Answer(NamedTuple):
     done: tuple[str, ...]  # "name: summary" for each call made in the turn
 
 
+class RejectedAfterTools(ModelRejected):
+    """The model refused a round after tools had acted: the fallback reply still remembers
+    what they did (a booking made), so the next turn does not make it again."""
+
+    def __init__(self, error: ModelRejected, done: tuple[str, ...]):
+        super().__init__(str(error))
+        self.done = done
+
+
 def tool_key(event_id: str, round_: int, index: int) -> str:
     return f"{event_id}:tool:{round_}:{index}"[-255:]
 
@@ -63,11 +72,16 @@ def answer_with_tools(crew: Crew, pk: str, event_id: str, context: Context) -> A
             items = json.loads(recorded)
         else:
             final = round_ == settings.tool_max_rounds
-            acted = crew.model.act(instructions, conversation, crew.tools.specs(), final=final)
+            try:
+                acted = crew.model.act(instructions, conversation, crew.tools.specs(), final=final)
+            except ModelRejected as error:
+                raise RejectedAfterTools(error, tuple(done)) from error
             if not acted.calls:
                 return Answer(acted.text, tuple(done))
             if final:  # tools were not offered, and it still asked for them
-                raise ModelRejected("the model kept calling tools after its last round")
+                raise RejectedAfterTools(
+                    ModelRejected("the model kept calling tools after its last round"), tuple(done)
+                )
             items = acted.items
             crew.store.record_tool(pk, event_id, f"{ROUND}{round_}", json.dumps(items))
             count("ToolRounds")

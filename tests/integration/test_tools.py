@@ -371,3 +371,26 @@ def test_the_rounds_are_bounded_then_the_model_must_answer(tools, openai, whasp,
 def test_without_tools_the_request_is_as_before(consumer, openai, lambda_context):
     consumer.handler(sqs_batch(message("hi")), lambda_context)
     assert "tools" not in openai.calls()[0]
+
+
+def test_a_refused_last_round_still_remembers_what_the_tools_did(
+    tools, lambda_api, openai, whasp, resources, lambda_context
+):
+    # given a model that books, then refuses the round that would answer (a 400)
+    def model(request):
+        if len(outputs(request)) == 1:
+            openai.fail_next(1, status=400)  # the round after the booking
+        return booking_model(request)
+
+    openai.responder = model
+    # when the message is handled
+    assert failures(tools.handler(sqs_batch(message("book Thursday 10?")), lambda_context)) == []
+    # then the booking was made once and the person got the fallback reply
+    assert booking.booked == {(DAY, "10:00"): "Maya"}
+    assert len(whasp.sent) == 1
+    # and the reply remembered holds what was done, so the next turn knows of the booking
+    reply = [i for i in rows(resources.table_name, prefix="MSG#") if i["role"] == "assistant"]
+    assert reply[0]["tools"] == [
+        "list_free_slots: 6 free slots on 2026-12-03",
+        f"book_appointment: booked {DAY} 10:00",
+    ]
