@@ -296,6 +296,24 @@ def store(compactor) -> Any:
 
 
 @pytest.fixture
+def bus(resources) -> dict[str, str]:
+    """The operator event bus, with a rule that copies every event to a queue we read
+    (tests.integration.test_operator.notifications)."""
+    import boto3
+
+    events, sqs = boto3.client("events"), boto3.client("sqs")
+    name = f"{resources.table_name}-operator"
+    events.create_event_bus(Name=name)
+    queue = sqs.create_queue(QueueName=f"{resources.table_name}-seen")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]
+    events.put_rule(
+        Name="all", EventBusName=name, EventPattern=json.dumps({"source": ["memagent"]})
+    )
+    events.put_targets(Rule="all", EventBusName=name, Targets=[{"Id": "q", "Arn": arn["QueueArn"]}])
+    return {"name": name, "queue": queue}
+
+
+@pytest.fixture
 def tap(resources) -> Any:
     """The memory table's stream from now on, as the compactor's event source mapping reads it:
     in Lambda's record shape, through the template's filter (`tap.matching()`)."""

@@ -244,8 +244,12 @@ class Consumer:
             archive,
             media=media,
             tools=(
-                ToolBox(settings.tools, max_output_chars=settings.tool_output_max_chars)
-                if settings.tools
+                ToolBox(
+                    settings.tools,
+                    max_output_chars=settings.tool_output_max_chars,
+                    handoff=settings.handoff_tool,
+                )
+                if settings.tools or settings.handoff_tool
                 else None
             ),
         )

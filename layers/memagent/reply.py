@@ -82,7 +82,12 @@ def reply(
             text = crew.model.reply(context)
         else:
             assert answering.event_id is not None
-            text, done = answer_with_tools(crew, pk, answering.event_id, context)
+            text, done, handoff = answer_with_tools(crew, pk, answering.event_id, context)
+            if handoff:
+                notice = settings.handoff_notice
+                return hand_to_human(
+                    crew, pk, message, memory, answering, notice, asked.flags, reason="agent"
+                )
     except ModelRejected as error:
         # the model will never accept this request (a refusal, an unsupported input):
         # the person still gets exactly one reply, and the operator a metric
@@ -129,22 +134,25 @@ def hand_to_human(
     answering: Turn,
     notice: str,
     flags: dict,
+    *,
+    reason: str = "person",
 ) -> str:
-    """The person asked for a human: the notice is the agent's last word until the chat is
-    handed back (or times out); the handoff is recorded with it, in the reply's write, and
-    operators are told (memagent.notify)."""
+    """The person asked for a human (or the model, through the built-in tool: `reason`
+    "agent"): the notice is the agent's last word until the chat is handed back (or times
+    out); the handoff is recorded with it, in the reply's write, and operators are told
+    (memagent.notify)."""
     now = datetime.now(UTC)
     handoff = {
         "handoff_agent": crew.settings.agent_id,
         "handoff_since": now.isoformat(),
-        "handoff_reason": "person",
+        "handoff_reason": reason,
         "handoff_waiting": 0,
         "handoff_address": message.address,  # where the operator's replies go
     }
     decision = remember_and_send(crew, pk, message, memory, answering, notice, {**flags, **handoff})
     count("HandoffsRequested")
     logger.info("the person asked for a human: chat handed over")
-    crew.events.emit(HANDOFF_STARTED, pk, reason="person", since=now)
+    crew.events.emit(HANDOFF_STARTED, pk, reason=reason, since=now)
     return decision
 
 

@@ -551,6 +551,8 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     person_daily_turns: int = 0  # 0: no limit
     person_daily_tokens: int = 0  # 0: no limit
     budget_notice: str = DEFAULT_BUDGET_NOTICE
+    # the built-in "hand to a human" tool: on by default where tools are declared (HANDOFF_TOOL)
+    handoff_tool: bool = False
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
@@ -582,6 +584,7 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
             "person_daily_turns": read.integer("PERSON_DAILY_TURNS", 0, minimum=0),
             "person_daily_tokens": read.integer("PERSON_DAILY_TOKENS", 0, minimum=0),
             "budget_notice": read.text("BUDGET_NOTICE", DEFAULT_BUDGET_NOTICE),
+            "handoff_tool": read.flag("HANDOFF_TOOL", bool(read.optional("TOOLS_FILE"))),
         }
 
     @property

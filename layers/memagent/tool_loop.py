@@ -42,6 +42,7 @@ TOO_MANY = json.dumps({"error": "too many tool calls in this turn: answer with w
 class Answer(NamedTuple):
     text: str
     done: tuple[str, ...]  # "name: summary" for each call made in the turn
+    handoff: bool = False  # the model handed the chat to a human (the built-in tool)
 
 
 class RejectedAfterTools(ModelRejected):
@@ -87,6 +88,10 @@ def answer_with_tools(crew: Crew, pk: str, event_id: str, context: Context) -> A
             count("ToolRounds")
         conversation.extend(items)
         for index, call in enumerate(i for i in items if i.get("type") == "function_call"):
+            if crew.tools.hands_off(call["name"]):
+                # the chat goes to a human now: no more rounds; the turn answers with the
+                # handoff notice (memagent/reply.py), as when the person asks for one
+                return Answer("", tuple(done), handoff=True)
             calls += 1
             output = _call_once(crew, pk, entry, event_id, round_, index, call, calls)
             conversation.append(

@@ -196,6 +196,23 @@ def _from_environment(value: str, environ: Mapping[str, str]) -> str:
     return found
 
 
+# Built in: the model hands the chat to a human, as the person asking for one does
+# (memagent/reply.py hand_to_human). On by default where tools are declared; HANDOFF_TOOL=false
+# switches it off, HANDOFF_TOOL=true offers it without other tools.
+HANDOFF_TOOL = Tool(
+    name="hand_to_human",
+    description=(
+        "Hand this chat to a human colleague when the person needs one: they ask for a person, "
+        "are upset, or need something you cannot do. The person is told a human will answer."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {"reason": {"type": "string", "description": "why, in a few words"}},
+        "additionalProperties": False,
+    },
+)
+
+
 class ToolBox:
     """The declared tools and the clients that call them."""
 
@@ -205,8 +222,10 @@ class ToolBox:
         *,
         max_output_chars: int = 4000,
         lambda_client: Any = None,
+        handoff: bool = False,
     ):
         self.tools = {tool.name: tool for tool in tools}
+        self.builtins = {HANDOFF_TOOL.name: HANDOFF_TOOL} if handoff else {}
         self.max_output_chars = max_output_chars
         self._lambda = lambda_client
         if lambda_client is None and any(t.lambda_arn for t in tools):
@@ -225,7 +244,11 @@ class ToolBox:
         self._http: Any = None
 
     def specs(self) -> list[dict[str, Any]]:
-        return [tool.spec() for tool in self.tools.values()]
+        return [tool.spec() for tool in (*self.tools.values(), *self.builtins.values())]
+
+    def hands_off(self, name: str) -> bool:
+        """Whether a call is the built-in handoff (the turn's step, not a call out)."""
+        return name in self.builtins
 
     def call(self, name: str, arguments: str, key: str) -> ToolResult:
         """Call one tool with the model's arguments (a JSON string) under `key`."""

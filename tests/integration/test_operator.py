@@ -41,21 +41,6 @@ def person(phone: str = MAYA) -> str:
     return f"/people/{quote(phone, safe='')}"
 
 
-@pytest.fixture
-def bus(resources) -> dict[str, str]:
-    """The operator event bus, with a rule that copies every event to a queue we read."""
-    events, sqs = boto3.client("events"), boto3.client("sqs")
-    name = f"{resources.table_name}-operator"
-    events.create_event_bus(Name=name)
-    queue = sqs.create_queue(QueueName=f"{resources.table_name}-seen")["QueueUrl"]
-    arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]
-    events.put_rule(
-        Name="all", EventBusName=name, EventPattern=json.dumps({"source": ["memagent"]})
-    )
-    events.put_targets(Rule="all", EventBusName=name, Targets=[{"Id": "q", "Arn": arn["QueueArn"]}])
-    return {"name": name, "queue": queue}
-
-
 def notifications(bus: dict[str, str]) -> list[dict[str, Any]]:
     sqs = boto3.client("sqs")
     seen = []

@@ -394,3 +394,45 @@ def test_a_refused_last_round_still_remembers_what_the_tools_did(
         "list_free_slots: 6 free slots on 2026-12-03",
         f"book_appointment: booked {DAY} 10:00",
     ]
+
+
+# ------------------------------------------------------------------ the built-in handoff tool
+
+
+def test_the_model_hands_the_chat_to_a_human_with_the_built_in_tool_once(
+    consumer_env, bus, openai, whasp, monkeypatch, lambda_context
+):
+    from tests.integration.test_operator import notifications, say
+
+    # given a stack with no tools of its own, the built-in handoff tool on
+    env = {**consumer_env, "OPERATOR_EVENT_BUS": bus["name"], "HANDOFF_TOOL": "true"}
+    agent = load_function("consumer", env, monkeypatch)
+    handed = {"calls": 0}
+
+    def model(request):
+        assert [t["name"] for t in request["tools"]] == ["hand_to_human"]
+        handed["calls"] += 1
+        return {"output": [call("hand_to_human", {"reason": "upset about a refund"}, "h1")]}
+
+    openai.responder = model
+    # when an upset person writes, and the model hands the chat over
+    say(agent, lambda_context, "This is the third time my refund failed!!", minutes_ago=2)
+    # then the person is told once that a human will answer, and operators are notified
+    assert len(whasp.sent) == 1 and "person from our team" in whasp.sent[0]["text"]
+    [started] = notifications(bus)
+    assert (started["detail-type"], started["detail"]["reason"]) == ("Handoff started", "agent")
+    # and what they write next waits for the human: no model call, no reply
+    say(agent, lambda_context, "hello??", minutes_ago=1)
+    assert handed["calls"] == 1 and len(whasp.sent) == 1
+
+
+def test_the_built_in_handoff_tool_is_on_with_tools_and_can_be_switched_off(tmp_path):
+    from memagent.settings import ConsumerSettings
+    from tests.unit.test_settings import CONSUMER
+
+    tools = tmp_path / "tools.json"
+    tools.write_text(Path("functions/consumer/tools.example.json").read_text())
+    env = {**CONSUMER, "TOOLS_FILE": str(tools), "BOOKING_TOOL_ARN": BOOKING_ARN}
+    assert ConsumerSettings.from_env(env).handoff_tool is True
+    assert ConsumerSettings.from_env({**env, "HANDOFF_TOOL": "false"}).handoff_tool is False
+    assert ConsumerSettings.from_env(CONSUMER).handoff_tool is False  # no tools: as before
