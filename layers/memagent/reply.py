@@ -17,9 +17,10 @@ from memagent.memory import Turn
 from memagent.notify import HANDOFF_STARTED
 from memagent.observability import count, logger
 from memagent.provider import shorten
-from memagent.tool_loop import RejectedAfterTools, answer_with_tools
+from memagent.tool_loop import Answer, RejectedAfterTools, answer_with_tools
 
 if TYPE_CHECKING:
+    from memagent.context import Context
     from memagent.crew import Crew
     from memagent.memory import Memory
     from memagent.provider import InboundMessage
@@ -75,27 +76,13 @@ def reply(
             "facts": context.facts_used,
         },
     )
-    done: tuple[str, ...] = ()
     used = crew.model.tokens_used
-    try:
-        if crew.tools is None:
-            text = crew.model.reply(context)
-        else:
-            assert answering.event_id is not None
-            text, done, handoff = answer_with_tools(crew, pk, answering.event_id, context)
-            if handoff:
-                notice = settings.handoff_notice
-                return hand_to_human(
-                    crew, pk, message, memory, answering, notice, asked.flags, reason="agent"
-                )
-    except ModelRejected as error:
-        # the model will never accept this request (a refusal, an unsupported input):
-        # the person still gets exactly one reply, and the operator a metric
-        count("ModelRejected")
-        logger.error("model refused the turn; fallback reply", extra={"error": str(error)})
-        text = FALLBACK_REPLY
-        if isinstance(error, RejectedAfterTools):
-            done = error.done  # what the tools did before the refusal stays remembered
+    text, done, handoff = _ask_the_model(crew, pk, answering, context)
+    if handoff:  # the model handed the chat to a human (the built-in tool)
+        notice = settings.handoff_notice
+        return hand_to_human(
+            crew, pk, message, memory, answering, notice, asked.flags, reason="agent"
+        )
     # at least 1: a model reply counts as a turn even where the endpoint reports no usage
     tokens = max(1, crew.model.tokens_used - used)
     shortened = shorten(text, settings.max_reply_parts)
@@ -105,6 +92,23 @@ def reply(
     return remember_and_send(
         crew, pk, message, memory, answering, shortened, asked.flags, tools=done, tokens=tokens
     )
+
+
+def _ask_the_model(crew: Crew, pk: str, answering: Turn, context: Context) -> Answer:
+    """The model's reply (calling the declared tools along the way, if any)."""
+    try:
+        if crew.tools is None:
+            return Answer(crew.model.reply(context), ())
+        assert answering.event_id is not None
+        return answer_with_tools(crew, pk, answering.event_id, context)
+    except ModelRejected as error:
+        # the model will never accept this request (a refusal, an unsupported input):
+        # the person still gets exactly one reply, and the operator a metric
+        count("ModelRejected")
+        logger.error("model refused the turn; fallback reply", extra={"error": str(error)})
+        # what the tools did before a refusal stays remembered (a booking made)
+        done = error.done if isinstance(error, RejectedAfterTools) else ()
+        return Answer(FALLBACK_REPLY, done)
 
 
 def over_budget(
