@@ -8,6 +8,8 @@ import secrets
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from boto3.dynamodb.conditions import Key
+
 from memagent.errors import ConcurrentUpdate
 from memagent.store_table import ALIAS, STATE, Table, iso
 
@@ -129,6 +131,11 @@ class PersonWrites(Table):
             found.update({i["pk"]: i for i in response["Responses"].get(self.table_name, [])})
             request = response.get("UnprocessedKeys", {}).get(self.table_name)
         return found
+
+    def links(self, pk: str) -> set[str]:
+        """The keys of the other identifiers a partition lists (its ALIAS# items)."""
+        items = self._query(pk, Key("sk").begins_with(ALIAS), projection="sk")
+        return {item["sk"].removeprefix(ALIAS) for item in items}
 
     def move(self, old: str, new: str, *, via: str) -> int:
         """Move a partition's items to key `new` (memagent.upgrade), whose state must hold no

@@ -35,6 +35,13 @@ def carry_over(store: MemoryStore, agent: str, identifiers: tuple[str, ...]) -> 
     states = store.states(list(old))
     for key, identifier in old.items():
         if key in states and (source := legacy_person(states[key])):
+            if identifier != identifiers[0] and {source, *store.links(source)} - set(old):
+                # reached by the phone beside a BSUID, and the memory names an identifier not
+                # at hand (another BSUID): the previous owner of a recycled number. It waits
+                # for its own BSUID; this newcomer is a stranger (memagent.identity's rule).
+                count("LegacyMemoriesLeft")
+                logger.info("an old key's memory names someone else; not carried over")
+                return False
             target = person_key(agent, identifier)
             moved = store.move(source, target, via=key)
             if moved:

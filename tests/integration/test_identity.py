@@ -10,8 +10,9 @@ from datetime import UTC, datetime, timedelta
 
 import boto3
 
+import memagent.identity
 from devstack.events import meta_contact, meta_message, meta_notification
-from memagent.person import person_key
+from memagent.person import legacy_key, person_key
 from tests.conftest import AGENT
 from tests.integration.test_meta import (  # noqa: F401 (fixtures)
     MAYA_BSUID,
@@ -451,3 +452,25 @@ def test_a_contacts_entry_for_another_wa_id_does_not_give_its_bsuid(
     # then Sam's memory is his phone's; the other BSUID has none, nor reaches Sam's
     assert any(r.get("text") == "hi, Sam here" for r in memory_rows(resources, SAM_PHONE))
     assert memory_rows(resources, MAYA_BSUID) == []
+
+
+def test_a_recycled_number_does_not_carry_over_the_previous_owners_memory_of_before_keyed_keys(
+    webhook, queue, consumer, openai, graph, resources, lambda_context, monkeypatch
+):
+    # given Maya (BSUID X, phone P) as a stack before keyed keys kept her
+    with monkeypatch.context() as old_stack:
+        old_stack.setattr(memagent.identity, "person_key", legacy_key)
+        first = text_from(
+            "my HIV test came back positive", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW
+        )
+        _exchange(webhook, queue, consumer, lambda_context, first)
+    # when, after the upgrade, P's new owner (BSUID Y) writes first
+    hello = text_from("hello, who is this?", phone=MAYA_PHONE, bsuid=NEW_BSUID, at=NOW + 60)
+    _exchange(webhook, queue, consumer, lambda_context, hello)
+    # then they are a stranger to Maya's memory
+    assert _said(openai) == ["hello, who is this?"]
+    assert "HIV" not in json.dumps(openai.calls()[-1])
+    # and Maya, by her BSUID, still finds hers
+    back = text_from("still me", phone="+447700900999", bsuid=MAYA_BSUID, at=NOW + 120)
+    _exchange(webhook, queue, consumer, lambda_context, back)
+    assert _said(openai) == ["my HIV test came back positive", "still me"]
