@@ -75,7 +75,7 @@ def fold_parts(
     return parts
 
 
-def _count(name: str, value: float = 1) -> None:
+def _count(name: str, value: float = 1) -> None:  # pragma: no mutate (metrics only)
     metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
 
 

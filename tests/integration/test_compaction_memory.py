@@ -232,13 +232,35 @@ def test_a_fold_keeps_at_most_ten_new_facts_and_none_it_already_has(
 def test_a_fold_refused_once_is_folded_from_the_shortened_transcript(
     compactor, store, resources, openai
 ):
-    model = Model(openai, ("Maya works nights.", ["Works nights"]))
-    talk(store, 45)
+    model = Model(openai, ("Maya works nights.", []), ("Maya works nights; has a dog.", ["Dog"]))
+    # given a first fold, and the next fold's turns long, one with a space where the cut falls
+    texts = ["x" * 278 + " and the rest of it", "y" * 300] * 10
+    seed_turns(store, MAYA, [f"message {i}" for i in range(25)] + texts)
+    compactor.compactor.compact(PK)
+    talk(store, 20, start=later(1))
+    # when the model refuses the fold once
     openai.fail_next(1, status=400)
     assert compactor.compactor.compact(PK) == "compacted"
-    assert len(model.shown) == 1  # the refused request never reached the responder
-    assert summary(resources.table_name) == "Maya works nights."
-    assert facts(resources.table_name) == ["Works nights"]
+    # then it was asked again with each turn cut to 280 characters (no space before the mark),
+    # into the summary it had
+    assert len(model.shown) == 2  # the refused request never reached the responder
+    retry = model.shown[1]
+    assert section(retry, "Current summary:") == ["Maya works nights."]
+    turns = [line.split("): ", 1)[1] for line in section(retry, "Conversation to fold in:")]
+    assert turns[-2:] == ["x" * 278 + "\u2026", "y" * 279 + "\u2026"]
+    assert summary(resources.table_name) == "Maya works nights; has a dog."
+    assert facts(resources.table_name) == ["Dog"]
+
+
+def test_a_flag_with_nothing_to_fold_is_lowered(compactor_env, resources, openai, monkeypatch):
+    # given the flag went up at 40 turns, and the compactor now folds from 50
+    compactor = compactor_with(compactor_env, monkeypatch, COMPACT_THRESHOLD="50")
+    talk(compactor.store, 40)
+    assert state(resources.table_name)["compaction_due"] is True
+    # when it runs, then nothing is folded and the flag is down, so the stream stays quiet
+    assert compactor.compact(PK) == "nothing_to_fold"
+    assert state(resources.table_name)["compaction_due"] is False
+    assert openai.calls() == []
 
 
 def test_a_clean_up_a_crash_interrupted_is_finished_by_the_next_run(
