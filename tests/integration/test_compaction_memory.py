@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
+import boto3
 import pytest
 
+from memagent.facts import fact_key
 from memagent.lifecycle import forget
 from memagent.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, seed_turns
@@ -285,3 +287,29 @@ def test_a_clean_up_a_crash_interrupted_is_finished_by_the_next_run(
     # then the rest of the folded turns are gone, the newest 20 stay, and the flag is down
     assert seqs(resources.table_name) == list(range(26, 46))
     assert state(resources.table_name)["compaction_due"] is False
+
+
+def test_a_cap_lowered_under_many_facts_drops_them_over_folds_within_one_transaction(
+    compactor_env, resources, openai, monkeypatch
+):
+    # given 120 facts kept from long ago, and a cap lowered to 5
+    table = boto3.resource("dynamodb").Table(resources.table_name)
+    with table.batch_writer() as batch:
+        for i in range(120):
+            text = f"Old fact number {i}"
+            at = (later(-400) + timedelta(minutes=i)).isoformat()
+            batch.put_item(Item={"pk": PK, "sk": f"FACT#{fact_key(text)}", "text": text, "at": at})
+    compactor = compactor_with(compactor_env, monkeypatch, MAX_FACTS="5")
+    Model(openai, ("one", ["Lives in Leeds"]), ("two", ["Has a dog"]))
+    talk(compactor.store, 45)
+    # when a fold adds a fact: one transaction holds the state, the summary, the new fact and
+    # 97 of the 116 deletions (100 actions); the other 19 wait
+    assert compactor.compact(PK) == "compacted"
+    assert len(facts(resources.table_name)) == 120 + 1 - 97
+    assert "Lives in Leeds" in facts(resources.table_name)
+    # then the next fold finishes: the five newest stay
+    talk(compactor.store, 20, start=later(1))
+    assert compactor.compact(PK) == "compacted"
+    assert facts(resources.table_name) == sorted(
+        ["Has a dog", "Lives in Leeds", *(f"Old fact number {i}" for i in (117, 118, 119))]
+    )
