@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from memagent.errors import MalformedEvent, ModelRejected, TransientError
-from memagent.inbound import message_text
+from memagent.inbound import message_text, voice_seconds
 from memagent.provider import InboundMessage, Media
 
 AT = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
@@ -36,13 +36,14 @@ class Provider:
 
     content_type: str = "image/jpeg"
     error: Exception | None = None
+    data: bytes = b"media-bytes"
     fetched: list[tuple[str, int]] = field(default_factory=list)
 
     def fetch_media(self, url: str, *, max_bytes: int) -> tuple[bytes, str]:
         self.fetched.append((url, max_bytes))
         if self.error:
             raise self.error
-        return b"media-bytes", self.content_type
+        return self.data, self.content_type
 
 
 @dataclass
@@ -203,3 +204,49 @@ def test_an_unknown_kind_is_named_in_its_note():
     assert text_of(message("reaction", caption="ok")) == "[sent a reaction message] ok"
     assert text_of(message("interactive")) == "[sent an interactive message]"
     assert text_of(message("unsupported")) == "[sent an unsupported message]"
+
+
+def ogg_opus(seconds: float, pre_skip: int = 312) -> bytes:
+    """An Ogg Opus file's bytes as far as its length goes: the OpusHead header's pre-skip and
+    the last page's granule position (48,000 a second)."""
+    head = b"OggS" + bytes(24) + b"OpusHead" + bytes([1, 1]) + pre_skip.to_bytes(2, "little")
+    granule = round(seconds * 48_000) + pre_skip
+    return head + bytes(30) + b"OggS\x00\x04" + granule.to_bytes(8, "little") + bytes(12)
+
+
+def test_a_voice_notes_length_is_read_from_its_ogg_pages():
+    assert voice_seconds(ogg_opus(2.5)) == 2.5
+    assert voice_seconds(ogg_opus(600, pre_skip=0)) == 600
+    assert (
+        voice_seconds(ogg_opus(0, pre_skip=400)[:-20] + (100).to_bytes(8, "little") + bytes(12))
+        == 0
+    )
+
+
+@pytest.mark.parametrize(
+    "data", [b"media-bytes", b"OggS" + bytes(20), b"OpusHead" + bytes(4), ogg_opus(1)[:-13]]
+)
+def test_anything_but_a_whole_ogg_opus_file_has_no_length(data):
+    assert voice_seconds(data) is None
+
+
+def test_a_voice_note_over_the_limit_is_not_transcribed_and_the_model_is_told():
+    provider, model = Provider(data=ogg_opus(600)), Model()
+    msg = message("audio", media=VOICE)
+    text = message_text(
+        msg, provider=provider, model=model, max_media_bytes=99, max_audio_seconds=300
+    )
+    assert text == (
+        "[sent a voice note of 10 minutes, longer than the 5 the agent listens to: not heard]"
+    )
+    assert model.seen == []
+
+
+@pytest.mark.parametrize(("data", "limit"), [(ogg_opus(300), 300), (ogg_opus(600), None)])
+def test_a_voice_note_at_the_limit_or_without_one_is_transcribed(data, limit):
+    provider, model = Provider(data=data), Model(transcript="hi")
+    msg = message("audio", media=VOICE)
+    text = message_text(
+        msg, provider=provider, model=model, max_media_bytes=99, max_audio_seconds=limit
+    )
+    assert text == "[voice note] hi"

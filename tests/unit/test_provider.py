@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from memagent.errors import BadRequest
-from memagent.provider import header, idempotency_key, json_body, parse_send_key, split_text
+from memagent.provider import (
+    header,
+    idempotency_key,
+    json_body,
+    parse_send_key,
+    shorten,
+    split_text,
+)
 
 # ------------------------------------------------------------------ reply parts
 
@@ -86,6 +93,33 @@ def test_later_parts_start_and_end_without_whitespace():
     parts = split_text(text, limit=16)
     # then no part starts or ends with whitespace
     assert parts == ["word word word", "next next next", "end"]
+
+
+# ------------------------------------------------------------------ a reply over its parts
+
+
+def test_a_reply_within_its_parts_is_sent_as_written():
+    text = " ".join(["word"] * 7)  # 34 characters: two parts of 20
+    assert shorten(text, 2, limit=20) == text
+
+
+def test_a_reply_over_its_parts_is_cut_at_a_word_with_an_ellipsis():
+    # given 20 words, five parts of 20 characters, and room for two
+    # then it ends at the last word that leaves room for the mark, in two parts
+    shortened = shorten(" ".join(["word"] * 20), 2, limit=20)
+    assert shortened == "word word word word word word word \u2026"
+    assert split_text(shortened, limit=20) == ["word word word word", "word word word \u2026"]
+
+
+def test_a_reply_without_spaces_over_its_parts_is_cut_hard():
+    assert shorten("x" * 100, 2, limit=20) == "x" * 38 + " \u2026"
+
+
+def test_a_reply_whose_cut_still_needs_more_parts_is_cut_shorter():
+    # given words of 11 characters: each part of 20 holds one
+    text = " ".join(["a" * 11] * 5)
+    # then the cut moves back until the words and the mark fit two parts
+    assert shorten(text, 2, limit=20) == "aaaaaaaaaaa aaaaaaaaaaa \u2026"
 
 
 # ------------------------------------------------------------------ send keys
