@@ -32,6 +32,7 @@ from memagent import audit as actions
 from memagent.archive import KeptMedia, TranscriptArchive
 from memagent.audit import audit
 from memagent.errors import (
+    ConcurrentUpdate,
     ConfigurationError,
     EditConflict,
     InvalidEdit,
@@ -68,6 +69,7 @@ ERRORS: tuple[tuple[type[Exception], int, str], ...] = (
     (InvalidEdit, 400, "refused"),
     (UnknownPerson, 404, "refused"),
     (EditConflict, 409, "refused"),
+    (ConcurrentUpdate, 409, "refused"),  # lost every race to the person's own messages
     (WindowClosed, 422, "refused"),
     (SendRejected, 502, "failed"),
     (TransientError, 503, "failed"),
@@ -95,6 +97,8 @@ def _error(status: int, message: str) -> Response:
 def _message(error: Exception) -> str:
     if isinstance(error, WindowClosed):
         return WINDOW_CLOSED
+    if isinstance(error, ConcurrentUpdate):
+        return "the memory kept changing meanwhile; try again (with the same Idempotency-Key)"
     if isinstance(error, TransientError | SecretUnavailable):
         return "the provider or AWS is unavailable; try again (with the same Idempotency-Key)"
     return str(error)

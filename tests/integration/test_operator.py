@@ -369,6 +369,33 @@ def test_a_reply_without_taking_over_or_to_an_opted_out_person_is_a_409(
     assert [s for s in whasp.sent if s["text"] == "Hi"] == []
 
 
+def test_a_reply_that_keeps_losing_the_race_to_the_persons_messages_is_a_409(
+    admin, consumer, whasp, lambda_context, monkeypatch
+):
+    from memagent.errors import ConcurrentUpdate
+
+    # given a handed-off chat whose memory changes under every attempt to store the reply
+    say(consumer, lambda_context, "Hello?")
+    call(admin, lambda_context, "POST", f"{person()}/handoff")
+
+    def always_raced(*_args, **_kwargs):
+        raise ConcurrentUpdate("memory changed while storing the operator's reply; retry")
+
+    monkeypatch.setattr(admin.store, "remember_operator_reply", always_raced)
+    # when the operator replies
+    status, answer = call(
+        admin,
+        lambda_context,
+        "POST",
+        f"{person()}/messages",
+        {"text": "Hi"},
+        **{"idempotency-key": "op-9"},
+    )
+    # then a 409 to retry with the same key, not a 500; and nothing was sent
+    assert status == 409 and "try again" in answer["error"]
+    assert [s for s in whasp.sent if s["text"] == "Hi"] == []
+
+
 def test_an_erased_person_leaves_the_waiting_list(admin, consumer, lambda_context):
     say(consumer, lambda_context, "I want to talk to someone")
     call(admin, lambda_context, "POST", f"{person()}/handoff")
