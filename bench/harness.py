@@ -261,6 +261,14 @@ def write_units(size: int) -> int:
     return max(1, math.ceil(size / 1024))
 
 
+# what the per-person budget counters (memagent/budget.py) add to the items a turn writes
+BUDGET_ATTRIBUTES = ("budget_day", "day_turns", "day_tokens", "counted_seq", "notice_day", "tokens")
+
+
+def _unbudgeted(item: dict[str, Any] | None) -> dict[str, Any] | None:
+    return {k: v for k, v in item.items() if k not in BUDGET_ATTRIBUTES} if item else item
+
+
 @dataclass
 class DynamoMeter:
     """Counts DynamoDB requests and the read/write capacity they consume, through botocore's
@@ -277,6 +285,7 @@ class DynamoMeter:
     requests: Counter = field(default_factory=Counter)
     rru: float = 0.0
     wru: float = 0.0
+    wru_without_budget: float = 0.0  # the same writes, the budget counters left out
     moto_reported: float = 0.0
     overhead_seconds: float = 0.0
     enabled: bool = True
@@ -297,6 +306,7 @@ class DynamoMeter:
     def reset(self) -> None:
         self.requests.clear()
         self.rru = self.wru = self.moto_reported = self.overhead_seconds = 0.0
+        self.wru_without_budget = 0.0
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -304,6 +314,7 @@ class DynamoMeter:
             "total_requests": sum(self.requests.values()),
             "rru": self.rru,
             "wru": self.wru,
+            "wru_without_budget": self.wru_without_budget,
             "moto_reported": self.moto_reported,
         }
 
@@ -336,6 +347,8 @@ class DynamoMeter:
             for table, key, before in context.get("bench_writes", []):
                 after = self._get(table, key)
                 self.wru += factor * write_units(max(item_size(before), item_size(after)))
+                bare = max(item_size(_unbudgeted(before)), item_size(_unbudgeted(after)))
+                self.wru_without_budget += factor * write_units(bare)
 
     # -------------------------------------------------------------- helpers
 

@@ -189,6 +189,8 @@ def _summary(measured: dict[str, Any], total_cost: float, baseline_cost: float) 
 {compared(to["total_requests"], tr["total_requests"], 2, "(reference)")} |
 | 2 | read capacity units per turn | {compared(to["rru"], tr["rru"], 2)} |
 | 2 | write capacity units per turn | {compared(to["wru"], tr["wru"], 2)} |
+| 2 | of which the budget counters (the same writes without them: \
+{_n(to["wru_without_budget"], 2)} WRU) | {_n(to["wru"] - to["wru_without_budget"], 2)} WRU | 0 |  |
 | 2 | DynamoDB $ per 1M turns (on-demand) | {compared(dollars(to), dollars(tr), 2)} |
 | 3 | model input at message {2 * c["turns"] - 1:,}, tokens | \
 {compared(last["ours_tokens"], last["full_tokens"], 0, "(full history)")} |

@@ -29,6 +29,7 @@ def _per_turn(total: dict[str, Any], turns: int) -> dict[str, Any]:
         "total_requests": total["total_requests"] / turns,
         "rru": total["rru"] / turns,
         "wru": total["wru"] / turns,
+        "wru_without_budget": total["wru_without_budget"] / turns,
         "moto_reported": total["moto_reported"] / turns,
     }
 

@@ -11,6 +11,7 @@ context. The day is the UTC date of what the person wrote (their message's own t
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,53 @@ def counted(state: PersonState, turns: Iterable[Turn], day: str) -> dict[str, An
         "day_tokens": (state.day_tokens if same_day else 0) + sum(t.tokens for t in today),
         "counted_seq": max([state.counted_seq, *(t.seq for t in fresh)]),
     }
+
+
+class StackBudget:
+    """StackDailyTokensHardLimit: the stack's model tokens today, on one counter item beside
+    the people's (pk STACK#<agent>, sk DAY#<date>, expiring after 3 days). Only with a limit
+    set: one UpdateItem (ADD) per model reply, and a GetItem at most once a minute per
+    environment; an environment's own replies count at once."""
+
+    def __init__(self, table: Any, agent: str, limit: int, *, refresh_seconds: float = 60.0):
+        self.table, self.limit, self.refresh = table, limit, refresh_seconds
+        self.pk = f"STACK#{agent}"
+        self._day, self._tokens, self._read_at = "", 0, float("-inf")
+
+    def reached(self) -> bool:
+        if not self.limit:
+            return False
+        day = day_of(datetime.now(UTC))
+        if day != self._day or time.monotonic() - self._read_at > self.refresh:
+            item = self.table.get_item(Key={"pk": self.pk, "sk": f"DAY#{day}"}).get("Item")
+            self._day, self._tokens = day, int((item or {}).get("tokens", 0))
+            self._read_at = time.monotonic()
+        return self._tokens >= self.limit
+
+    def add(self, tokens: int) -> None:
+        if not self.limit or not tokens:
+            return
+        day = day_of(datetime.now(UTC))
+        self.table.update_item(
+            Key={"pk": self.pk, "sk": f"DAY#{day}"},
+            UpdateExpression="ADD tokens :n SET expires_at = if_not_exists(expires_at, :ttl)",
+            ExpressionAttributeValues={":n": tokens, ":ttl": int(time.time()) + 3 * 86_400},
+        )
+        if day == self._day:
+            self._tokens += tokens
+
+
+_stacks: dict[tuple[str, str], StackBudget] = {}
+
+
+def stack_budget(store: Any, settings: ConsumerSettings) -> StackBudget:
+    """The environment's one StackBudget for this table and agent (its cache lives on)."""
+    key = (settings.table_name, settings.agent_id)
+    if key not in _stacks or _stacks[key].table is not store.table:
+        _stacks[key] = StackBudget(
+            store.table, settings.agent_id, settings.stack_daily_tokens_hard_limit
+        )
+    return _stacks[key]
 
 
 def exhausted(state: PersonState, settings: ConsumerSettings) -> bool:

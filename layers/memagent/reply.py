@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from memagent import store_ledger as ledger
-from memagent.budget import day_of, exhausted
+from memagent.budget import day_of, exhausted, stack_budget
 from memagent.context import build_context
 from memagent.delivery import say_goodbye_and_forget, send
 from memagent.errors import ModelRejected
@@ -54,7 +54,8 @@ def reply(
         return hand_to_human(crew, pk, message, memory, answering, asked.reply or "", asked.flags)
     if asked.reply is not None:
         return remember_and_send(crew, pk, message, memory, answering, asked.reply, asked.flags)
-    if exhausted(memory.state, settings):
+    stack = stack_budget(crew.store, settings)
+    if exhausted(memory.state, settings) or stack.reached():
         return over_budget(crew, pk, message, memory, answering, asked.flags)
 
     context = build_context(
@@ -85,6 +86,7 @@ def reply(
         )
     # at least 1: a model reply counts as a turn even where the endpoint reports no usage
     tokens = max(1, crew.model.tokens_used - used)
+    stack.add(crew.model.tokens_used - used)
     shortened = shorten(text, settings.max_reply_parts)
     if shortened != text:  # "write me a novel": not 40 WhatsApp messages
         count("RepliesShortened")

@@ -553,6 +553,7 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     budget_notice: str = DEFAULT_BUDGET_NOTICE
     # the built-in "hand to a human" tool: on by default where tools are declared (HANDOFF_TOOL)
     handoff_tool: bool = False
+    stack_daily_tokens_hard_limit: int = 0  # 0: none (StackTokenBudgetAlarm still watches)
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
@@ -585,6 +586,9 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
             "person_daily_tokens": read.integer("PERSON_DAILY_TOKENS", 0, minimum=0),
             "budget_notice": read.text("BUDGET_NOTICE", DEFAULT_BUDGET_NOTICE),
             "handoff_tool": read.flag("HANDOFF_TOOL", bool(read.optional("TOOLS_FILE"))),
+            "stack_daily_tokens_hard_limit": read.integer(
+                "STACK_DAILY_TOKENS_HARD_LIMIT", 0, minimum=0
+            ),
         }
 
     @property

@@ -312,6 +312,7 @@ def test_budgets_reach_the_consumer_and_the_stack_token_budget_is_alarmed(cfn: T
         "PERSON_DAILY_TURNS": "PersonDailyTurns",
         "PERSON_DAILY_TOKENS": "PersonDailyTokens",
         "BUDGET_NOTICE": "BudgetNotice",
+        "STACK_DAILY_TOKENS_HARD_LIMIT": "StackDailyTokensHardLimit",
     }
     assert {name: target(variables[name]) for name in budgets} == budgets
     [alarm] = [

@@ -111,3 +111,20 @@ def test_past_person_daily_tokens_the_same(
     # then one model call, then the notice, then silence
     assert len(openai.calls()) == 1
     assert whasp.texts_to(MAYA)[1:] == [NOTICE]
+
+
+def test_past_the_stacks_hard_limit_people_get_the_notice_and_no_model_call(
+    consumer_env, resources, openai, whasp, monkeypatch, lambda_context
+):
+    from tests.integration.test_consumer import SAM
+
+    # given a stack-wide hard limit that one reply's tokens already reach
+    env = {**consumer_env, "STACK_DAILY_TOKENS_HARD_LIMIT": "10", "BUDGET_NOTICE": NOTICE}
+    consumer = load_function("consumer", env, monkeypatch)
+    for n, chat in enumerate((MAYA, SAM)):
+        event = whasp_message("hello", chat=chat, created_at=at(n), event_id=f"evt_{n}")
+        assert failures(consumer.handler(sqs_batch(event), lambda_context)) == []
+    # then Maya was answered by the model; Sam, after the limit, got the notice, no model call
+    assert len(openai.calls()) == 1
+    assert len(whasp.texts_to(MAYA)) == 1 and whasp.texts_to(MAYA)[0] != NOTICE
+    assert whasp.texts_to(SAM) == [NOTICE]
