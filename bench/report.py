@@ -613,6 +613,44 @@ METHOD = """## Method
 """
 
 
+# What the budgets and the webhook's edge bound (prices as listed above; not measured)
+BOUNDS = """## What one person can cost
+
+Anyone can write to a business number, so each person's cost is capped (template parameters,
+README): a reply is at most `MaxReplyTokens` output tokens and `MaxReplyParts` messages, a voice
+note over `MaxAudioSeconds` is not transcribed, and a day holds at most `PersonDailyTurns` model
+turns and `PersonDailyTokens` tokens per person. At the defaults (150 turns, 750,000 tokens) one
+person's worst day is about 750,000 x $0.4/M + 150 x 1,024 x $1.6/M = $0.55 of model tokens.
+The whole stack's day is alarmed at `StackDailyTokenBudget` (`StackTokenBudgetAlarm`); with
+`StackDailyTokensHardLimit` set, reply calls stop past it (one UpdateItem per reply, 1 WRU).
+
+## An unsigned flood
+
+Requests that fail the signature check are refused in the webhook's cheap checks (no SSM read, no
+HMAC over an oversized body), but API Gateway and Lambda still bill them:
+
+| line | per 1M refused requests | at the default `WebhookRateLimit` (200/s) for a day (17.3M) |
+| --- | ---: | ---: |
+| HTTP API requests | $1.00 | $17.28 |
+| Lambda requests | $0.20 | $3.46 |
+| Lambda duration, 256 MB arm64, ~5 ms each | $0.02 | $0.29 |
+| total | about $1.22 | about $21 |
+
+The throttle bounds the bill; it does not keep the flood from sharing the route with real
+deliveries ([security.md](security.md), "What an unsigned flood costs").
+The front doors that do, at list prices (the same caveat as above):
+
+- **A secret path segment** (a custom domain's API mapping): no charge beyond the domain's
+  certificate (free with ACM) and Route 53 ($0.50 a hosted zone a month); requests that miss the
+  path invoke no Lambda (count them as HTTP API requests, $1.00 per million, at most).
+- **CloudFront + AWS WAF**: a web ACL $5 a month, $1 a month per rule (a rate-based rule and an
+  IP set: $2), $0.60 per million requests inspected, plus CloudFront's HTTPS requests (about
+  $1.00 per million in North America and Europe). About $7 a month plus $1.60 per million
+  requests, real ones included; blocked requests never reach API Gateway or Lambda.
+
+"""
+
+
 def _snapstart_cost(measured: dict[str, Any], memory: dict[str, int]) -> str:
     """What the optional SnapStart parameter adds, and what it saves (template.yaml)."""
     prices = cost.PRICES
@@ -823,7 +861,7 @@ against the AWS pricing pages before relying on this. No free tier is applied.
 {_one_person(template, a)}
 {UNSIGNED_FLOOD}
 {_model_homes(lines, a)}
-## Not in the table
+{BOUNDS}## Not in the table
 
 - **The full history instead**: sending every message to the model would cost
   ${full_in * 1000:.4f} per 1,000 messages in input tokens alone over this 1,000-message
