@@ -88,6 +88,7 @@ def admin(stack: DevStack, method: str, path: str, body: Any = None) -> Any:
 
 
 def test_the_operator_takes_over_replies_hands_back_and_deletes_a_fact(stack, browser):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -99,7 +100,11 @@ def test_the_operator_takes_over_replies_hands_back_and_deletes_a_fact(stack, br
     sent_before = len(stack.replies_to(SAM))
 
     with Console(AdminApi(stack.apis["AdminApi"].url, sign=False)) as console:
-        wait = WebDriverWait(browser, 60, poll_frequency=0.05)
+        # the page re-renders its lists as answers arrive: an element read as it is replaced
+        # is stale, and the wait reads the page again
+        wait = WebDriverWait(
+            browser, 60, poll_frequency=0.05, ignored_exceptions=[StaleElementReferenceException]
+        )
         browser.get(console.url)
 
         def shown(css: str, text: str) -> bool:
@@ -122,9 +127,15 @@ def test_the_operator_takes_over_replies_hands_back_and_deletes_a_fact(stack, br
         browser.find_element(By.ID, "hand-back").click()
         wait.until(lambda _: browser.find_element(By.ID, "take-over").is_displayed())
         wait.until(lambda _: not shown("#waiting li", SAM))
-        fact = browser.find_element(By.CSS_SELECTOR, "#facts li")
-        assert "Rex" in fact.text
-        fact.find_element(By.CSS_SELECTOR, "button.delete").click()
+
+        def delete_fact(text: str) -> bool:
+            for fact in browser.find_elements(By.CSS_SELECTOR, "#facts li"):
+                if text in fact.text:
+                    fact.find_element(By.CSS_SELECTOR, "button.delete").click()
+                    return True
+            return False
+
+        wait.until(lambda _: delete_fact("Rex"))
         wait.until(lambda _: not shown("#facts li", "Rex"))
 
     # then the reply reached the whasp stand-in exactly once, and memory holds the edits
