@@ -64,9 +64,14 @@ def resolve(store: MemoryStore, agent: str, identifier: str) -> str:
 
 
 def legacy(store: MemoryStore, agent: str, identifier: str) -> str | None:
-    """The key of a memory an identifier's key before keyed keys still holds (memagent.upgrade)."""
-    state = store.states([legacy_key(agent, identifier)])
-    return next((legacy_person(s) for s in state.values()), None)
+    """The key of a memory an identifier's key before keyed keys still holds (memagent.upgrade).
+    A phone's only when no other identifier reaches it (a BSUID's may be a recycled number's
+    previous owner's: that memory is theirs, exported and erased by their BSUID)."""
+    key = legacy_key(agent, identifier)
+    found = next((legacy_person(s) for s in store.states([key]).values()), None)
+    if found and identifier.startswith("+"):
+        return None if found != key or store.links(found) else found
+    return found
 
 
 def forget(

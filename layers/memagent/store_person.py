@@ -152,8 +152,9 @@ class PersonWrites(Table):
             for item in rest:
                 batch.put_item(Item={**item, "pk": new})
         with self.table.batch_writer() as batch:
-            for item in rest:
-                batch.delete_item(Key={"pk": old, "sk": item["sk"]})
+            for item in items:  # the links too
+                if item["sk"] != STATE:
+                    batch.delete_item(Key={"pk": old, "sk": item["sk"]})
         links_to_old = ("alias_of", "moved_to", "phone_key", "bsuid_key")
         kept = {k: v for k, v in (state or {}).items() if k not in links_to_old}
         actions = [self._delete(key, STATE) for key in dict.fromkeys((old, via))]

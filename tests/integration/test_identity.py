@@ -457,6 +457,8 @@ def test_a_contacts_entry_for_another_wa_id_does_not_give_its_bsuid(
 def test_a_recycled_number_does_not_carry_over_the_previous_owners_memory_of_before_keyed_keys(
     webhook, queue, consumer, openai, graph, resources, lambda_context, monkeypatch
 ):
+    from memagent.lifecycle import export
+
     # given Maya (BSUID X, phone P) as a stack before keyed keys kept her
     with monkeypatch.context() as old_stack:
         old_stack.setattr(memagent.identity, "person_key", legacy_key)
@@ -467,10 +469,14 @@ def test_a_recycled_number_does_not_carry_over_the_previous_owners_memory_of_bef
     # when, after the upgrade, P's new owner (BSUID Y) writes first
     hello = text_from("hello, who is this?", phone=MAYA_PHONE, bsuid=NEW_BSUID, at=NOW + 60)
     _exchange(webhook, queue, consumer, lambda_context, hello)
-    # then they are a stranger to Maya's memory
+    # then they are a stranger to Maya's memory, and so is an export by P
     assert _said(openai) == ["hello, who is this?"]
     assert "HIV" not in json.dumps(openai.calls()[-1])
+    by_phone = export(consumer.consumer.agent.store, AGENT, MAYA_PHONE, legacy_keys=True)
+    assert "HIV" not in json.dumps(by_phone, default=str)
     # and Maya, by her BSUID, still finds hers
     back = text_from("still me", phone="+447700900999", bsuid=MAYA_BSUID, at=NOW + 120)
     _exchange(webhook, queue, consumer, lambda_context, back)
     assert _said(openai) == ["my HIV test came back positive", "still me"]
+    old = {legacy_key(AGENT, MAYA_PHONE), legacy_key(AGENT, MAYA_BSUID)}
+    assert [i for i in _table_items(resources) if i["pk"] in old] == []
