@@ -80,6 +80,7 @@ def answer_awaiting(crew: Crew, pk: str, message: InboundMessage, memory: Memory
         answering,
         previous_inbound_at=max((t.at for t in before), default=None),
         about="\n".join(t.text for t in covered) if len(covered) > 1 else None,
+        first=covered[0].event_id,
         new_number=(
             answering.number
             if previous_number and answering.number and previous_number != answering.number

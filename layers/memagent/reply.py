@@ -38,8 +38,10 @@ def reply(
     previous_inbound_at: datetime | None,
     new_number: str | None,
     about: str | None = None,
+    first: str | None = None,
 ) -> str:
-    """Answer `answering` (with `about`: the burst's lines it answers together)."""
+    """Answer `answering` (with `about`: the burst's lines it answers together; `first`: the
+    event id of the burst's first message, which keeps its tool calls on its ledger entry)."""
     settings = crew.settings
     asked = keyword(
         answering.text,
@@ -78,7 +80,7 @@ def reply(
         },
     )
     used = crew.model.tokens_used
-    text, done, handoff = _ask_the_model(crew, pk, answering, context)
+    text, done, handoff = _ask_the_model(crew, pk, first or answering.event_id, context)
     if handoff:  # the model handed the chat to a human (the built-in tool)
         notice = settings.handoff_notice
         return hand_to_human(
@@ -96,13 +98,15 @@ def reply(
     )
 
 
-def _ask_the_model(crew: Crew, pk: str, answering: Turn, context: Context) -> Answer:
-    """The model's reply (calling the declared tools along the way, if any)."""
+def _ask_the_model(crew: Crew, pk: str, event_id: str | None, context: Context) -> Answer:
+    """The model's reply (calling the declared tools along the way, if any). The tool calls are
+    recorded under `event_id`, the burst's first message: a burst that grows after a crash
+    (the person wrote again meanwhile) replays them instead of calling the tools anew."""
     try:
         if crew.tools is None:
             return Answer(crew.model.reply(context), ())
-        assert answering.event_id is not None
-        return answer_with_tools(crew, pk, answering.event_id, context)
+        assert event_id is not None
+        return answer_with_tools(crew, pk, event_id, context)
     except ModelRejected as error:
         # the model will never accept this request (a refusal, an unsupported input):
         # the person still gets exactly one reply, and the operator a metric

@@ -436,3 +436,23 @@ def test_the_built_in_handoff_tool_is_on_with_tools_and_can_be_switched_off(tmp_
     assert ConsumerSettings.from_env(env).handoff_tool is True
     assert ConsumerSettings.from_env({**env, "HANDOFF_TOOL": "false"}).handoff_tool is False
     assert ConsumerSettings.from_env(CONSUMER).handoff_tool is False  # no tools: as before
+
+
+def test_a_burst_that_grows_after_a_crashed_tool_turn_does_not_book_again(
+    tools, lambda_api, openai, whasp, resources, lambda_context, monkeypatch
+):
+    # given a booking turn that dies after the booking, before its reply is stored
+    openai.responder = booking_model
+    crash_before(
+        tools.consumer.agent.store, "remember_reply", monkeypatch, Crash("before the reply")
+    )
+    first = message("can I book Thursday at 10?")
+    assert len(attempt(tools, sqs_batch(first), lambda_context)) == 1
+    # when it is redelivered with the person's next message behind it, in one batch
+    later = message("and is parking free?", 1)
+    batch = {"Records": [sqs_record(first, receive_count=2), sqs_record(later)]}
+    tools.handler(batch, lambda_context)
+    # then the burst's one reply reuses the recorded calls: one booking, made once
+    keys = [key for name, key in invocations(lambda_api) if name == "book_appointment"]
+    assert keys == [f"{first['id']}:tool:1:0"]
+    assert [s["text"] for s in whasp.sent] == [f"All set: {DAY} 10:00."]
