@@ -14,7 +14,8 @@ called once. The one window: a tool acted and we crashed before recording its re
 repeat calls it again with the same idempotency key, which a tool that keeps its effect
 idempotent turns into a no-op (the example booking tool does). With store=false, everything the
 next round needs (the model's reasoning items, encrypted, and its calls) is sent back by us.
-A burst is answered once, so its tools are called once. Tool outputs go to the model framed as
+A burst is answered once, so its tools are called once: they are recorded under its first
+message, which stays first if the burst grows after a crash. Tool outputs go to the model framed as
 data, cut to TOOL_OUTPUT_MAX_CHARS; what was done is remembered with the reply, one short line
 per call (memagent.memory.Turn.tools).
 """
