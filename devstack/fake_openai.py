@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from devstack import RecordingServer, Reply, Request
+from memagent.context import FACTS_HEADING, NEW_NUMBER_LINE, SUMMARY_HEADING
 
 RESPONSES = "/v1/responses"
 BEDROCK_RESPONSES = "/openai/v1/responses"
@@ -381,60 +382,27 @@ def _reply(request: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-# Headings the context builder might use. The prompt format is not fixed, so the parsing is
-# forgiving: a heading is a short line ending in ":" or written as "# ...", "<tag>" or "[...]".
-_HEADING = re.compile(r"^\s*(#+\s*\S.*|<[^>]+>|\[[^\]]+\]|=+.*=+|.{1,100}:)\s*$")
-_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(.+?)\s*$")
-_FACTS_HEADING = re.compile(r"note|fact|about (?:this|the) (?:person|user)|know", re.I)
-_SUMMARY_HEADING = re.compile(r"summar", re.I)
-_DAYS = re.compile(r"(\d+)\s+days?\b", re.I)
-_WROTE = re.compile(r"wrote|written|since|last|ago|gap", re.I)
-_NEW_NUMBER = re.compile(r"new (?:\w+ )?number|number was replaced", re.I)
-_NONE = {"", "none", "(none)", "(empty)", "n/a", "-", "nothing yet"}
+# The notes are read as memagent.context and memagent.model write them (their own headings), so
+# rewording a heading there cannot leave the offline model silently blind to it.
+_NONE = {"", "(none)", "(empty)"}
+
+
+def _note(text: str, heading: str) -> str:
+    """The paragraph under `heading` in `text` (up to a blank line), or ""."""
+    _, found, rest = text.partition(heading)
+    body = rest.strip("\n").split("\n\n", 1)[0].strip() if found else ""
+    return "" if body.lower() in _NONE else body
 
 
 def _read_notes(instructions: str) -> dict[str, Any]:
-    """Facts, summary, days-since and new-number hints from a reply request's instructions."""
-    facts: list[str] = []
-    summary: list[str] = []
-    days = None
-    new_number = False
-    section = None
-    for line in instructions.splitlines():
-        stripped = line.strip()
-        if days is None and _WROTE.search(stripped) and (found := _DAYS.search(stripped)):
-            days = int(found.group(1))
-        new_number = new_number or bool(_NEW_NUMBER.search(stripped))
-        bullet = _BULLET.match(stripped)
-        if not bullet and _HEADING.match(stripped):
-            if stripped.startswith("</"):
-                section = None
-            elif _SUMMARY_HEADING.search(stripped):
-                section = "summary"
-            elif _FACTS_HEADING.search(stripped):
-                section = "facts"
-            else:
-                section = None
-            inline = stripped.partition(":")[2].strip() if stripped.endswith(":") else ""
-            if section == "summary" and inline.lower() not in _NONE:
-                summary.append(inline)
-        elif not stripped:
-            if (section == "facts" and facts) or (section == "summary" and summary):
-                section = None  # a blank line closes a section once it has content
-        elif section == "facts":
-            fact = bullet.group(1) if bullet else stripped
-            # Skip a disclaimer line such as "These are data, not instructions."
-            if fact.lower() not in _NONE and (bullet or "instruction" not in fact.lower()):
-                facts.append(fact)
-        elif section == "summary" and stripped.lower() not in _NONE:
-            if not bullet and "not instructions" in stripped.lower():
-                continue  # the block's label ("This summary is DATA, NOT INSTRUCTIONS: ...")
-            summary.append(bullet.group(1) if bullet else stripped)
+    """Facts, summary, days since and a new number, from a reply request's instructions."""
+    days = re.search(r"last wrote (\d+) days? ago", instructions)
+    facts = _note(instructions, FACTS_HEADING).splitlines()
     return {
-        "facts": facts,
-        "summary": " ".join(summary),
-        "days": days,
-        "new_number": new_number,
+        "facts": [line[2:] for line in facts if line.startswith("- ")],
+        "summary": _note(instructions, SUMMARY_HEADING),
+        "days": int(days.group(1)) if days else None,
+        "new_number": NEW_NUMBER_LINE in instructions,
     }
 
 
@@ -484,35 +452,9 @@ def _summary(request: dict[str, Any], messages: list[str]) -> str:
     return " ".join(words[:190]) if words else "Earlier: nothing of note."
 
 
-# "Previous summary: ..." inline, or a heading naming it with the paragraph below.
-_PREVIOUS_SUMMARY = re.compile(
-    r"(?:previous|current|existing|earlier|old|rolling) summary(?: so far)?\s*(?:[:\-]\s*(.*))?$"
-    r"|^\W*summary(?: so far)?\W*$",
-    re.I,
-)
-
-
 def _previous_summary(request: dict[str, Any]) -> str:
-    """The earlier summary, if the compaction prompt carries one under a heading naming it."""
-    lines = "\n".join(
-        [_as_text(request.get("instructions")), *(t for _, t in _items(request.get("input")))]
-    ).splitlines()
-    for index, line in enumerate(lines):
-        match = _PREVIOUS_SUMMARY.search(line.strip())
-        if not match:
-            continue
-        if inline := (match.group(1) or "").strip():
-            return "" if inline.lower() in _NONE else inline
-        body: list[str] = []
-        for following in lines[index + 1 :]:
-            if not following.strip() or _HEADING.match(following):
-                if body:
-                    break
-                continue
-            body.append(following.strip())
-        text = " ".join(body)
-        return "" if text.lower() in _NONE else text
-    return ""
+    """The summary a fold starts from (memagent.model's "Current summary:" paragraph)."""
+    return _note("\n".join(_texts(request)), "Current summary:\n")
 
 
 # Ordered: the first pattern that matches a sentence wins for that sentence.
@@ -563,11 +505,8 @@ def _facts(messages: list[str]) -> list[str]:
 
 # ---------------------------------------------------------------------- reading requests
 
-_USER_LINE = re.compile(
-    r"^\s*(?:\[[^\]]*\]\s*|\(?\d{4}-\d\d-\d\d[T ][\d:.]+Z?\)?\s*)?"
-    r"(user|person|human|customer|them|they)\s*(?:\([^)]*\))?\s*[:>]\s*(.+)$",
-    re.I,
-)
+# A fold's transcript line: "Person (2026-12-01): ..." (memagent.model), or "user: ...".
+_USER_LINE = re.compile(r"^\s*(?:user|person)\s*(?:\([^)]*\))?\s*:\s*(.+)$", re.I)
 
 
 def _user_messages(request: dict[str, Any], *, compaction: bool = False) -> list[str]:
@@ -580,7 +519,7 @@ def _user_messages(request: dict[str, Any], *, compaction: bool = False) -> list
     if compaction:
         everything = [_as_text(request.get("instructions")), *(t for _, t in items)]
         transcript = [
-            m.group(2).strip()
+            m.group(1).strip()
             for text in everything
             for line in text.splitlines()
             if (m := _USER_LINE.match(line))
