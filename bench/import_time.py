@@ -1,31 +1,12 @@
-"""Cold-start cost of each function: how long loading functions/<name>/app.py takes, next to
-`import boto3` alone (the floor every Python Lambda that talks to AWS pays) and, for the
-consumer and the compactor, `import openai` (the floor of any function that calls the model).
+"""Cold-start cost of each function: loading functions/<name>/app.py as Lambda's init does
+(import by file path, run its module-level code), next to `import boto3` alone (the floor of any
+Python Lambda that talks to AWS) and `import openai` (the floor of one that calls the model).
 
-Each sample is a fresh interpreter, so nothing is warm but the OS file cache and the bytecode
-cache. What is timed is what Lambda's init phase does: import the handler module by its file path
-(as the runtime does from /var/task) and run its module-level code (settings, the AWS clients,
-the Powertools Logger/Metrics; the consumer and compactor also import the OpenAI client there,
-so that with SnapStart it is in the snapshot). The webhook builds no boto3 client: its SQS sender
-(memagent.sqs) resolves the credentials and sets up botocore's HTTP session at init, so its first
-request loads nothing more of ours or botocore's than a client's first call would (the
-connection itself, as with any client). The rows are sampled in turns (one of each, then
-again), so that a change in the machine's load hits every row alike. The environment mirrors
-Lambda's:
-
-- LAMBDA_TASK_ROOT and AWS_LAMBDA_FUNCTION_NAME are set, as in AWS (a Powertools Tracer, if one
-  came back, would then load the X-Ray SDK and patch botocore at import, as it would in AWS:
-  outside Lambda it disables itself, which would flatter the result).
-- Credentials and region are fixed dummies in the environment, as Lambda puts the role's there,
-  and instance metadata is off, so creating a boto3 client (or the webhook's sender) never looks
-  beyond this machine.
-- Libraries this virtualenv has but Lambda does not (awscrt, pyOpenSSL and requests come with
-  the SAM CLI; botocore and X-Ray load them when present) are hidden from the child.
-
-Also reported: whether `openai` was imported (it must not be: the webhook's cold path stays
-light) and which third-party packages the module load pulled in. A benchmark, not a test: it
-asserts nothing about time. `make bench` (bench/run.py) runs it through `compare()`; figure 1
-reports it.
+Each sample is a fresh interpreter with Lambda's environment (LAMBDA_ENV: the runtime's variables,
+dummy credentials, no instance metadata), with what this virtualenv has but Lambda does not
+hidden (NOT_IN_LAMBDA); rows are sampled in turns, so a change in load hits every row alike. Also
+reported: whether `openai` was imported (the webhook's cold path must not) and which third-party
+packages loaded. Times are reported, never asserted (figure 1).
 """
 
 from __future__ import annotations
@@ -46,22 +27,9 @@ TEST_SECRET = "whsec_" + base64.b64encode(b"memagent-test-only-secret-do-not-use
 # Importable in this virtualenv (the SAM CLI and moto bring them) but neither in the python3.13
 # runtime nor in layers/requirements.txt. Left visible, they would skew both rows: botocore uses
 # awscrt and pyOpenSSL when present, and X-Ray patches the database and HTTP clients it finds.
-NOT_IN_LAMBDA = (
-    "awscrt",
-    "OpenSSL",
-    "cryptography",
-    "requests",
-    "httpx",
-    "aiobotocore",
-    "pynamodb",
-    "mysql",
-    "pymysql",
-    "pymongo",
-    "psycopg",
-    "psycopg2",
-    "pg8000",
-    "sqlalchemy",
-)
+NOT_IN_LAMBDA = ("awscrt", "OpenSSL", "cryptography", "requests", "httpx", "aiobotocore")
+NOT_IN_LAMBDA += ("pynamodb", "mysql", "pymysql", "pymongo", "psycopg", "psycopg2", "pg8000")
+NOT_IN_LAMBDA += ("sqlalchemy",)
 
 CHILD = """
 import importlib.abc, importlib.util, json, sys, time
