@@ -753,18 +753,17 @@ class DevStack:
     ) -> Delivery:
         """POST one event to the local webhook over HTTP, signed as whasp signs it (Standard
         Webhooks). Like whasp, retries a 5xx or a refused connection (at-least-once)."""
-        from memagent.whasp import sign
+        from devstack.events import signed_headers
 
         body = json.dumps(event).encode()
+        key = secret or self.webhook_secret
 
         def headers() -> dict[str, str]:  # signed afresh for each attempt, as whasp does
-            stamp = int(time.time()) if timestamp is None else timestamp
+            signed = signed_headers(body, event["id"], secret=key, timestamp=timestamp)
             return {
                 "Content-Type": "application/json",
-                "User-Agent": "whasp-webhooks/1.0 (local)",
-                "webhook-id": event["id"],
-                "webhook-timestamp": str(stamp),
-                "webhook-signature": sign(secret or self.webhook_secret, event["id"], stamp, body),
+                "User-Agent": "whasp-webhooks/1.0",
+                **signed,
             }
 
         return self._post_webhook(event["id"], body, headers, attempts)
@@ -861,31 +860,21 @@ class DevStack:
     def opt_out(self, phone: str, *, at: datetime | None = None, number: str | None = None) -> dict:
         """whasp unsubscribes the chat (sends get 409) and delivers `chat.opted_out`."""
         self.whasp.opted_out.add(phone)
-        event = {
-            "id": f"evt_{uuid.uuid4().hex[:16]}",
-            "type": "chat.opted_out",
-            "created_at": self._stamp(at),
-            "data": {"number": number or self.business_number, "chat": phone},
-        }
-        self._expect_accepted(self.post(event))
-        return event
+        data = {"number": number or self.business_number, "chat": phone}
+        return self._deliver_whasp("chat.opted_out", data, at)
 
     def replace_number(self, new_number: str, *, at: datetime | None = None) -> dict[str, Any]:
         """whasp retires the business number and hands over `new_number`: `number.replaced`.
         Later messages from people arrive with the new number."""
-        event = {
-            "id": f"evt_{uuid.uuid4().hex[:16]}",
-            "type": "number.replaced",
-            "created_at": self._stamp(at),
-            "data": {
-                "old_number": self.business_number,
-                "new_number": new_number,
-                "label": self.agent_id.title(),
-            },
-        }
-        self._expect_accepted(self.post(event))
+        data = {"old_number": self.business_number, "new_number": new_number}
+        event = self._deliver_whasp("number.replaced", {**data, "label": self.agent_id.title()}, at)
         self.business_number = new_number
         return event
+
+    def _deliver_whasp(self, kind: str, data: dict[str, Any], at: datetime | None) -> dict:
+        event = {"id": f"evt_{uuid.uuid4().hex[:16]}", "type": kind, "created_at": self._stamp(at)}
+        self._expect_accepted(self.post({**event, "data": data}))
+        return {**event, "data": data}
 
     # ------------------------------------------------------------------ acting as Meta
 
