@@ -120,16 +120,11 @@ class Stack:
 
     def consumer_env(self, resources: Any) -> dict[str, str]:
         return {
-            "AGENT_ID": AGENT,
-            "TABLE_NAME": resources.table_name,
+            **self.compactor_env(resources),
             "WHASP_API_URL": self.whasp.url,
             "WHASP_API_KEY": "whasp-key",
-            "OPENAI_API_KEY": "sk-bench",
-            "OPENAI_MODEL": "gpt-6-luna",
-            "OPENAI_BASE_URL": f"{self.openai.url}/v1",
             "SYSTEM_PROMPT": SYSTEM_PROMPT,
             "PARKING_QUEUE_URL": resources.queue_urls["EventDeadLetterQueue"],
-            **POWERTOOLS_ENV,
         }
 
     def compactor_env(self, resources: Any) -> dict[str, str]:
@@ -428,17 +423,11 @@ def request_texts(request: dict[str, Any]) -> list[str]:
 # ---------------------------------------------------------------------- statistics
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The q-th percentile (0-100), linear between closest ranks."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    position = (len(ordered) - 1) * q / 100
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+def percentile(values: list[float], q: int) -> float:
+    """The q-th percentile (1-99), linear between closest ranks."""
+    if len(values) < 2:
+        return values[0] if values else float("nan")
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 def summary_ms(seconds: list[float]) -> dict[str, float]:
