@@ -749,53 +749,6 @@ PRICE_LIST = [
 ]
 
 
-def _one_person(template: dict[str, Any], a: cost.Assumptions) -> str:
-    default = {name: p.get("Default") for name, p in template["Parameters"].items()}
-    turns, tokens = default["PersonDailyTurns"], default["PersonDailyTokens"]
-    worst = tokens * a.model_input_per_million / 1e6
-    worst += turns * default["MaxReplyTokens"] * a.model_output_per_million / 1e6
-    return f"""## What one person can cost
-
-Anyone can write to a business number, so each person's cost is capped (template parameters,
-README): a reply is at most `MaxReplyTokens` output tokens and `MaxReplyParts` messages, a voice
-note over `MaxAudioSeconds` is not transcribed, and a day holds at most `PersonDailyTurns` model
-turns and `PersonDailyTokens` tokens per person. At the defaults ({turns} turns, {tokens:,}
-tokens) one person's worst day is about {tokens:,} x ${a.model_input_per_million:g}/M +
-{turns} x {default["MaxReplyTokens"]:,} x ${a.model_output_per_million:g}/M = ${worst:.2f} of
-model tokens. The whole stack's day is alarmed at `StackDailyTokenBudget`
-(`StackTokenBudgetAlarm`).
-"""
-
-
-# Prices of refusing unsigned requests and of the front doors that cut them (list prices; the
-# same caveat as the table's)
-UNSIGNED_FLOOD = """## An unsigned flood
-
-Requests that fail the signature check are refused in the webhook's cheap checks (no SSM read, no
-HMAC over an oversized body), but API Gateway and Lambda still bill them:
-
-| line | per 1M refused requests | at the default `WebhookRateLimit` (200/s) for a day (17.3M) |
-| --- | ---: | ---: |
-| HTTP API requests | $1.00 | $17.28 |
-| Lambda requests | $0.20 | $3.46 |
-| Lambda duration, 256 MB arm64, ~5 ms each | $0.02 | $0.29 |
-| total | about $1.22 | about $21 |
-
-The throttle bounds the bill; it does not keep the flood from sharing the route with real
-deliveries
-([security.md](security.md#what-an-unsigned-flood-costs-and-the-front-doors-that-cut-it)).
-The front doors that do, at list prices (the same caveat as above):
-
-- **A secret path segment** (a custom domain's API mapping): no charge beyond the domain's
-  certificate (free with ACM) and Route 53 ($0.50 a hosted zone a month); requests that miss the
-  path invoke no Lambda (count them as HTTP API requests, $1.00 per million, at most).
-- **CloudFront + AWS WAF**: a web ACL $5 a month, $1 a month per rule (a rate-based rule and an
-  IP set: $2), $0.60 per million requests inspected, plus CloudFront's HTTPS requests (about
-  $1.00 per million in North America and Europe). About $7 a month plus $1.60 per million
-  requests, real ones included; blocked requests never reach API Gateway or Lambda.
-"""
-
-
 def cost_doc(
     measured: dict[str, Any],
     env: dict[str, Any],
@@ -858,8 +811,6 @@ against the AWS pricing pages before relying on this. No free tier is applied.
   bytes per invocation.
 
 {_snapstart_cost(measured, memory)}
-{_one_person(template, a)}
-{UNSIGNED_FLOOD}
 {_model_homes(lines, a)}
 {BOUNDS}## Not in the table
 
