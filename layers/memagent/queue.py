@@ -176,33 +176,24 @@ class RetryQueue:
     def delete(self, handles: list[str]) -> int:
         """Delete records that were handled (the watchdog's, before a timeout would return
         them); return how many SQS did not take."""
-        refused = 0
-        for start in range(0, len(handles), 10):  # SQS takes 10 entries per call
-            chunk = handles[start : start + 10]
-            try:
-                response = self._sqs.delete_message_batch(
-                    QueueUrl=self.queue_url,
-                    Entries=[{"Id": str(i), "ReceiptHandle": h} for i, h in enumerate(chunk)],
-                )
-            except (BotoCoreError, ClientError):
-                refused += len(chunk)
-                continue
-            refused += len(response.get("Failed") or [])
-        return refused
+        entries = [{"ReceiptHandle": handle} for handle in handles]
+        return self._in_batches(self._sqs.delete_message_batch, entries)
 
     def postpone(self, delays: list[tuple[str, int]]) -> int:
         """Make each (receipt handle, seconds) record visible again after its seconds; return
         how many SQS did not take (those come back at the queue's VisibilityTimeout)."""
+        entries = [{"ReceiptHandle": h, "VisibilityTimeout": s} for h, s in delays]
+        return self._in_batches(self._sqs.change_message_visibility_batch, entries)
+
+    def _in_batches(self, call: Any, entries: list[dict[str, Any]]) -> int:
+        """`call` on the entries, 10 at a time (SQS's batch size); how many it did not take."""
         refused = 0
-        for start in range(0, len(delays), 10):  # SQS takes 10 entries per call
-            chunk = delays[start : start + 10]
+        for start in range(0, len(entries), 10):
+            chunk = entries[start : start + 10]
             try:
-                response = self._sqs.change_message_visibility_batch(
+                response = call(
                     QueueUrl=self.queue_url,
-                    Entries=[
-                        {"Id": str(i), "ReceiptHandle": handle, "VisibilityTimeout": seconds}
-                        for i, (handle, seconds) in enumerate(chunk)
-                    ],
+                    Entries=[{"Id": str(i), **entry} for i, entry in enumerate(chunk)],
                 )
             except (BotoCoreError, ClientError):
                 refused += len(chunk)
