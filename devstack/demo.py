@@ -32,6 +32,7 @@ from datetime import timedelta
 from typing import Any
 
 from devstack.console import Console
+from devstack.fake_openai import notes_of, turns_of
 from devstack.stack import LOG_PATH, DevStack
 
 MAYA = "+447700900123"
@@ -205,8 +206,7 @@ class Demo:
         reply = self.talk("Hi again! First week at the new job is done.")
         calls = self._replies(before)
         if self.offline and calls:
-            instructions = calls[-1].get("instructions") or ""
-            line = next((x for x in instructions.splitlines() if "last wrote" in x), "")
+            line = next((x for x in notes_of(calls[-1]).splitlines() if "last wrote" in x), "")
             self.console.note(f'the context told the model: "{line}"')
             self.check("21 days" in line, "the days-since line reached the model")
             self.check(
@@ -309,7 +309,7 @@ class Demo:
         if self.offline:
             from memagent.context import NEW_NUMBER_LINE
 
-            told = [NEW_NUMBER_LINE in (c.get("instructions") or "") for c in self._replies(before)]
+            told = [NEW_NUMBER_LINE in notes_of(c) for c in self._replies(before)]
             self.check(told == [True, False], "the model is told about the new number once")
 
     def new_identifiers(self) -> None:
@@ -474,8 +474,8 @@ class Demo:
 
 
 def _last_input(calls: list[dict[str, Any]]) -> list[Any]:
-    """What the last of these model calls was given: its input items' contents."""
-    return [m.get("content") for m in (calls[-1].get("input") or [])] if calls else []
+    """What the last of these model calls was given: its turns' texts (not the notes)."""
+    return [text for _, text in turns_of(calls[-1])] if calls else []
 
 
 def main(argv: list[str] | None = None) -> int:

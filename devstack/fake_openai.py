@@ -30,6 +30,7 @@ import math
 import re
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from devstack import RecordingServer, Reply, Request
@@ -361,8 +362,20 @@ def _calls(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"output": [{**item, "arguments": json.dumps(arguments), "status": "completed"}]}
 
 
+def turns_of(request: dict[str, Any]) -> list[tuple[str, str]]:
+    """A request's conversation: (role, text) of its user and assistant input items."""
+    return [(r, t) for r, t in _items(request.get("input")) if r in ("user", "assistant")]
+
+
+def notes_of(request: dict[str, Any]) -> str:
+    """A request's notes: its instructions, then its developer and system input items (the
+    context's dated lines and its volatile tail)."""
+    tail = [t for r, t in _items(request.get("input")) if r in ("developer", "system")]
+    return "\n\n".join([_as_text(request.get("instructions")), *tail])
+
+
 def _reply(request: dict[str, Any]) -> str:
-    notes = _read_notes(_as_text(request.get("instructions")))
+    notes = _read_notes(notes_of(request))
     parts = [OFFLINE]
     if notes["days"]:
         parts.append(f"Welcome back, it's been {notes['days']} days since you last wrote.")
@@ -399,7 +412,8 @@ def _read_notes(instructions: str) -> dict[str, Any]:
     days = re.search(r"last wrote (\d+) days? ago", instructions)
     facts = _note(instructions, FACTS_HEADING).splitlines()
     return {
-        "facts": [line[2:] for line in facts if line.startswith("- ")],
+        # a fact's date ("(noted 3 Mar 2026)") is for the model, not part of the fact
+        "facts": [re.sub(r" \(noted [^)]*\)$", "", f[2:]) for f in facts if f.startswith("- ")],
         "summary": _note(instructions, SUMMARY_HEADING),
         "days": int(days.group(1)) if days else None,
         "new_number": NEW_NUMBER_LINE in instructions,
@@ -410,13 +424,50 @@ def _read_notes(instructions: str) -> dict[str, Any]:
 
 
 def _structured(request: dict[str, Any], schema: dict[str, Any]) -> Any:
-    """A JSON value matching `schema`; "summary" and "facts" properties get real content."""
+    """A JSON value matching `schema`; "summary" and "facts" properties get real content, and
+    "outdated" / "confirmed" the numbers of the notes shown that a new fact replaces (one about
+    the same thing: "Lives in London" replaces "Lives in Leeds"), a denial takes back ("I don't
+    have a dog" and "Has a dog called Biscuit") or a new fact restates."""
     messages = _user_messages(request, compaction=True)
+    facts = _facts(messages, _dated_lines(request))
+    notes = _numbered_notes(request)
+    outdated, confirmed = [], []
+    for number, note in notes.items():
+        subject = _subject(note)
+        if any(_subject(f) == subject for f in facts) or any(
+            re.search(
+                rf"\b(?:don't|do not|no longer) (?:have|own) (?:an? )?{re.escape(thing)}\b", m, re.I
+            )
+            for m in messages
+            for thing in re.findall(r"^Has an? (\w+)", note)
+        ):
+            (confirmed if note in facts else outdated).append(number)
     known = {
         "summary": _summary(request, messages),
-        "facts": _facts(messages),
+        "facts": [f for f in facts if f not in notes.values()],
+        "outdated": outdated,
+        "confirmed": confirmed,
     }
     return _fill(schema, known)
+
+
+_NOTE = re.compile(r"^\s*(\d+)[.)]\s+(.+?)(?:\s+\(noted [^)]*\))?\s*$")
+
+
+def _numbered_notes(request: dict[str, Any]) -> dict[int, str]:
+    """The notes a fold request shows, by number: "3. Lives in Leeds (noted ...)"."""
+    return {
+        int(m.group(1)): m.group(2)
+        for text in _texts(request)
+        for line in text.splitlines()
+        if (m := _NOTE.match(line))
+    }
+
+
+def _subject(fact: str) -> str:
+    """What a fact is about, from the offline model's own phrasings: "Lives in", "Has a dog"."""
+    words = fact.split()
+    return " ".join(words[:3] if words[:1] == ["Has"] else words[:2]).casefold()
 
 
 def _fill(schema: dict[str, Any], known: dict[str, Any], name: str | None = None) -> Any:
@@ -430,7 +481,10 @@ def _fill(schema: dict[str, Any], known: dict[str, Any], name: str | None = None
         return {key: _fill(sub, known, key) for key, sub in props.items()}
     if name in known:
         value = known[name]
-        if kind == "array" and (schema.get("items") or {}).get("type", "string") != "string":
+        item = {"string": str, "integer": int}.get(
+            (schema.get("items") or {}).get("type", "string")
+        )
+        if kind == "array" and not (item and all(type(v) is item for v in value)):
             return []
         return value
     defaults = {"string": "", "array": [], "integer": 0, "number": 0, "boolean": False}
@@ -457,6 +511,7 @@ def _previous_summary(request: dict[str, Any]) -> str:
     return _note("\n".join(_texts(request)), "Current summary:\n")
 
 
+_WHEN_SAID = re.compile(r" (?:last|this|yesterday|today)\b.*$")
 # Ordered: the first pattern that matches a sentence wins for that sentence.
 _FACT_PATTERNS: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
     (
@@ -479,7 +534,19 @@ _FACT_PATTERNS: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
         re.compile(r"(?i:\bI have an? (\w+(?: \w+)?) (called|named)) ([A-Z][\w'-]*)"),
         lambda m: f"Has a {m.group(1)} {m.group(2).lower()} {m.group(3)}",
     ),
-    (re.compile(r"\bI live in (.+)", re.I), lambda m: f"Lives in {m.group(1)}"),
+    (
+        re.compile(
+            r"\b(?:I live in|I moved to|we moved to|we've moved to|j'habite à|vivo en|moro em|"
+            r"me mudé a|mudei-me para|mudei para) (.+)",
+            re.I,
+        ),
+        lambda m: "Lives in " + _WHEN_SAID.sub("", m.group(1)),
+    ),
+    (
+        # a plan: "my interview is tomorrow" -> "Interview on Tue 3 Mar 2026" (see _facts)
+        re.compile(r"\bmy (\w+(?: \w+)?) is (today|tomorrow|on \w+ \d+ \w+ \d{4})\b", re.I),
+        lambda m: f"{m.group(1).capitalize()} on {m.group(2)}",
+    ),
     (
         # "I'm a nurse" but not "I'm a bit tired"
         re.compile(r"\b(?:I'm|I am) (an? (?!bit\b|little\b|lot\b|big\b|tad\b)\w+(?: \w+)?)$", re.I),
@@ -488,15 +555,41 @@ _FACT_PATTERNS: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
 ]
 
 
-def _facts(messages: list[str]) -> list[str]:
+_DAY = re.compile(r"\((?:\w{3} )?(\d{1,2} \w{3} \d{4})|\((\d{4}-\d\d-\d\d)")
+
+
+def _dated_lines(request: dict[str, Any]) -> dict[str, datetime]:
+    """The date each transcript line of a fold request was written, by the text said."""
+    dates: dict[str, datetime] = {}
+    for text in _texts(request):
+        for line in text.splitlines():
+            if (said := _USER_LINE.match(line)) and (found := _DAY.search(line)):
+                written = found.group(1) or found.group(2)
+                shape = "%d %b %Y" if found.group(1) else "%Y-%m-%d"
+                dates[said.group(2).strip()] = datetime.strptime(written, shape)
+    return dates
+
+
+def _absolute(fact: str, written: datetime | None) -> str:
+    """ "Interview on tomorrow" -> "Interview on Tue 3 Mar 2026", from the line's date."""
+    shift = {"on today": 0, "on tomorrow": 1}
+    for word, days in shift.items():
+        if fact.endswith(word) and written is not None:
+            when = written + timedelta(days=days)
+            return f"{fact[: -len(word)]}on {when:%a} {when.day} {when:%b %Y}"
+    return fact
+
+
+def _facts(messages: list[str], dates: dict[str, datetime] | None = None) -> list[str]:
     facts: list[str] = []
     for message in messages:
+        written = (dates or {}).get(message.strip())
         # Sentences and "..., and I ..." clauses, so each can yield its own fact.
         for sentence in re.split(r"(?<=[.!?;])\s+|\n|,?\s+(?:and|but|so)\s+(?=I\b)", message):
             sentence = sentence.strip().rstrip(".!?;,")
             for pattern, render in _FACT_PATTERNS:
                 if match := pattern.search(sentence):
-                    fact = _shorten(render(match), 120)
+                    fact = _shorten(_absolute(render(match), written), 120)
                     if fact not in facts:
                         facts.append(fact)
                     break

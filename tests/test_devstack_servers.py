@@ -127,9 +127,11 @@ def test_json_schema_request_gets_summary_and_facts(openai_server, client):
         store=False,
     )
 
-    # Then the text is JSON with a summary and the facts the person stated
+    # Then the text is JSON with a summary and the facts the person stated (no notes were
+    # shown, so none is outdated or confirmed)
     result = json.loads(response.output_text)
-    assert set(result) == {"summary", "facts"}
+    assert set(result) == {"summary", "facts", "outdated", "confirmed"}
+    assert result["outdated"] == result["confirmed"] == []
     assert "Maya" in result["summary"] and len(result["summary"].split()) < 200
     assert "Lovely to meet you" not in result["summary"]
     assert result["facts"] == [

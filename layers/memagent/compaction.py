@@ -25,14 +25,15 @@ meanwhile have higher seqs than anything read, so they stay raw.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
 from memagent.errors import ConcurrentUpdate, ModelRejected
-from memagent.facts import cap_facts, fact_key, screen_facts, screen_summary
-from memagent.memory import Fact, Turn
+from memagent.facts import cap_facts, key_of, normalise, screen_facts, screen_summary
+from memagent.memory import Fact, Memory, Turn
 from memagent.observability import logger, metrics
 from memagent.store_table import TRANSACTION_LIMIT
 
@@ -43,15 +44,27 @@ if TYPE_CHECKING:
 
 SUMMARY_MAX_WORDS = 200
 NEW_FACTS_PER_FOLD = 10
-# The fold's bounds. A request carries the prompt (~1 KB), the summary (200 words), at most
-# FOLD_MAX_FACTS facts of MAX_FACT_CHARS (60 x 160 = 9.6 KB) and one part of the transcript
-# (60,000 characters, ~15,000 tokens): under 80 KB, far from 1 MB and any model's context.
+# The fold's bounds. A request carries the prompt (~2 KB), the summary (200 words), at most
+# FOLD_MAX_FACTS facts of MAX_FACT_CHARS with their dates (200 x 190 = 38 KB: every fact at the
+# default cap, so the fold sees each one it may retire) and one part of the transcript (60,000
+# characters, ~15,000 tokens): under 110 KB, far from 1 MB and any model's context.
 FOLD_TURN_CHARS = 4_000  # a WhatsApp text is usually far shorter; a pasted essay is cut
 FOLD_PART_CHARS = 60_000
 FOLD_MAX_PARTS = 2  # per run: with one shortened retry each, at most 4 model calls
-FOLD_MAX_FACTS = 60
+FOLD_MAX_FACTS = 200
 REFUSED_TURN_CHARS = 280  # the shortened transcript a refused part is asked again with
 UNSUMMARISED = "(Part of the earlier conversation could not be summarised.)"
+
+
+@dataclass(frozen=True)
+class FactChanges:
+    """What a fold's commit does to the facts: `put` the new and the confirmed ones, `delete`
+    by key the outdated ones and the cap's excess."""
+
+    put: list[Fact]
+    delete: set[str]
+    added: int
+    retired: int
 
 
 def _cut(text: str, limit: int) -> str:
@@ -114,28 +127,7 @@ class Compactor:
 
         parts = fold_parts(to_fold)[:FOLD_MAX_PARTS]  # the rest waits for the next run
         to_fold = to_fold[: sum(len(part) for part in parts)]
-        summary = memory.summary.text if memory.summary else ""
-        shown = [_cut(fact.text, self.settings.max_fact_chars) for fact in memory.facts]
-        found: list[str] = []
-        for part in parts:
-            folded = self._fold_part(summary, (shown + found)[-FOLD_MAX_FACTS:], part)
-            if folded is not None:
-                summary = screen_summary(_words(folded.summary, SUMMARY_MAX_WORDS))
-                found.extend(folded.facts)
-        now = datetime.now(UTC)
-        texts = screen_facts(
-            found,
-            existing=[fact.text for fact in memory.facts],
-            max_chars=self.settings.max_fact_chars,
-            limit=NEW_FACTS_PER_FOLD,
-        )
-        new_facts = [Fact(text=text, at=now) for text in texts]
-        _, dropped = cap_facts([*memory.facts, *new_facts], self.settings.max_facts)
-        dropped_keys = {fact_key(fact.text) for fact in dropped}
-        new_facts = [fact for fact in new_facts if fact_key(fact.text) not in dropped_keys]
-        # one transaction holds at most 100 actions; any excess is dropped on a later fold
-        room = TRANSACTION_LIMIT - 2 - len(new_facts)  # the state and the summary first
-        dropped_keys = set(sorted(dropped_keys)[:room])
+        summary, changes = self._fold(memory, parts)
 
         new_marker = to_fold[-1].seq
         # archive before the commit, so nothing is deleted unarchived; withdrawn if we lose
@@ -153,8 +145,8 @@ class Compactor:
                 old_marker=state.marker,
                 new_marker=new_marker,
                 summary=summary or UNSUMMARISED,
-                new_facts=[(fact_key(fact.text), fact) for fact in new_facts],
-                dropped_fact_keys=dropped_keys,
+                new_facts=[(key_of(fact), fact) for fact in changes.put],
+                dropped_fact_keys=changes.delete,
                 erased_at=state.erased_at,
                 summary_at=memory.summary.at if memory.summary else None,
             )
@@ -167,29 +159,105 @@ class Compactor:
         deleted = self.store.delete_turns(pk, [turn.seq for turn in to_fold])
         _count("TurnsFolded", len(to_fold))
         _count("FoldCalls", len(parts))
-        _count("FactsAdded", len(new_facts))
+        _count("FactsAdded", changes.added)
+        _count("FactsRetired", changes.retired)
         logger.info(
             "compacted",
             extra={
                 "folded": len(to_fold),
                 "deleted": deleted,
                 "marker": new_marker,
-                "facts_added": len(new_facts),
-                "facts_dropped": len(dropped_keys),
+                "facts_added": changes.added,
+                "facts_retired": changes.retired,
+                "facts_confirmed": len(changes.put) - changes.added,
+                "facts_dropped": len(changes.delete) - changes.retired,
             },
         )
         return "compacted"
 
-    def _fold_part(self, summary: str, facts: list[str], part: list[Turn]) -> Folded | None:
+    def _fold(self, memory: Memory, parts: list[list[Turn]]) -> tuple[str, FactChanges]:
+        """Fold the parts into the summary, and work out what changes in the facts: the new
+        ones, those the conversation made outdated (removed) or confirmed, and, at the cap, the
+        least recently confirmed (removed). Nothing is written here."""
+        summary = memory.summary.text if memory.summary else ""
+        now = datetime.now(UTC)
+        limit = self.settings.max_fact_chars
+        # what the fold may act on: all the facts within its bound, the most recently confirmed
+        known = [
+            dataclasses.replace(f, text=_cut(f.text, limit), key=key_of(f))
+            for f in cap_facts(list(memory.facts), FOLD_MAX_FACTS)[0]
+        ]
+        found: list[Fact] = []
+        retired: set[str] = set()
+        confirmed: set[str] = set()
+        for part in parts:
+            shown = [f for f in (*known, *found) if key_of(f) not in retired]
+            folded = self._fold_part(summary, shown, part)
+            if folded is None:
+                continue
+            summary = screen_summary(_words(folded.summary, SUMMARY_MAX_WORDS))
+            retired.update(key_of(shown[n - 1]) for n in folded.outdated)
+            confirmed.update(key_of(shown[n - 1]) for n in folded.confirmed)
+            learned = part[-1].at  # said by the end of its part, at the latest
+            found.extend(Fact(text, at=learned, confirmed_at=now) for text in folded.facts)
+
+        stored = {key_of(f): f for f in memory.facts}
+        by_text = {normalise(f.text): key for key, f in stored.items()}
+        candidates: list[Fact] = []
+        for fact in found:
+            if (same := by_text.get(normalise(fact.text))) is not None:
+                retired.discard(same)  # said again: confirmed, and never stored twice
+                confirmed.add(same)
+            elif key_of(fact) not in retired:  # not taken back by a later part
+                candidates.append(fact)
+        learned_at = {normalise(f.text): f.at for f in candidates}
+        texts = screen_facts(
+            [f.text for f in candidates],
+            existing=[f.text for f in memory.facts],
+            max_chars=limit,
+            limit=NEW_FACTS_PER_FOLD,
+        )
+        new = [Fact(t, at=learned_at.get(normalise(t), now), confirmed_at=now) for t in texts]
+        retired &= stored.keys()
+        confirmed = confirmed.difference(retired) & stored.keys()
+        # one transaction holds at most 100 actions: the state and the summary, then the
+        # removals the conversation asked for, the new facts, the confirmations; a cap excess
+        # beyond that is dropped on a later fold
+        room = TRANSACTION_LIMIT - 2
+        gone = sorted(retired)[:room]
+        new = new[: room - len(gone)]
+        touched = [
+            dataclasses.replace(stored[k], key=k, confirmed_at=now) for k in sorted(confirmed)
+        ][: room - len(gone) - len(new)]
+        remaining = [
+            dataclasses.replace(f, confirmed_at=now) if key in confirmed else f
+            for key, f in stored.items()
+            if key not in retired
+        ]
+        _, over = cap_facts([*remaining, *new], self.settings.max_facts)
+        over_keys = {key_of(f) for f in over}
+        new = [f for f in new if key_of(f) not in over_keys]
+        touched = [f for f in touched if key_of(f) not in over_keys]
+        spare = room - len(gone) - len(new) - len(touched)
+        dropped = sorted(over_keys & stored.keys())[: max(spare, 0)]
+        return summary, FactChanges(
+            put=[*new, *touched], delete={*gone, *dropped}, added=len(new), retired=len(gone)
+        )
+
+    def _fold_part(self, summary: str, facts: list[Fact], part: list[Turn]) -> Folded | None:
         """One part's fold; a refusal is asked again once, shortened; None if refused again."""
         try:
-            return self.model.fold(summary=summary, facts=facts, turns=part)
+            return self.model.fold(
+                summary=summary, facts=facts, turns=part, zone=self.settings.time_zone
+            )
         except ModelRejected:
             _count("FoldsShortened")
             logger.warning("fold refused; asking again on a shortened transcript")
         shortened = [dataclasses.replace(t, text=_cut(t.text, REFUSED_TURN_CHARS)) for t in part]
         try:
-            return self.model.fold(summary=summary, facts=facts, turns=shortened)
+            return self.model.fold(
+                summary=summary, facts=facts, turns=shortened, zone=self.settings.time_zone
+            )
         except ModelRejected:
             _count("FoldsRefused")  # alarmed: these turns leave memory unsummarised
             logger.error("fold refused twice; committed without them", extra={"turns": len(part)})

@@ -130,10 +130,17 @@ _SUMMARY_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+[\"')\]]*|\n|$)")
 
 
 def cap_facts(facts: list[Fact], max_facts: int) -> tuple[list[Fact], list[Fact]]:
-    """Split facts into (kept, dropped): the newest `max_facts` stay, the oldest go first.
+    """Split facts into (kept, dropped): the `max_facts` most recently confirmed stay, the ones
+    not confirmed for the longest go first (a fact never confirmed counts from when it was
+    learned).
 
-    Both lists are oldest first; facts with the same time keep their given order (later = newer).
+    Both lists run from the least recently confirmed; ties keep their given order (later = newer).
     """
-    by_age = sorted(facts, key=lambda fact: fact.at)  # stable: ties keep their order
+    by_age = sorted(facts, key=lambda fact: fact.confirmed_at or fact.at)  # stable
     cut = max(len(by_age) - max(max_facts, 0), 0)
     return by_age[cut:], by_age[:cut]
+
+
+def key_of(fact: Fact) -> str:
+    """A stored fact's id (its sort key's suffix), or the id its text gives a new one."""
+    return fact.key or fact_key(fact.text)

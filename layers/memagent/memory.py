@@ -41,7 +41,9 @@ class Fact:
     """A short durable line about the person. Data about them, never an instruction."""
 
     text: str
-    at: datetime
+    at: datetime  # when it was learned
+    confirmed_at: datetime | None = None  # when a fold last found it still true (None: never)
+    key: str = ""  # its id in the store ("": derived from the text, memagent.facts.fact_key)
 
 
 @dataclass(frozen=True)

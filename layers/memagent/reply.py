@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from memagent import store_ledger as ledger
 from memagent.budget import day_of, exhausted, stack_budget
+from memagent.clock import person_zone
 from memagent.context import build_context
 from memagent.delivery import say_goodbye_and_forget, send
 from memagent.errors import ModelRejected
@@ -70,6 +71,8 @@ def reply(
         previous_inbound_at=previous_inbound_at,
         new_number=new_number,
         about=about,
+        now=datetime.now(UTC),
+        zone=person_zone(message.address, settings.time_zone),
     )
     logger.info(
         "context built",
@@ -104,7 +107,7 @@ def _ask_the_model(crew: Crew, pk: str, event_id: str | None, context: Context) 
     (the person wrote again meanwhile) replays them instead of calling the tools anew."""
     try:
         if crew.tools is None:
-            return Answer(crew.model.reply(context), ())
+            return Answer(crew.model.reply(context, person=pk), ())
         assert event_id is not None
         return answer_with_tools(crew, pk, event_id, context)
     except ModelRejected as error:

@@ -286,6 +286,19 @@ def person_key_secret(env: Mapping[str, str]) -> Secret:
     )
 
 
+def _off(value: str) -> str | None:
+    return None if value == "off" else value
+
+
+def _time_zone(read: Environment) -> str:
+    from memagent.clock import is_zone
+
+    name = read.text("TIME_ZONE", "UTC")
+    if name.upper() != "UTC" and not is_zone(name):
+        read.problems.append(f"TIME_ZONE: {name!r} is not a time zone (e.g. Europe/London)")
+    return name
+
+
 PROVIDERS = ("whasp", "meta")
 # Where the model runs: OpenAI (or any server speaking the Responses API, OPENAI_BASE_URL) with an
 # API key, or Amazon Bedrock's bedrock-runtime in this account with the role's bearer token
@@ -362,6 +375,8 @@ class MemorySettings:
     # a chat handed to a human goes back to the agent after this long without an operator reply
     handoff_timeout_hours: int = 24
     operator_event_bus: str | None = None  # EventBridge bus for handoff notifications
+    # the agent's zone (IANA name): the person's own when their phone's country has one zone
+    time_zone: str = "UTC"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None):
@@ -394,6 +409,7 @@ class MemorySettings:
                 "HANDOFF_TIMEOUT_HOURS", 24, minimum=1, maximum=24 * 30
             ),
             "operator_event_bus": read.optional("OPERATOR_EVENT_BUS"),
+            "time_zone": _time_zone(read),
         }
 
 
@@ -409,6 +425,10 @@ class ModelSettings(MemorySettings):
     openai_api_key: Secret | None = field(default=None, repr=False)  # never read with bedrock
     bedrock_region: str | None = None  # with bedrock: the region the bearer token is signed for
     max_reply_tokens: int = 1024  # sent as max_output_tokens with every reply
+    # prompt_cache_key, safety_identifier and the cache retention: off for a server that
+    # rejects fields it does not know
+    openai_cache_fields: bool = True
+    openai_cache_retention: str | None = "24h"
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
@@ -438,6 +458,10 @@ class ModelSettings(MemorySettings):
             "openai_api_key": None if provider == "bedrock" else read.secret("OPENAI_API_KEY"),
             "bedrock_region": region,
             "max_reply_tokens": read.integer("MAX_REPLY_TOKENS", 1024, minimum=16),
+            "openai_cache_fields": read.flag("OPENAI_CACHE_FIELDS", True),
+            "openai_cache_retention": _off(
+                read.choice("OPENAI_CACHE_RETENTION", ("24h", "in_memory", "off"), "24h")
+            ),
         }
 
 

@@ -10,8 +10,9 @@ One partition per person (`pk` = memagent.person.person_key); sort keys:
                       reply's text, in entries an older version wrote) and a TTL; a message
                       answered by a later one's reply (a burst) ends `answered`, naming the
                       reply: answered_by, reply_seq
-    FACT#<key>        one durable fact; the key is derived from its normalised text, so facts
-                      are unique per person by construction
+    FACT#<key>        one durable fact (text, `at` learned, `confirmed` last found still true);
+                      the key is derived from its normalised text, so facts are unique per
+                      person by construction
     MSG#<seq:012d>    one turn (user or assistant); seq is strictly increasing per person.
                       Storing a message reserves the next seq for its reply
     STATE             counters and flags, the summary's marker, the erasure mark: small, since
@@ -150,7 +151,12 @@ class MemoryStore(LedgerWrites, PersonWrites, ErasureWrites, CompactionWrites):
         facts = tuple(
             sorted(
                 (
-                    Fact(text=i["text"], at=from_iso(i["at"]) or datetime.now(UTC))
+                    Fact(
+                        text=i["text"],
+                        at=from_iso(i["at"]) or datetime.now(UTC),
+                        confirmed_at=from_iso(i.get("confirmed")),
+                        key=i["sk"].removeprefix(FACT),
+                    )
                     for i in items
                     if i["sk"].startswith(FACT)
                 ),

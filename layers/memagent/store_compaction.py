@@ -102,6 +102,7 @@ class CompactionWrites(Table):
                             "sk": f"{FACT}{key}",
                             "text": fact.text,
                             "at": iso(fact.at),
+                            **({"confirmed": iso(fact.confirmed_at)} if fact.confirmed_at else {}),
                         },
                     }
                 }

@@ -65,7 +65,7 @@ def answer_with_tools(crew: Crew, pk: str, event_id: str, context: Context) -> A
     settings = crew.settings
     entry = crew.store.ledger(pk, event_id) or {}
     instructions = f"{context.instructions}\n\n{TOOL_NOTE}"
-    conversation: list[Any] = list(context.input)
+    conversation: list[Any] = context.request_input()
     done: list[str] = []
     calls = 0
     for round_ in range(settings.tool_max_rounds + 1):
@@ -75,7 +75,9 @@ def answer_with_tools(crew: Crew, pk: str, event_id: str, context: Context) -> A
         else:
             final = round_ == settings.tool_max_rounds
             try:
-                acted = crew.model.act(instructions, conversation, crew.tools.specs(), final=final)
+                acted = crew.model.act(
+                    instructions, conversation, crew.tools.specs(), final=final, person=pk
+                )
             except ModelRejected as error:
                 raise RejectedAfterTools(error, tuple(done)) from error
             if not acted.calls:

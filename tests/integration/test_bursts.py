@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from devstack.fake_openai import notes_of, turns_of
 from memagent.person import person_key
 from tests.conftest import AGENT, BUSINESS, MAYA, load_function, sqs_batch, sqs_record
 from tests.integration.faults import Crash, Died, crash_after
@@ -44,7 +45,7 @@ def sends(whasp, phone: str = MAYA) -> list[dict[str, Any]]:
 
 
 def model_inputs(openai) -> list[list[tuple[str, str]]]:
-    return [[(m["role"], m["content"]) for m in call["input"]] for call in openai.calls()]
+    return [turns_of(call) for call in openai.calls()]
 
 
 # ------------------------------------------------------------------ the burst
@@ -337,7 +338,7 @@ def test_a_burst_after_days_away_tells_the_model_how_long_it_was(
     assert failures(consumer.handler(batch, lambda_context)) == []
     # then the one model call for the burst counts the days from before the burst's first line
     assert len(openai.calls()) == 2
-    assert "2 days ago" in openai.calls()[-1]["instructions"]
+    assert "2 days ago" in notes_of(openai.calls()[-1])
     assert len(whasp.texts_to(MAYA)) == 2
 
 

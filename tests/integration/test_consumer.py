@@ -14,6 +14,7 @@ import boto3
 import pytest
 from boto3.dynamodb.conditions import Key
 
+from devstack.fake_openai import notes_of, turns_of
 from devstack.lambda_harness import reported_failures as failures
 from devstack.lambda_harness import retried
 from memagent.person import person_key
@@ -107,7 +108,7 @@ def test_three_turn_conversation_is_remembered_and_answered(
     assert len(calls) == 3
     assert all(call["store"] is False for call in calls)
     assert calls[-1]["instructions"].startswith("You are Coach, a warm running coach.")
-    assert [(m["role"], m["content"]) for m in calls[-1]["input"]] == [
+    assert turns_of(calls[-1]) == [
         ("user", said[0]),
         ("assistant", replies[0]),
         ("user", said[1]),
@@ -149,10 +150,10 @@ def seed(consumer, phone: str, texts: list[str], start: datetime) -> None:
 def test_61_turns_give_the_model_60(consumer, openai, lambda_context):
     seed(consumer, MAYA, [f"turn {i}" for i in range(60)], datetime(2026, 11, 29, 8, tzinfo=UTC))
     consumer.handler(sqs_batch(message("the 61st", 120)), lambda_context)
-    sent_input = openai.calls()[-1]["input"]
+    sent_input = [text for _, text in turns_of(openai.calls()[-1])]
     assert len(sent_input) == 60
-    assert sent_input[-1]["content"] == "the 61st"
-    assert sent_input[0]["content"] == "turn 1"  # the oldest one dropped
+    assert sent_input[-1] == "the 61st"
+    assert sent_input[0] == "turn 1"  # the oldest one dropped
 
 
 def test_over_12000_characters_drops_the_oldest_first(consumer, openai, lambda_context):
@@ -163,10 +164,10 @@ def test_over_12000_characters_drops_the_oldest_first(consumer, openai, lambda_c
         datetime(2026, 11, 29, 8, tzinfo=UTC),
     )
     consumer.handler(sqs_batch(message("short question", 120)), lambda_context)
-    sent_input = openai.calls()[-1]["input"]
-    assert sum(len(m["content"]) for m in sent_input) <= 12_000
-    assert sent_input[-1]["content"] == "short question"
-    assert [m["content"][:2] for m in sent_input[:-1]] == [f"{i:02d}" for i in range(3, 14)]
+    sent_input = [text for _, text in turns_of(openai.calls()[-1])]
+    assert sum(len(text) for text in sent_input) <= 12_000
+    assert sent_input[-1] == "short question"
+    assert [text[:2] for text in sent_input[:-1]] == [f"{i:02d}" for i in range(3, 14)]
 
 
 @pytest.mark.parametrize(("gap", "line"), [(timedelta(days=1), True), (timedelta(hours=23), False)])
@@ -177,8 +178,7 @@ def test_days_line_from_exactly_one_day(consumer, openai, lambda_context, gap, l
     )
     later = (first + gap).isoformat()
     consumer.handler(sqs_batch(whasp_message("back again", created_at=later)), lambda_context)
-    instructions = openai.calls()[-1]["instructions"]
-    assert ("1 day ago" in instructions) is line
+    assert ("1 day ago" in notes_of(openai.calls()[-1])) is line
 
 
 # ------------------------------------------------------------------ duplicates

@@ -12,6 +12,7 @@ from urllib.parse import quote
 import boto3
 import pytest
 
+from devstack.fake_openai import notes_of, turns_of
 from devstack.lambda_harness import reported_failures as failures
 from memagent.lifecycle import forget
 from memagent.person import person_key
@@ -144,7 +145,7 @@ def test_after_forget_an_old_redelivery_is_ignored_and_a_new_message_starts_fres
     consumer.handler(sqs_batch(whasp_message("Hello again", created_at=later)), lambda_context)
     # then a fresh memory starts and she is answered, without the old message in context
     assert len(whasp.sent) == 2
-    assert [m["content"] for m in openai.calls()[-1]["input"]] == ["Hello again"]
+    assert [text for _, text in turns_of(openai.calls()[-1])] == ["Hello again"]
 
 
 # ------------------------------------------------------------------ the admin API
@@ -460,8 +461,8 @@ def test_after_number_replaced_the_same_person_gets_the_same_context(
     )
     call = openai.calls()[-1]
     # then the context holds her earlier turn, and the reply goes out from the new number
-    assert call["input"][0]["content"] == "My name is Maya"
-    assert "new" in call["instructions"].lower() and "number" in call["instructions"].lower()
+    assert turns_of(call)[0][1] == "My name is Maya"
+    assert "new" in notes_of(call).lower() and "number" in notes_of(call).lower()
     assert whasp.sent[-1]["from"] == NEW_NUMBER
     # the new-number line appears once
     consumer.handler(
@@ -470,8 +471,8 @@ def test_after_number_replaced_the_same_person_gets_the_same_context(
     )
     from memagent.context import NEW_NUMBER_LINE
 
-    assert NEW_NUMBER_LINE in call["instructions"]
-    assert NEW_NUMBER_LINE not in openai.calls()[-1]["instructions"]
+    assert NEW_NUMBER_LINE in notes_of(call)
+    assert NEW_NUMBER_LINE not in notes_of(openai.calls()[-1])
 
 
 def test_the_command_line_tool_exports_and_forgets(resources, capsys):

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import boto3
 from boto3.dynamodb.conditions import Key
 
+from devstack.fake_openai import turns_of
 from devstack.lambda_harness import reported_failures as failures
 from memagent.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, sqs_batch, whasp_message
@@ -41,7 +42,7 @@ def test_a_reply_refused_for_an_opt_out_is_not_remembered_as_said(
     whasp.opted_out.discard(MAYA)
     now = datetime.now(UTC).isoformat().replace("+00:00", "Z")  # after the recorded opt-out
     consumer.handler(sqs_batch(whasp_message("back now", created_at=now)), lambda_context)
-    assert [m["role"] for m in openai.calls()[-1]["input"]] == ["user", "user"]
+    assert [role for role, _ in turns_of(openai.calls()[-1])] == ["user", "user"]
     assert len(whasp.texts_to(MAYA)) == 1
 
 

@@ -42,7 +42,9 @@ def stand_in_responder(calls: list[dict[str, Any]]):
     def respond(request: dict[str, Any]) -> str:
         with lock:
             calls.append(request)
-        if "poison" in json.dumps((request.get("input") or [{}])[-1]):
+        items = request.get("input") if isinstance(request.get("input"), list) else []
+        said = [m for m in items if m.get("role") == "user"]
+        if "poison" in json.dumps(said[-1:]):  # the message answered (the volatile tail follows)
             raise RuntimeError("the model cannot answer this")
         if ((request.get("text") or {}).get("format") or {}).get("type") == "json_schema":
             return json.dumps({"summary": "They chatted about their week.", "facts": ["Likes tea"]})
