@@ -109,10 +109,10 @@ class Pipeline:
     def _recording(self, compactor: Any) -> Callable[..., Any]:
         original = compactor.model.fold
 
-        def fold(*, summary: str, facts: list[str], turns: list[Any]) -> Any:
-            record = Fold(summary=summary, facts=list(facts), turns=list(turns))
+        def fold(*, summary: str, facts: list[Any], turns: list[Any], **more: Any) -> Any:
+            record = Fold(summary=summary, facts=[f.text for f in facts], turns=list(turns))
             seen = len(self.stack.openai.requests)
-            folded = original(summary=summary, facts=facts, turns=turns)
+            folded = original(summary=summary, facts=facts, turns=turns, **more)
             calls = [r for r in self.stack.openai.requests[seen:] if r["path"] == "/v1/responses"]
             record.request = calls[-1]["json"] if calls else None
             record.output_text = folded.summary + "\n" + "\n".join(folded.facts)

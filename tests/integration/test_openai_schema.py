@@ -1,0 +1,118 @@
+"""Every request we send to the model is valid against OpenAI's published OpenAPI description:
+the reply, the photo's description, the fold, the voice note's transcription, each made by the
+handlers and recorded by the stand-in.
+
+The schema is an extract (tests/schemas/openai-responses.json, source and commit in its
+"$comment"): CreateResponse and CreateTranscriptionRequest with every schema they reference,
+documentation keys removed. To refresh it, fetch github.com/openai/openai-openapi, load
+openapi.json, walk the $refs from those two schemas, drop description, example(s), title,
+deprecated, default and x-* keys, turn a oneOf with a discriminator into anyOf (see "$comment"),
+and note the new commit there.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from devstack.events import sqs_batch
+from devstack.fake_openai import RESPONSES, TRANSCRIPTIONS
+from devstack.lambda_harness import retried
+from memagent.person import person_key
+from tests.conftest import AGENT, MAYA, load_function, seed_turns, whasp_message
+
+SCHEMA = json.loads((Path(__file__).parents[1] / "schemas" / "openai-responses.json").read_text())
+
+
+def validator(name: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator({"$ref": f"#/components/schemas/{name}", **SCHEMA})
+
+
+def declared(name: str) -> set[str]:
+    """The property names a schema declares, through its allOf parts (CreateResponse leaves
+    additionalProperties open: a misspelt field would pass the schema, so names are checked)."""
+    schema = SCHEMA["components"]["schemas"][name]
+    names = set(schema.get("properties", {}))
+    for part in schema.get("allOf", []):
+        names |= (
+            declared(part["$ref"].rsplit("/", 1)[1])
+            if "$ref" in part
+            else set(part.get("properties", {}))
+        )
+    return names
+
+
+def problems(name: str, body: dict[str, Any]) -> list[str]:
+    found = [f"{e.json_path}: {e.message[:200]}" for e in validator(name).iter_errors(body)]
+    return found + [f"undeclared field {key}" for key in sorted(set(body) - declared(name))]
+
+
+@pytest.fixture
+def everything_sent(consumer_env, compactor_env, monkeypatch, openai, whasp, tap, lambda_context):
+    """A text, a photo and a voice note answered, then a fold: every request the model got."""
+    consumer = load_function("consumer", consumer_env, monkeypatch)
+    compactor = load_function("compactor", compactor_env, monkeypatch)
+    photo = whasp.add_media(b"\x89PNG....", "image/png")
+    voice = whasp.add_media(b"O" * 100, "audio/ogg")
+    media = [
+        {"id": "m_p", "type": "image", "media": {"url": photo, "mime_type": "image/png"}},
+        {"id": "m_v", "type": "audio", "media": {"url": voice, "mime_type": "audio/ogg"}},
+    ]
+    for event in [whasp_message("Hi, I'm Maya"), *(whasp_message("", message=m) for m in media)]:
+        assert retried(consumer.handler, sqs_batch(event), lambda_context) == []
+    seed_turns(compactor.compactor.store, MAYA, [f"I live in Leeds, {i}" for i in range(45)])
+    assert compactor.compactor.compact(person_key(AGENT, MAYA)) == "compacted"
+    return openai.requests
+
+
+def test_every_request_we_send_validates_against_openais_published_schema(everything_sent):
+    responses = [r["json"] for r in everything_sent if r["path"] == RESPONSES]
+    kinds = {
+        "fold": [r for r in responses if "text" in r],
+        "photo": [r for r in responses if "input_image" in json.dumps(r["input"])],
+        "reply": [r for r in responses if "prompt_cache_key" in r],
+    }
+    assert all(kinds.values()), {kind: len(found) for kind, found in kinds.items()}
+    for body in responses:
+        assert problems("CreateResponse", body) == [], body
+    # the photo's image carries its detail, which the schema requires
+    [image] = [p for p in kinds["photo"][0]["input"][0]["content"] if p["type"] == "input_image"]
+    assert image["detail"] == "auto"
+    # and the transcription's form fields are the upload's (the file itself as its name)
+    [upload] = [r["json"] for r in everything_sent if r["path"] == TRANSCRIPTIONS]
+    form = {k: v for k, v in upload.items() if not k.startswith("file_")} | {"file": "voice.ogg"}
+    assert problems("CreateTranscriptionRequest", form) == []
+
+
+def test_a_wrong_field_fails_the_check():
+    # given a reply request with a misspelt field, and one with an image without its detail
+    image = {"type": "input_image", "image_url": "data:image/png;base64,AA=="}
+    wrong = {"model": "m", "input": "hi", "prompt_cache_keys": "x"}
+    no_detail = {"model": "m", "input": [{"role": "user", "content": [image]}]}
+    # then both are refused
+    assert problems("CreateResponse", wrong) == ["undeclared field prompt_cache_keys"]
+    assert problems("CreateResponse", no_detail) != []
+
+
+def test_the_reply_carries_per_person_cache_fields_without_the_phone(
+    consumer_env, monkeypatch, openai, lambda_context
+):
+    # given the default settings, then the extras turned off
+    for setting, expected in (("true", True), ("false", False)):
+        consumer = load_function(
+            "consumer", {**consumer_env, "OPENAI_CACHE_FIELDS": setting}, monkeypatch
+        )
+        consumer.handler(sqs_batch(whasp_message(f"hello {setting}")), lambda_context)
+        body = openai.calls()[-1]
+        # then the cache key and safety id are there, hashed, holding no part of the phone
+        assert ("prompt_cache_key" in body) is expected
+        assert ("safety_identifier" in body) is expected
+        if expected:
+            key, safety = body["prompt_cache_key"], body["safety_identifier"]
+            assert MAYA.lstrip("+") not in key + safety and MAYA[-6:] not in key + safety
+            assert len(safety) <= 64 and key != safety
+            assert body["prompt_cache_retention"] == "24h"
