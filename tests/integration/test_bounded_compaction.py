@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import boto3
 from boto3.dynamodb.conditions import Key
@@ -29,7 +30,7 @@ def seqs(table_name: str) -> list[int]:
 
 def transcript(fold_input: str) -> list[str]:
     """The turns' texts in a fold request's input (a line each: "Person (date): text")."""
-    lines = fold_input.split("Conversation to fold in:\n", 1)[1].splitlines()
+    lines = re.split(r"Conversation to fold in[^\n]*:\n", fold_input, maxsplit=1)[1].splitlines()
     return [line.split("): ", 1)[1] for line in lines]
 
 
