@@ -3,6 +3,7 @@ time (one fold's facts share one), word forms, short words."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -21,7 +22,10 @@ def picked(facts: list[Fact], message: str, max_facts: int) -> list[str]:
     context = build_context(
         Memory(facts=tuple(facts)), answering, system_prompt=PROMPT, max_facts=max_facts
     )
-    return [line[2:] for line in context.instructions.splitlines() if line.startswith("- ")]
+    # those picked for the message (the tail), then the stable block (the instructions), each
+    # a bullet with the date it was noted
+    lines = f"{context.tail}\n{context.instructions}".splitlines()
+    return [re.sub(r" \(noted [^)]*\)$", "", line[2:]) for line in lines if line[:2] == "- "]
 
 
 def test_turns_that_fill_the_character_budget_exactly_all_go_in():
