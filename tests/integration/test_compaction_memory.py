@@ -36,7 +36,9 @@ class Model:
 
 def section(fold_input: str, heading: str) -> list[str]:
     """One section of a fold request's input ("Current summary:", "Notes already kept:")."""
-    return fold_input.split(f"{heading}\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    # a heading may say more before its colon: "Conversation to fold in (times in UTC):"
+    after = re.split(rf"{re.escape(heading[:-1])}[^\n]*:\n", fold_input, maxsplit=1)[1]
+    return after.split("\n\n", 1)[0].splitlines()
 
 
 def facts(table_name: str) -> list[str]:
@@ -210,7 +212,8 @@ def test_a_backlog_over_two_parts_folds_two_and_leaves_the_rest_for_the_next_run
     assert [line.split("): ", 1)[1] for line in second] == texts[15:30]
     # and the second part was folded into the first's summary, shown the first's facts
     assert section(model.shown[1], "Current summary:") == ["part one"]
-    assert section(model.shown[1], "Notes already kept:") == ["- Works nights"]
+    assert section(model.shown[1], "Notes already kept:")[0].startswith("1. Works nights (noted ")
+    assert len(section(model.shown[1], "Notes already kept:")) == 1
     assert summary(resources.table_name) == "part two"
     assert facts(resources.table_name) == ["Has a dog", "Works nights"]
 
