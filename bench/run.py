@@ -24,6 +24,7 @@ import cost
 import e2e_bench
 import hardening
 import harness
+import memory_bench
 import report
 import retry_bench
 import tool_bench
@@ -43,6 +44,7 @@ SIZES = {
     "bursts": {"people": (6, 2), "bursts": (8, 2)},
     "retries": {"samples": (10, 2)},
     "e2e": {"people": (8, 2), "messages": (8, 2)},
+    "memory": {"fillers": (3, 1)},
 }
 
 
@@ -105,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         measured["retries"] = retry_bench.run(stack, **sizes["retries"])
         step("10. tool turns: calls per booking turn, and a crash after each step")
         measured["tools"] = tool_bench.run(stack)
+        step("11. memory over a month: facts that change, dated plans")
+        measured["memory"] = memory_bench.run(stack, **sizes["memory"])
     step("5. the local stack end to end")
     measured["e2e"] = e2e_bench.run(**sizes["e2e"])
 

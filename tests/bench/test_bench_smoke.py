@@ -45,6 +45,8 @@ def test_quick_bench_writes_every_figure(tmp_path):
         "## 8. Failure timing",
         "## 9. Bursts",
         "## 10. Tools",
+        "## 11. Memory over a month",
+        "## 12. The prompt cache",
     ):
         assert heading in report
     assert plot.read_bytes().startswith(b"\x89PNG")
@@ -70,3 +72,10 @@ def test_quick_bench_writes_every_figure(tmp_path):
             assert e2e[run]["ordering_violations"] == 0
             assert e2e[run]["duplicates_sent"] == 0
             assert e2e[run]["missing"] == 0
+    # the memory figure's probes, ours against today's fold, and the cache figure's two orders
+    memory = measured["memory"]
+    assert set(memory) >= {"ours", "today", "full"}
+    assert memory["ours"]["Where do I live now?"]["no_stale"]
+    assert not memory["today"]["Where do I live now?"]["no_stale"]
+    cache = measured["context"]["cache"]
+    assert cache["ours"]["input_tokens"] > 0 and cache["today"]["input_tokens"] > 0
