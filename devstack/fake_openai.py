@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from devstack import RecordingServer, Reply, Request
-from memagent.context import FACTS_HEADING, NEW_NUMBER_LINE, SUMMARY_HEADING
+from memagent.context import FACTS_HEADING, NEW_NUMBER_LINE, PICKED_HEADING, SUMMARY_HEADING
 
 RESPONSES = "/v1/responses"
 BEDROCK_RESPONSES = "/openai/v1/responses"
@@ -410,11 +410,15 @@ def _note(text: str, heading: str) -> str:
 def _read_notes(instructions: str) -> dict[str, Any]:
     """Facts, summary, days since and a new number, from a reply request's instructions."""
     days = re.search(r"last wrote (\d+) days? ago", instructions)
-    facts = _note(instructions, FACTS_HEADING).splitlines()
+    facts = [
+        *_note(instructions, FACTS_HEADING).splitlines(),
+        *_note(instructions, PICKED_HEADING).splitlines(),
+    ]
     return {
         # a fact's date ("(noted 3 Mar 2026)") is for the model, not part of the fact
         "facts": [re.sub(r" \(noted [^)]*\)$", "", f[2:]) for f in facts if f.startswith("- ")],
-        "summary": _note(instructions, SUMMARY_HEADING),
+        # after the heading's label line: its first line may name the summary's date
+        "summary": _note(instructions, SUMMARY_HEADING.split("\n", 1)[1]),
         "days": int(days.group(1)) if days else None,
         "new_number": NEW_NUMBER_LINE in instructions,
     }
