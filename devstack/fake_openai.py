@@ -570,7 +570,7 @@ def _dated_lines(request: dict[str, Any]) -> dict[str, datetime]:
             if (said := _USER_LINE.match(line)) and (found := _DAY.search(line)):
                 written = found.group(1) or found.group(2)
                 shape = "%d %b %Y" if found.group(1) else "%Y-%m-%d"
-                dates[said.group(2).strip()] = datetime.strptime(written, shape)
+                dates[said.group(1).strip()] = datetime.strptime(written, shape)
     return dates
 
 
