@@ -45,7 +45,8 @@ from memagent.errors import (
 from memagent.lifecycle import export, forget
 from memagent.notify import OperatorEvents
 from memagent.observability import logger, metrics
-from memagent.operator import Operator, identifier
+from memagent.operator import Operator
+from memagent.operator_seat import identifier
 from memagent.operator_store import OperatorStore
 from memagent.person import person_key
 from memagent.providers import provider_from_settings

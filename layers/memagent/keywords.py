@@ -10,7 +10,8 @@ keyword touches this file only.
 - "can I talk to a human?" (HANDOFF_PHRASES, several languages by default) hands the chat to
   a human: answered once with HANDOFF_NOTICE, then the agent stores and says nothing until an
   operator hands it back or HandoffTimeoutHours pass without an operator reply
-  (memagent/operator.py). STOP and "forget me" keep their meaning while a human has the chat.
+  (memagent/operator_handoff.py). STOP and "forget me" keep their meaning while a human has
+  the chat.
 
 The keywords that get an answer of their own never join a burst (memagent/bursts.py), nor let
 the message before them wait.

@@ -1,0 +1,211 @@
+"""A human takes the chat: take over, reply, hand back.
+
+`take_over` hands the chat to a human; while handed off the agent stores what the person writes
+and says nothing (memagent.turn); `reply` sends the operator's words through the stack's
+provider, exactly once per idempotency key (a ledger entry keyed by it, send keys derived from
+it, parts recorded as they go out, like the agent's replies), split like the agent's, and stores
+them as the business's side of the conversation, marked `author: human`; `hand_back` (or
+HandoffTimeoutHours without an operator reply) gives the chat back."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from memagent.errors import (
+    ConcurrentUpdate,
+    ConfigurationError,
+    EditConflict,
+    InvalidEdit,
+    OptedOut,
+    SendRejected,
+    WindowClosed,
+)
+from memagent.memory import Memory, Turn
+from memagent.notify import HANDOFF_ENDED, HANDOFF_STARTED
+from memagent.observability import logger
+from memagent.operator_seat import Seat, identifier, required_text
+from memagent.person import agent_key
+from memagent.provider import idempotency_key, split_text
+from memagent.store_ledger import PART, SENT, sent_parts
+from memagent.store_table import iso
+
+if TYPE_CHECKING:
+    from memagent.memory import Handoff
+
+HUMAN = "human"
+MAX_REPLY_CHARS = 4 * 4096  # at most four WhatsApp messages
+SERVICE_WINDOW = timedelta(hours=24)  # Meta's customer-service window
+IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
+RACE_ATTEMPTS = 3
+
+
+def handoff_view(handoff: Handoff | None, timeout: timedelta, now: datetime) -> dict[str, Any]:
+    if handoff is None or handoff.expired(now, timeout):
+        return {"handed_off": False}
+    return {
+        "handed_off": True,
+        "since": iso(handoff.since),
+        "reason": handoff.reason,
+        "replied_at": iso(handoff.replied_at),
+        "waiting": handoff.waiting,
+        "expires_at": iso(max(handoff.since, handoff.replied_at or handoff.since) + timeout),
+    }
+
+
+class ChatHandoff(Seat):
+    def take_over(self, who: str) -> dict[str, Any]:
+        """Hand the chat to a human (idempotent: a handoff in force stays as it is)."""
+        pk, memory = self.person(who)
+        handoff = memory.state.handoff
+        now = datetime.now(UTC)
+        if handoff is not None and not handoff.expired(now, self.timeout):
+            return {"person": pk, "handoff": handoff_view(handoff, self.timeout, now)}
+        previous = handoff.since if handoff else None
+        if not self.store.take_over(
+            pk,
+            agent=self.settings.agent_id,
+            reason="operator",
+            at=now,
+            previous=previous,
+            address=identifier(who),
+        ):
+            _pk, memory = self.person(who)  # someone else took it meanwhile: theirs stands
+            return {"person": pk, "handoff": handoff_view(memory.state.handoff, self.timeout, now)}
+        self.events.emit(HANDOFF_STARTED, pk, reason="operator", since=now)
+        logger.info("chat handed to a human", extra={"reason": "operator"})
+        _pk, memory = self.person(who)
+        return {"person": pk, "handoff": handoff_view(memory.state.handoff, self.timeout, now)}
+
+    def hand_back(self, who: str) -> dict[str, Any]:
+        """Give the chat back to the agent (idempotent)."""
+        pk, _memory = self.person(who)
+        ended = self.store.hand_back(pk)
+        if ended:
+            self.events.emit(HANDOFF_ENDED, pk, reason="operator")
+            logger.info("chat handed back to the agent")
+        return {"person": pk, "handoff": {"handed_off": False}, "ended": ended}
+
+    def reply(self, who: str, body: dict[str, Any], key: str | None) -> dict[str, Any]:
+        """Send the operator's words to the person, exactly once per idempotency key."""
+        text = required_text(body.get("text"), "text", MAX_REPLY_CHARS)
+        key = key or body.get("idempotency_key")
+        if not isinstance(key, str) or not IDEMPOTENCY_KEY.match(key):
+            raise InvalidEdit(
+                'an Idempotency-Key header (or "idempotency_key") is required: 1 to 128 '
+                "letters, digits, '_', '.', ':' or '-', the same for every retry of this reply"
+            )
+        event_key = f"operator:{key}"
+        pk = ""
+        for attempt in range(1, RACE_ATTEMPTS + 1):
+            pk, memory = self.person(who)
+            entry = self.store.ledger(pk, event_key)
+            if entry is not None:  # a retry of this request: finish it, send nothing new
+                return self._resume(pk, memory, who, event_key, entry)
+            self._may_send(memory)
+            turn = Turn(
+                seq=memory.next_seq,
+                role="assistant",
+                text=text,
+                at=datetime.now(UTC),
+                number=self.store.current_number(
+                    agent_key(self.settings.agent_id), memory.state.last_number
+                ),
+                author=HUMAN,
+            )
+            try:
+                stored = self.store.remember_operator_reply(
+                    pk,
+                    previous=memory.state,
+                    turn=turn,
+                    key=event_key,
+                    compact=turn.seq - memory.state.marker >= self.settings.compact_threshold,
+                    ledger_ttl=timedelta(days=self.settings.ledger_ttl_days),
+                )
+            except ConcurrentUpdate:
+                if attempt == RACE_ATTEMPTS:
+                    raise
+                continue  # a message of the person's took the seq: read again
+            if not stored:
+                continue  # the same request, concurrently: resume it on the next pass
+            logger.info("operator reply stored", extra={"seq": turn.seq})
+            return self._send(pk, who, event_key, turn, {})
+        raise ConcurrentUpdate("memory kept changing while storing the reply")
+
+    def _may_send(self, memory: Memory) -> None:
+        if self._provider is None:
+            raise ConfigurationError("PROVIDER is not set: this admin API sends nothing")
+        state = memory.state
+        if not state.handed_off(datetime.now(UTC), self.timeout):
+            raise EditConflict("take the chat over first (POST /people/{id}/handoff)")
+        if state.opted_out:
+            raise EditConflict("the person opted out (STOP): nothing can be sent to them")
+        last = state.last_inbound_at
+        if self.meta and (last is None or datetime.now(UTC) - last >= SERVICE_WINDOW):
+            raise WindowClosed()
+
+    def _resume(
+        self, pk: str, memory: Memory, who: str, event_key: str, entry: dict[str, Any]
+    ) -> dict[str, Any]:
+        seq = int(entry.get("reply_seq", 0))
+        status = entry.get("status")
+        if status == SENT:
+            parts = sent_parts(entry)
+            return {"person": pk, "seq": seq, "parts": len(parts), "repeat": True}
+        turn = next((t for t in memory.turns if t.seq == seq), None)
+        if status != "stored" or turn is None:
+            code = entry.get("error_code")
+            if code is not None and int(code) == WindowClosed().code:
+                raise WindowClosed()
+            raise EditConflict(f"this reply was not sent ({status}); send it with a new key")
+        return self._send(pk, who, event_key, turn, sent_parts(entry), repeat=True)
+
+    def _send(
+        self,
+        pk: str,
+        who: str,
+        event_key: str,
+        turn: Turn,
+        sent: dict[int, str],
+        *,
+        repeat: bool = False,
+    ) -> dict[str, Any]:
+        assert self._provider is not None  # checked by _may_send before anything is stored
+        if self._client is None:
+            self._client = self._provider()
+        provider = self._client
+        parts = split_text(turn.text)
+        sent = dict(sent)
+        try:
+            for part, chunk in enumerate(parts):
+                if part in sent:
+                    continue  # went out on an earlier try of this request
+                sent[part] = (
+                    provider.send_text(
+                        sender=turn.number or "",
+                        to=who,
+                        text=chunk,
+                        key=idempotency_key(event_key, part),
+                    )
+                    or "sent"
+                )
+                if part < len(parts) - 1:
+                    self.store.record_part(pk, event_key, part, sent[part])
+        except OptedOut:
+            if not sent:
+                self.store.withdraw_reply(pk, event_key, turn.seq, opted_out=True)
+            self.store.record_opt_out(pk, datetime.now(UTC))
+            raise EditConflict("the person opted out (STOP): nothing was sent") from None
+        except SendRejected as error:
+            if not sent:
+                details: dict[str, Any] = {"http_status": error.status}
+                if error.code is not None:
+                    details["error_code"] = error.code
+                self.store.withdraw_reply(pk, event_key, turn.seq, **details)
+            if error.code == WindowClosed().code:
+                raise WindowClosed() from None
+            raise
+        self.store.finish_event(pk, event_key, SENT, **{f"{PART}{p}": i for p, i in sent.items()})
+        logger.info("operator reply sent", extra={"parts": len(parts), "repeat": repeat})
+        return {"person": pk, "seq": turn.seq, "parts": len(parts), "repeat": repeat}
