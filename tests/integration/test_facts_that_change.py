@@ -3,7 +3,9 @@ the compactor, and the offline model folds as a good model would (it names outda
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import boto3
 import pytest
@@ -128,3 +130,37 @@ def test_a_repeated_fact_is_stored_once_and_the_cap_drops_the_least_recently_con
     say(functions, tap, lambda_context, "My name is Maya, remember. I live in Leeds", "ok")
     # then the name is stored once, and the nurse fact, confirmed longest ago, made room
     assert facts(resources.table_name) == ["Lives in Leeds", "Name is Maya"]
+
+
+def test_the_reply_knows_the_persons_date_and_the_fold_keeps_plans_on_absolute_dates(
+    functions, tap, resources, openai, lambda_context
+):
+    london = ZoneInfo("Europe/London")
+    now = datetime.now(UTC)
+    yesterday = now - timedelta(days=1)
+
+    def day(at: datetime) -> str:
+        local = at.astimezone(london)
+        return f"{local:%a} {local.day} {local:%b %Y}"
+
+    def replies() -> list[dict[str, Any]]:
+        return [call for call in openai.calls() if "text" not in call]
+
+    # given Maya (a UK number) wrote yesterday about "tomorrow", and the agent answers today
+    consumer, compactor = functions
+    for text in ("my interview is tomorrow", "wish me luck"):
+        message = whasp_message(text, created_at=yesterday.isoformat())
+        assert retried(consumer.handler, sqs_batch(message), lambda_context) == []
+    # then the reply request is told today's date where she is
+    assert f"It is {day(now)}, " in notes_of(replies()[-1])
+    assert "(Europe/London) for the person." in notes_of(replies()[-1])
+    # and her messages from yesterday come after yesterday's date
+    assert {"role": "developer", "content": f"(Messages from {day(yesterday)})"} in replies()[-1][
+        "input"
+    ]
+    # when the stream folds them
+    assert retried(compactor.handler, {"Records": tap.matching()}, lambda_context) == []
+    fold = [call for call in openai.calls() if "text" in call][-1]
+    # then the fold was asked for absolute dates, and kept the plan on today's date
+    assert "Write every date as an absolute date" in fold["instructions"]
+    assert facts(resources.table_name) == [f"Interview on {day(now)}"]
