@@ -13,7 +13,8 @@ entry and the reply's slot, so a redelivery resumes where the last attempt stopp
     sent, parked, skipped, anything else -> done: nothing to do
 
 So every inbound message ends with exactly one reply sent, whatever step crashed. Adding a
-state is one entry in `RESUMES` (and the write that records it, in memagent/store.py).
+state is one entry in `RESUMES` (and the write that records it, in memagent/store_turn.py or
+store_ledger.py).
 
 Some events are never handled at all (`skipped`): one written before the person's erasure (it
 must not bring them back), and one older than the ledger reaches back (it could not be told

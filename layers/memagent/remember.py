@@ -1,5 +1,5 @@
 """The person's message to text, then remembered: stored once, keyed by the provider's event id,
-with its ledger entry and the state, in one transaction (memagent/store.py remember_inbound).
+with its ledger entry and the state, in one transaction (memagent/store_turn.py remember_inbound).
 Storing it reserves the next seq for its reply; a message that waits for its answer joins the
 state's `awaiting` list (memagent/bursts.py)."""
 

@@ -1,0 +1,232 @@
+"""The turn's writes (memagent/store.py has its one Query and the table's key schema): a
+person's message with its ledger entry and the state, in one transaction; the reply in the slot
+that write reserved for it; the state's `awaiting` list cleared when a reply is taken back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from memagent.errors import ConcurrentUpdate
+from memagent.memory import PersonState, Turn
+from memagent.store_ledger import ANSWERED, FOR_HUMAN, OPTED_OUT, STORED, LedgerWrites
+from memagent.store_table import HANDOFF_ATTRIBUTES, STATE, TRANSACTION_LIMIT, iso
+
+DEFAULT_LEDGER_TTL = timedelta(days=30)
+
+
+class TurnWrites(LedgerWrites):
+    def _state_update(
+        self,
+        pk: str,
+        *,
+        previous: PersonState,
+        seq: int,
+        compact: bool,
+        extra_set: dict[str, Any] | None = None,
+        event_time: datetime | None = None,
+        remove: Iterable[str] = (),
+    ) -> dict[str, Any]:
+        """Advance last_seq, guarded by the value we read (one writer per person: the FIFO
+        group) and by the erasure mark (nothing older than an erasure is written again)."""
+        values: dict[str, Any] = {":seq": seq, ":compact": compact, ":now": iso(datetime.now(UTC))}
+        sets = ["last_seq = :seq", "compaction_due = :compact", "updated_at = :now"]
+        for index, (name, value) in enumerate((extra_set or {}).items()):
+            sets.append(f"{name} = :x{index}")
+            values[f":x{index}"] = value
+        if previous.last_seq:
+            condition = "last_seq = :prev"
+            values[":prev"] = previous.last_seq
+        else:
+            # a new memory never starts in a key linked to another person's meanwhile
+            condition = "attribute_not_exists(last_seq) AND attribute_not_exists(alias_of)"
+        if event_time is not None:
+            condition += " AND (attribute_not_exists(erased_at) OR erased_at < :event_time)"
+            values[":event_time"] = iso(event_time)
+        expression = "SET " + ", ".join(sets)
+        if remove:
+            expression += " REMOVE " + ", ".join(remove)
+        return {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": {"pk": pk, "sk": STATE},
+                "UpdateExpression": expression,
+                "ConditionExpression": condition,
+                "ExpressionAttributeValues": values,
+            }
+        }
+
+    def remember_inbound(
+        self,
+        pk: str,
+        *,
+        previous: PersonState,
+        turn: Turn,
+        event_time: datetime,
+        compact: bool,
+        ledger_ttl: timedelta,
+        opted_out: bool = False,
+        held: bool = False,
+        for_human: bool = False,
+        end_handoff: bool = False,
+        extra_set: dict[str, Any] | None = None,
+        reserve_reply: bool = False,
+    ) -> bool:
+        """Store the person's message atomically with its ledger entry. False: a duplicate.
+
+        The message joins the state's `awaiting` list, which the next reply answers as a whole,
+        unless it is a STOP (`opted_out`: the replies still awaited are dropped with it, so
+        nothing is sent after a STOP) or was written before a standing opt-out (`held`: kept,
+        never answered, and the opt-out stays) or came while a human has the chat (`for_human`:
+        kept for the human, never answered by the agent).
+
+        With `reserve_reply`, the state's counter moves past the message's seq + 1 too: that
+        seq is the reply's (remember_reply), and no other turn can take it."""
+        assert turn.event_id is not None
+        extra, remove = self._inbound_state(
+            previous,
+            turn,
+            opted_out=opted_out,
+            held=held,
+            for_human=for_human,
+            end_handoff=end_handoff,
+        )
+        extra.update(extra_set or {})
+        status = OPTED_OUT if opted_out or held else (FOR_HUMAN if for_human else STORED)
+        actions = [
+            # the STOP's own entry is `opted_out` (that status also ends refused and dropped
+            # replies): `stop` tells it apart
+            self._new_entry(pk, turn, status, ledger_ttl, stop=opted_out),
+            self._new_turn(pk, turn),
+            self._state_update(
+                pk,
+                previous=previous,
+                seq=turn.seq + 1 if reserve_reply else turn.seq,
+                compact=compact,
+                extra_set=extra,
+                event_time=event_time,
+                remove=remove,
+            ),
+        ]
+        if opted_out:
+            dropped = previous.awaiting[-(TRANSACTION_LIMIT - len(actions)) :]
+            actions += [self._settle(pk, e, ledger_ttl, status=OPTED_OUT) for e in dropped]
+        reasons = self._transact(actions)
+        if reasons is None:
+            return True
+        if reasons[:1] == ["ConditionalCheckFailed"]:  # the ledger entry exists: a duplicate
+            return False
+        # a failed condition on the state (someone wrote first) or a TransactionConflict
+        # with a concurrent compaction: the caller retries from a fresh read
+        raise ConcurrentUpdate("memory changed while remembering; retry")
+
+    def _inbound_state(
+        self,
+        previous: PersonState,
+        turn: Turn,
+        *,
+        opted_out: bool,
+        held: bool,
+        for_human: bool,
+        end_handoff: bool,
+    ) -> tuple[dict[str, Any], list[str]]:
+        """The state attributes a person's message sets, and those it removes."""
+        extra: dict[str, Any] = {"last_number": turn.number}
+        remove = ["awaiting"] if opted_out else []
+        if end_handoff:  # timed out: the agent has the chat again, from this message on
+            remove.extend(HANDOFF_ATTRIBUTES)
+        if not held:  # an older message moves neither the opt-out nor the last-written time
+            extra["last_inbound_at"] = iso(turn.at)
+            extra["opted_out"] = opted_out  # a later message from the person lifts an opt-out
+            # retention counts from what the person last wrote, in the write a turn makes anyway
+            if self.retention:
+                extra["expires_at"] = int((turn.at + self.retention).timestamp())
+            else:
+                remove.append("expires_at")
+        if opted_out:
+            extra["opted_out_at"] = iso(turn.at)
+        elif not held and not for_human:  # a human has the chat: the agent answers nothing
+            extra["awaiting"] = [*previous.awaiting, turn.event_id]
+        return extra, remove
+
+    def remember_reply(
+        self,
+        pk: str,
+        *,
+        event_id: str,
+        turn: Turn,
+        event_time: datetime,
+        extra_set: dict[str, Any] | None = None,
+        covered: Sequence[str] = (),
+        ledger_ttl: timedelta = DEFAULT_LEDGER_TTL,
+    ) -> None:
+        """Store the reply to `event_id`'s message in the slot remember_inbound reserved for it
+        (the message's seq + 1), only if the slot is empty: one reply per message, however often
+        the turn is retried. The message's ledger entry stays `stored`: a redelivery finds the
+        reply in its slot and sends the same words. Raises ConcurrentUpdate if a reply is there.
+
+        A reply to that message alone is one conditional put; the state's `awaiting` list is
+        left as it was (load counts nothing before a reply as awaiting). A reply to a burst
+        (`covered`: the earlier messages it answers too) or with state flags (`extra_set`, the
+        forget keywords) is one transaction: the covered entries move to `answered`, naming this
+        reply, and the state takes the flags and drops the list, guarded by the erasure mark.
+        A reply stored alone just after an erasure is caught by the turn instead: finish_event
+        finds no ledger entry and the turn (or, after a crash, its redelivery) finishes the
+        erasure."""
+        others = [e for e in covered if e != event_id]
+        if not extra_set and not others:
+            try:
+                self.table.put_item(
+                    Item=self._turn_item(pk, turn), ConditionExpression="attribute_not_exists(pk)"
+                )
+            except ClientError as error:
+                if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                    raise
+                raise ConcurrentUpdate("a reply to this message is stored already") from None
+            return
+        actions = [self._new_turn(pk, turn), self._reply_state(pk, extra_set or {}, event_time)]
+        others = others[-(TRANSACTION_LIMIT - len(actions)) :]
+        actions += [
+            self._settle(
+                pk, e, ledger_ttl, status=ANSWERED, answered_by=event_id, reply_seq=turn.seq
+            )
+            for e in others
+        ]
+        if self._transact(actions) is not None:
+            raise ConcurrentUpdate("memory changed while storing the reply; retry")
+
+    def _reply_state(
+        self, pk: str, extra_set: dict[str, Any], event_time: datetime
+    ) -> dict[str, Any]:
+        """A reply's transaction, on the state: the flags set and the `awaiting` list dropped,
+        guarded by the erasure mark."""
+        values: dict[str, Any] = {":event_time": iso(event_time)}
+        sets = []
+        for index, (name, value) in enumerate(extra_set.items()):
+            sets.append(f"{name} = :x{index}")
+            values[f":x{index}"] = value
+        expression = ("SET " + ", ".join(sets) + " " if sets else "") + "REMOVE awaiting"
+        return {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": {"pk": pk, "sk": STATE},
+                "UpdateExpression": expression,
+                "ConditionExpression": (
+                    "attribute_exists(last_seq)"
+                    " AND (attribute_not_exists(erased_at) OR erased_at < :event_time)"
+                ),
+                "ExpressionAttributeValues": values,
+            }
+        }
+
+    def clear_awaiting(self, pk: str) -> None:
+        """Forget which messages await a reply (a reply the provider refused was taken back:
+        what it answered is not to be answered again by the next reply)."""
+        self._update_if(
+            Key={"pk": pk, "sk": STATE},
+            UpdateExpression="REMOVE awaiting",
+            ConditionExpression="attribute_exists(last_seq)",
+        )
