@@ -48,6 +48,22 @@ class CompactionWrites(Table):
         The summary goes in its own item (the state, written by every turn, stays small); the
         marker stays on the state, where every turn's condition reads it."""
         now = iso(datetime.now(UTC))
+        actions = [
+            self._marker_moved(pk, old_marker, new_marker, erased_at, now),
+            self._summary_put(pk, summary, new_marker, summary_at, now),
+            *(self._fact_put(pk, key, fact) for key, fact in new_facts),
+            *(self._fact_delete(pk, key) for key in dropped_fact_keys),
+        ]
+        if len(actions) > TRANSACTION_LIMIT:
+            raise ValueError(f"compaction commit needs {len(actions)} actions")
+        if self._transact(actions) is not None:
+            raise ConcurrentUpdate("the summary marker moved; another compaction won")
+
+    def _marker_moved(
+        self, pk: str, old_marker: int, new_marker: int, erased_at: datetime | None, now: str | None
+    ) -> dict[str, Any]:
+        """The state's new marker, if it is still `old_marker`, the turns up to `new_marker`
+        are still there, and the erasure mark is still the one read."""
         condition = (
             "marker = :old" if old_marker else "(attribute_not_exists(marker) OR marker = :old)"
         )
@@ -58,63 +74,54 @@ class CompactionWrites(Table):
         else:
             condition += " AND erased_at = :erased"
             values[":erased"] = iso(erased_at)
-        actions: list[dict[str, Any]] = [
-            {
-                "Update": {
-                    "TableName": self.table_name,
-                    "Key": {"pk": pk, "sk": STATE},
-                    # REMOVE: a summary an older version kept on the state item
-                    "UpdateExpression": (
-                        "SET marker = :new, compaction_due = :false, updated_at = :now "
-                        "REMOVE summary, summary_at"
-                    ),
-                    "ConditionExpression": f"attribute_exists(pk) AND {condition}",
-                    "ExpressionAttributeValues": {
-                        **values,
-                        ":now": now,
-                        ":new": new_marker,
-                        ":old": old_marker,
-                        ":false": False,
-                    },
-                }
-            },
-            {
-                "Put": {
-                    "TableName": self.table_name,
-                    "Item": {
-                        "pk": pk,
-                        "sk": SUMMARY,
-                        "text": summary,
-                        "marker": new_marker,
-                        "at": now,
-                    },
-                    **summary_unchanged(summary_at),
-                }
-            },
-        ]
-        for key, fact in new_facts:
-            actions.append(
-                {
-                    "Put": {
-                        "TableName": self.table_name,
-                        "Item": {
-                            "pk": pk,
-                            "sk": f"{FACT}{key}",
-                            "text": fact.text,
-                            "at": iso(fact.at),
-                            **({"confirmed": iso(fact.confirmed_at)} if fact.confirmed_at else {}),
-                        },
-                    }
-                }
-            )
-        for key in dropped_fact_keys:
-            actions.append(
-                {"Delete": {"TableName": self.table_name, "Key": {"pk": pk, "sk": f"{FACT}{key}"}}}
-            )
-        if len(actions) > TRANSACTION_LIMIT:
-            raise ValueError(f"compaction commit needs {len(actions)} actions")
-        if self._transact(actions) is not None:
-            raise ConcurrentUpdate("the summary marker moved; another compaction won")
+        return {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": {"pk": pk, "sk": STATE},
+                # REMOVE: a summary an older version kept on the state item
+                "UpdateExpression": (
+                    "SET marker = :new, compaction_due = :false, updated_at = :now "
+                    "REMOVE summary, summary_at"
+                ),
+                "ConditionExpression": f"attribute_exists(pk) AND {condition}",
+                "ExpressionAttributeValues": {
+                    **values,
+                    ":now": now,
+                    ":new": new_marker,
+                    ":old": old_marker,
+                    ":false": False,
+                },
+            }
+        }
+
+    def _summary_put(
+        self, pk: str, summary: str, marker: int, seen_at: datetime | None, now: str | None
+    ) -> dict[str, Any]:
+        """The new summary, if the one there is still the one read (summary_unchanged)."""
+        return {
+            "Put": {
+                "TableName": self.table_name,
+                "Item": {"pk": pk, "sk": SUMMARY, "text": summary, "marker": marker, "at": now},
+                **summary_unchanged(seen_at),
+            }
+        }
+
+    def _fact_put(self, pk: str, key: str, fact: Fact) -> dict[str, Any]:
+        return {
+            "Put": {
+                "TableName": self.table_name,
+                "Item": {
+                    "pk": pk,
+                    "sk": f"{FACT}{key}",
+                    "text": fact.text,
+                    "at": iso(fact.at),
+                    **({"confirmed": iso(fact.confirmed_at)} if fact.confirmed_at else {}),
+                },
+            }
+        }
+
+    def _fact_delete(self, pk: str, key: str) -> dict[str, Any]:
+        return {"Delete": {"TableName": self.table_name, "Key": {"pk": pk, "sk": f"{FACT}{key}"}}}
 
     def delete_turns(self, pk: str, seqs: Iterable[int]) -> int:
         """Delete folded turns. Idempotent (deleting a missing item is a no-op); batches of 25,
