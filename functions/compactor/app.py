@@ -42,9 +42,10 @@ def _person(record: DynamoDBRecord) -> str:
 
 
 def record_handler(record: DynamoDBRecord) -> str:
-    expired = expired_by_ttl(record.raw_event)
-    if expired is not None:
-        expire(compactor.store, expired, archive=compactor.archive, media=media)
+    expiry = expired_by_ttl(record.raw_event)
+    if expiry is not None:
+        store = compactor.store
+        expire(store, expiry.person, deleted_at=expiry.at, archive=compactor.archive, media=media)
         return "expired"
     return compactor.compact(_person(record))
 

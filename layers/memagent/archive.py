@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import uuid
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -26,11 +27,16 @@ if TYPE_CHECKING:
     from memagent.provider import Provider
 
 
-def _delete_prefix(s3: Any, bucket: str, prefix: str) -> int:
+def _delete_prefix(s3: Any, bucket: str, prefix: str, before: datetime | None = None) -> int:
+    """Delete the objects under `prefix`; `before`: only those written before that time."""
     removed = 0
     paginator = s3.get_paginator("list_objects_v2")
     for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
-        keys = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
+        keys = [
+            {"Key": obj["Key"]}
+            for obj in page.get("Contents", [])
+            if before is None or obj["LastModified"] <= before
+        ]
         if keys:
             response = s3.delete_objects(Bucket=bucket, Delete={"Objects": keys})
             if response.get("Errors"):
@@ -101,9 +107,9 @@ class KeptMedia:
                 files.append(entry)
         return files
 
-    def delete_person(self, pk: str) -> int:
-        """Erase every kept file of a person (forget())."""
-        return _delete_prefix(self._s3, self.bucket, f"{pk}/")
+    def delete_person(self, pk: str, *, before: datetime | None = None) -> int:
+        """Erase every kept file of a person (forget()); `before`: kept before that time."""
+        return _delete_prefix(self._s3, self.bucket, f"{pk}/", before)
 
     def fetching_once(self, provider: Provider, pk: str, event_id: str) -> MediaOnce:
         return MediaOnce(provider, self, pk, event_id)
@@ -177,6 +183,7 @@ class TranscriptArchive:
                 )
         return sorted(transcripts, key=lambda t: t["messages"][0]["seq"] if t["messages"] else 0)
 
-    def delete_person(self, pk: str) -> int:
-        """Erase every archived transcript of a person (forget())."""
-        return _delete_prefix(self._s3, self.bucket, f"{pk}/")
+    def delete_person(self, pk: str, *, before: datetime | None = None) -> int:
+        """Erase every archived transcript of a person (forget()); `before`: archived before
+        that time."""
+        return _delete_prefix(self._s3, self.bucket, f"{pk}/", before)

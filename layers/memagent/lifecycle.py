@@ -21,7 +21,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from memagent.audit import ERASE, audit
 from memagent.observability import logger, metrics
 from memagent.person import legacy_key, person_key
-from memagent.store_table import ALIAS, EVT, FACT, MSG, STATE, SUMMARY
+from memagent.store_table import ALIAS, EVT, FACT, MSG, STATE, SUMMARY, from_iso
 from memagent.upgrade import legacy_person
 
 if TYPE_CHECKING:
@@ -96,6 +96,35 @@ def forget(
     return Receipt(receipt.person, receipt.at, receipt.removed + more.removed, by_kind)
 
 
+def _after(when: Any, mark: datetime) -> bool:
+    written = from_iso(when)
+    return written is not None and written > mark
+
+
+def _written_since(items: list[dict[str, Any]], mark: datetime) -> set[str]:
+    """The sort keys of the items written after `mark`. The person's first message written
+    since begins a new conversation: every turn and ledger entry from its seq on is newer (a
+    reply's own time would not do: the reply to an old message may be stored late). Facts and
+    the summary carry their own times; an item without a time (a link) is older."""
+    first = min(
+        (
+            int(i["seq"])
+            for i in items
+            if i["sk"].startswith(MSG) and i.get("role") == "user" and _after(i.get("at"), mark)
+        ),
+        default=None,
+    )
+
+    def newer(item: dict[str, Any]) -> bool:
+        sk = item["sk"]
+        if sk.startswith((MSG, EVT)):
+            seq = item.get("seq", item.get("user_seq", item.get("reply_seq")))
+            return first is not None and seq is not None and int(seq) >= first
+        return sk != STATE and _after(item.get("at"), mark)
+
+    return {item["sk"] for item in items if newer(item)}
+
+
 def forget_key(
     store: MemoryStore,
     pk: str,
@@ -103,7 +132,10 @@ def forget_key(
     archive: Any | None = None,
     at: datetime | None = None,
     media: Any | None = None,
+    keep_later: bool = False,
 ) -> Receipt:
+    """Erase one partition; `keep_later`: only what was written up to the mark (`at`), keeping
+    what came after it and the state item (retention: see expire)."""
     at = store.mark_erased(pk, at or datetime.now(UTC))
     by_kind: dict[str, int] = {}
     aliases: dict[str, bool] = {}  # the keys of identifiers that reach the person: merged?
@@ -111,7 +143,8 @@ def forget_key(
     # mark is left (its writes are refused once they see the mark, so this ends quickly)
     for _ in range(_MAX_PASSES):
         items = store.everything(pk)
-        doomed = [item["sk"] for item in items if item["sk"] != STATE]
+        kept = {STATE} | (_written_since(items, at) if keep_later else set())
+        doomed = [item["sk"] for item in items if item["sk"] not in kept]
         aliases.update(
             {
                 i["sk"].removeprefix(ALIAS): bool(i.get("merged"))
@@ -122,6 +155,8 @@ def forget_key(
         state = next((item for item in items if item["sk"] == STATE), {})
         # moved_to stays: it routes the partition's own identifier to whoever has it now
         content = [key for key in state if key not in ("pk", "sk", "erased_at", "moved_to")]
+        if keep_later:  # the TTL deleted the state item: one there now is newer than that
+            content = []
         if not doomed and not content:
             break
         for sk in doomed:
@@ -143,10 +178,11 @@ def forget_key(
         else:
             continue  # it reaches someone else now
         by_kind["identifiers"] = by_kind.get("identifiers", 0) + 1
+    before = at if keep_later else None
     if archive is not None:
-        by_kind["archived"] = archive.delete_person(pk)
+        by_kind["archived"] = archive.delete_person(pk, before=before)
     if media is not None:  # voice notes and photos kept for a retry (memagent.archive.KeptMedia)
-        by_kind["media"] = media.delete_person(pk)
+        by_kind["media"] = media.delete_person(pk, before=before)
     removed = sum(by_kind.values())
     metrics.add_metric(name="PeopleForgotten", unit=MetricUnit.Count, value=1)
     logger.info("person forgotten", extra={"person": pk, "removed": removed, **by_kind})
@@ -157,21 +193,47 @@ def forget_key(
 TTL_PRINCIPAL = "dynamodb.amazonaws.com"
 
 
-def expired_by_ttl(record: dict[str, Any]) -> str | None:
-    """The person key of a stream record that is the TTL's deletion of a person's state item
-    (the person was silent for InactiveRetentionDays), else None."""
+@dataclass(frozen=True)
+class Expiry:
+    """The TTL's deletion of a person's state item (they were silent for InactiveRetentionDays)."""
+
+    person: str
+    at: datetime | None  # when it was deleted (the stream record's ApproximateCreationDateTime)
+
+
+def expired_by_ttl(record: dict[str, Any]) -> Expiry | None:
+    """The expiry a stream record is, if it is the TTL's deletion of a person's state item."""
     identity = record.get("userIdentity") or {}
-    keys = (record.get("dynamodb") or {}).get("Keys") or {}
+    image = record.get("dynamodb") or {}
+    keys = image.get("Keys") or {}
     sk, pk = (keys.get(name, {}).get("S") for name in ("sk", "pk"))
     ttl = identity.get("type") == "Service" and identity.get("principalId") == TTL_PRINCIPAL
-    return pk if ttl and record.get("eventName") == "REMOVE" and sk == STATE else None
+    if not (ttl and record.get("eventName") == "REMOVE" and sk == STATE and pk):
+        return None
+    deleted = image.get("ApproximateCreationDateTime")
+    return Expiry(pk, datetime.fromtimestamp(float(deleted), UTC) if deleted else None)
 
 
-def expire(store: MemoryStore, pk: str, *, archive: Any = None, media: Any = None) -> Receipt:
+def expire(
+    store: MemoryStore,
+    pk: str,
+    *,
+    deleted_at: datetime | None = None,
+    archive: Any = None,
+    media: Any = None,
+) -> Receipt:
     """Forget a person who has been silent for the retention period: the same erasure, and the
-    same audit line, as an operator's; the caller is the TTL process."""
+    same audit line, as an operator's; the caller is the TTL process.
+
+    `deleted_at`: when the TTL deleted their state item. The erasure mark is set there, and
+    only what was written up to it goes: a message the person wrote since (a new conversation,
+    begun before the stream record was handled) is kept, with the state item its turn wrote,
+    and a redelivery of anything older is refused. A second delivery of the record finds
+    nothing left to erase."""
     try:
-        receipt = forget_key(store, pk, archive=archive, media=media)
+        receipt = forget_key(
+            store, pk, archive=archive, media=media, at=deleted_at, keep_later=True
+        )
     except Exception:
         audit(ERASE, caller=f"retention ({TTL_PRINCIPAL})", person=pk, outcome="failed")
         raise

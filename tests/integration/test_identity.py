@@ -170,6 +170,54 @@ def test_a_person_silent_past_the_retention_is_forgotten_one_who_wrote_on_day_29
     ]
 
 
+def test_a_message_that_arrives_after_the_ttl_deletion_survives_the_expiry_and_is_remembered(
+    consumer_env, compactor_env, resources, tap, whasp, openai, monkeypatch, lambda_context
+):
+    from devstack.fake_openai import turns_of
+    from devstack.lambda_harness import passes_filters, stream_filters
+    from devstack.resources import load_template
+    from tests.conftest import MAYA, load_function, sqs_batch, whasp_message
+
+    consumer = load_function(
+        "consumer", {**consumer_env, "INACTIVE_RETENTION_DAYS": "30"}, monkeypatch
+    )
+    compactor = load_function("compactor", compactor_env, monkeypatch)
+    pk = person_key(AGENT, MAYA)
+
+    def writes(text: str, at: datetime, event_id: str | None = None) -> None:
+        stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        batch = sqs_batch(whasp_message(text, chat=MAYA, created_at=stamp, event_id=event_id))
+        assert consumer.handler(batch, lambda_context) == {"batchItemFailures": []}
+
+    # given Maya wrote 31 days ago (30 days' retention), and DynamoDB's TTL has just deleted
+    # her state item; its stream record (the deletion's time in it) is not handled yet
+    old = ("my HIV test came back positive", datetime.now(UTC) - timedelta(days=31), "evt_old")
+    writes(*old)
+    records = _ttl_sweep(resources, tap, datetime.now(UTC))
+    expiry = [r for r in records if passes_filters(r, stream_filters(load_template()))]
+    assert [r["dynamodb"]["Keys"]["pk"]["S"] for r in expiry] == [pk]
+    deleted = datetime.fromtimestamp(expiry[0]["dynamodb"]["ApproximateCreationDateTime"], UTC)
+    # when she writes again meanwhile (a new conversation), then the expiry runs, delivered twice
+    writes("Hi! Is this the running club?", deleted + timedelta(seconds=1))
+    for _ in range(2):
+        assert compactor.handler({"Records": expiry}, lambda_context) == {"batchItemFailures": []}
+    # then the new message was answered, and it and its answer are remembered: her next
+    # message is answered with them in front of the model, and nothing of the old memory;
+    # a late redelivery of the old message is refused (it predates the expiry)
+    writes(*old)
+    writes("Great, Tuesdays suit me", deleted + timedelta(seconds=2))
+    assert len(whasp.sent) == 3
+    seen = [text for _, text in turns_of(openai.calls()[-1])]
+    assert seen[0] == "Hi! Is this the running club?" and seen[-1] == "Great, Tuesdays suit me"
+    assert len(seen) == 3
+    rows = compactor.compactor.store.everything(pk)
+    assert "HIV" not in json.dumps(rows, default=str)
+    # and her new state stands (the retention counts from her new messages)
+    state = next(r for r in rows if r["sk"] == "STATE")
+    assert int(state["last_seq"]) == max(int(r["seq"]) for r in rows if r["sk"].startswith("MSG#"))
+    assert int(state["expires_at"]) > (deleted + timedelta(days=29)).timestamp()
+
+
 def test_the_retention_filter_passes_only_the_ttls_deletion_of_a_state_item():
     from devstack.lambda_harness import passes_filters, stream_filters
     from devstack.resources import load_template
