@@ -16,6 +16,7 @@ is one Query, oldest first, and an erasure or a hand-back removes a person from 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,12 +26,13 @@ from memagent.errors import ConcurrentUpdate
 from memagent.memory import PersonState, Turn
 from memagent.store import MemoryStore
 from memagent.store_compaction import summary_unchanged
-from memagent.store_ledger import ANSWERED, OPTED_OUT, STORED, ledger_sk
-from memagent.store_table import FACT, HANDOFF_ATTRIBUTES, STATE, SUMMARY
+from memagent.store_ledger import ANSWERED, OPTED_OUT, SKIPPED, STORED, ledger_sk
+from memagent.store_table import FACT, HANDOFF_ATTRIBUTES, STATE, SUMMARY, TRANSACTION_LIMIT
 from memagent.store_table import iso as _iso
 
 HANDOFF_INDEX = "HandoffIndex"
 OPERATOR = "operator"
+HANDED_OVER = "handed_to_human"  # why the agent skipped a message: a human took the chat
 
 
 class OperatorStore(MemoryStore):
@@ -154,31 +156,50 @@ class OperatorStore(MemoryStore):
         at: datetime,
         previous: datetime | None,
         address: str,
+        awaiting: Sequence[str] = (),
+        ledger_ttl: timedelta,
     ) -> bool:
-        """Hand the person to a human (replacing a timed-out handoff `previous`). False: the
-        person is gone, or someone else started a handoff meanwhile."""
+        """Hand the person to a human (replacing a timed-out handoff `previous`). The messages
+        still `awaiting` a reply are the human's now: their ledger entries end `skipped`
+        (reason `handed_to_human`) and the state's list is dropped, in the same transaction,
+        so the agent never answers them, during the handoff or after it; they count as
+        waiting. False: the person is gone, or someone else started a handoff meanwhile."""
         condition = "attribute_exists(last_seq) AND "
         values: dict[str, Any] = {
             ":address": address,
             ":agent": agent,
             ":since": _iso(at),
             ":reason": reason,
-            ":zero": 0,
+            ":waiting": len(awaiting),
         }
         if previous is None:
             condition += "attribute_not_exists(handoff_since)"
         else:
             condition += "handoff_since = :previous"
             values[":previous"] = _iso(previous)
-        return self._update_if(
-            Key={"pk": pk, "sk": STATE},
-            UpdateExpression=(
-                "SET handoff_agent = :agent, handoff_since = :since, handoff_reason = :reason,"
-                " handoff_waiting = :zero, handoff_address = :address REMOVE handoff_replied_at"
-            ),
-            ConditionExpression=condition,
-            ExpressionAttributeValues=values,
-        )
+        state = {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": {"pk": pk, "sk": STATE},
+                "UpdateExpression": (
+                    "SET handoff_agent = :agent, handoff_since = :since, handoff_reason = :reason,"
+                    " handoff_waiting = :waiting, handoff_address = :address"
+                    " REMOVE handoff_replied_at, awaiting"
+                ),
+                "ConditionExpression": condition,
+                "ExpressionAttributeValues": values,
+            }
+        }
+        skipped = [
+            self._settle(pk, e, ledger_ttl, status=SKIPPED, reason=HANDED_OVER)
+            for e in awaiting[-(TRANSACTION_LIMIT - 1) :]
+        ]
+        reasons = self._transact([state, *skipped])
+        if reasons is None:
+            return True
+        if reasons[0] == "ConditionalCheckFailed":
+            return False
+        raise ConcurrentUpdate("memory changed while handing the chat over; retry")
 
     def hand_back(self, pk: str) -> bool:
         """End a handoff. False: none was in force."""

@@ -545,6 +545,34 @@ def test_asking_for_a_human_hands_the_chat_over_until_the_operator_hands_it_back
     assert len(whasp.sent) == 4
 
 
+def test_a_message_awaiting_its_reply_when_the_operator_takes_over_is_not_answered_after(
+    agent, admin, openai, whasp, store, lambda_context
+):
+    # given Maya's message is stored but not answered yet: the model failed, and its record
+    # waits in the queue for a retry
+    say(agent, lambda_context, "Hi, I'm Maya", minutes_ago=10)
+    stamp = (datetime.now(UTC) - timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
+    smashed = whasp_message(
+        "My parcel arrived smashed", chat=MAYA, created_at=stamp, event_id="evt_smashed"
+    )
+    openai.fail_next(3, status=500)  # the first call and the client's two retries
+    assert agent.handler(sqs_batch(smashed), lambda_context)["batchItemFailures"] != []
+    # when an operator takes the chat over, sees the message waiting for them, deals with it
+    # (a phone call), and hands back without writing
+    assert call(admin, lambda_context, "POST", f"{person()}/handoff")[0] == 200
+    _, conversation = call(admin, lambda_context, "GET", f"{person()}/conversation")
+    assert conversation["messages"][-1]["text"] == "My parcel arrived smashed"
+    assert conversation["handoff"]["waiting"] == 1
+    call(admin, lambda_context, "DELETE", f"{person()}/handoff")
+    # and the queue retries the record, then Maya writes again
+    assert agent.handler(sqs_batch(smashed), lambda_context)["batchItemFailures"] == []
+    say(agent, lambda_context, "Thanks for the call!", minutes_ago=0)
+    # then the agent never answered the message the human had: one reply, to the new one
+    assert len(whasp.sent) == 2 and not any("smashed" in s["text"] for s in whasp.sent)
+    ledger = store.ledger(person_key(AGENT, MAYA), "evt_smashed")
+    assert (ledger["status"], ledger["reason"]) == ("skipped", "handed_to_human")
+
+
 def test_after_the_timeout_without_an_operator_reply_the_agent_answers_again(
     agent, admin, openai, whasp, bus, store, lambda_context
 ):
