@@ -13,7 +13,7 @@ from memagent.budget import counted, day_of
 from memagent.delivery import show_typing
 from memagent.inbound import message_text
 from memagent.keywords import cancels_forget, is_stop, keeps_its_meaning, stopped_at
-from memagent.memory import Memory, Turn
+from memagent.memory import Memory, PersonState, Turn
 from memagent.observability import count, logger
 
 if TYPE_CHECKING:
@@ -61,24 +61,8 @@ def remember(
     """Store the message; None if it was stored before (a repeat). `human`: a human has the
     chat; `end_handoff`: theirs timed out, and this write ends it."""
     state = memory.state
-    stop = is_stop(message, text)
-    # a STOP's opt-out lifts only with a message written after it (events arrive out of
-    # order, and a burst may hold lines from both sides of a STOP)
-    stopped = stopped_at(memory)
-    held = not stop and stopped is not None and message.sent_at < stopped
-    # while a human has the chat the agent answers nothing, but STOP and "forget me" keep
-    # their meaning
-    for_human = (
-        human
-        and not stop
-        and not held
-        and not keeps_its_meaning(text, state, crew.settings.forget_keyword)
-    )
-    extra: dict = {}
-    if cancels_forget(text, state):
-        extra["forget_pending"] = False  # anything but "yes" keeps the memory
-    if for_human and state.handoff is not None:
-        extra["handoff_waiting"] = state.handoff.waiting + 1
+    stop, held, for_human = _standing(crew, memory, message, text, human=human)
+    extra = _flags(state, text, for_human=for_human)
     # the day's model turns and tokens, in this same state write (memagent/budget.py)
     counters = {} if stop or held else counted(state, memory.turns, day_of(message.sent_at))
     turn = Turn(
@@ -115,7 +99,64 @@ def remember(
     logger.info("message remembered", extra={"seq": turn.seq, "kind": message.kind})
     if message.kind == "text" and answered:
         show_typing(crew, message)  # once per turn: a duplicate never gets here
-    now_state = dataclasses.replace(
+    now_state = _state_after(
+        state,
+        message,
+        last_seq=last_seq,
+        answered=answered,
+        for_human=for_human,
+        end_handoff=end_handoff,
+        extra=extra,
+        counters=counters,
+    )
+    memory = dataclasses.replace(memory, state=now_state, turns=(*memory.turns, turn))
+    return Remembered(memory, stop=stop, held=held, for_human=for_human)
+
+
+def _standing(
+    crew: Crew, memory: Memory, message: InboundMessage, text: str, *, human: bool
+) -> tuple[bool, bool, bool]:
+    """What the message is to the agent: a STOP; `held`, written before a standing STOP;
+    `for_human`, a human's to answer."""
+    stop = is_stop(message, text)
+    # a STOP's opt-out lifts only with a message written after it (events arrive out of
+    # order, and a burst may hold lines from both sides of a STOP)
+    stopped = stopped_at(memory)
+    held = not stop and stopped is not None and message.sent_at < stopped
+    # while a human has the chat the agent answers nothing, but STOP and "forget me" keep
+    # their meaning
+    for_human = (
+        human
+        and not stop
+        and not held
+        and not keeps_its_meaning(text, memory.state, crew.settings.forget_keyword)
+    )
+    return stop, held, for_human
+
+
+def _flags(state: PersonState, text: str, *, for_human: bool) -> dict:
+    """The state flags a message sets (the budget's counters aside)."""
+    extra: dict = {}
+    if cancels_forget(text, state):
+        extra["forget_pending"] = False  # anything but "yes" keeps the memory
+    if for_human and state.handoff is not None:
+        extra["handoff_waiting"] = state.handoff.waiting + 1
+    return extra
+
+
+def _state_after(
+    state: PersonState,
+    message: InboundMessage,
+    *,
+    last_seq: int,
+    answered: bool,
+    for_human: bool,
+    end_handoff: bool,
+    extra: dict,
+    counters: dict,
+) -> PersonState:
+    """The state as remember_inbound wrote it, without reading it again."""
+    return dataclasses.replace(
         state,
         last_seq=last_seq,  # with the reply's slot reserved, if it gets one
         last_number=message.number,
@@ -132,5 +173,3 @@ def remember(
         ),
         **counters,
     )
-    memory = dataclasses.replace(memory, state=now_state, turns=(*memory.turns, turn))
-    return Remembered(memory, stop=stop, held=held, for_human=for_human)
