@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from memagent.crew import Crew
     from memagent.memory import Memory
     from memagent.provider import InboundMessage
+    from memagent.settings import ConsumerSettings
 
 FALLBACK_REPLY = "Sorry, I couldn't take that in. Could you say it another way?"
 
@@ -61,6 +62,45 @@ def reply(
     if exhausted(memory.state, settings) or stack.reached():
         return over_budget(crew, pk, message, memory, answering, asked.flags)
 
+    context = _context(
+        settings,
+        message,
+        memory,
+        answering,
+        previous_inbound_at=previous_inbound_at,
+        new_number=new_number,
+        about=about,
+    )
+    used = crew.model.tokens_used
+    text, done, handoff = _ask_the_model(crew, pk, first or answering.event_id, context)
+    if handoff:  # the model handed the chat to a human (the built-in tool)
+        notice = settings.handoff_notice
+        return hand_to_human(
+            crew, pk, message, memory, answering, notice, asked.flags, reason="agent"
+        )
+    # at least 1: a model reply counts as a turn even where the endpoint reports no usage
+    tokens = max(1, crew.model.tokens_used - used)
+    stack.add(crew.model.tokens_used - used)
+    shortened = shorten(text, settings.max_reply_parts)
+    if shortened != text:  # "write me a novel": not 40 WhatsApp messages
+        count("RepliesShortened")
+        logger.info("reply shortened", extra={"chars": len(text), "kept": len(shortened)})
+    return remember_and_send(
+        crew, pk, message, memory, answering, shortened, asked.flags, tools=done, tokens=tokens
+    )
+
+
+def _context(
+    settings: ConsumerSettings,
+    message: InboundMessage,
+    memory: Memory,
+    answering: Turn,
+    *,
+    previous_inbound_at: datetime | None,
+    new_number: str | None,
+    about: str | None,
+) -> Context:
+    """The model's input for this turn, within the context's budgets (memagent/context.py)."""
     context = build_context(
         memory,
         answering,
@@ -82,23 +122,7 @@ def reply(
             "facts": context.facts_used,
         },
     )
-    used = crew.model.tokens_used
-    text, done, handoff = _ask_the_model(crew, pk, first or answering.event_id, context)
-    if handoff:  # the model handed the chat to a human (the built-in tool)
-        notice = settings.handoff_notice
-        return hand_to_human(
-            crew, pk, message, memory, answering, notice, asked.flags, reason="agent"
-        )
-    # at least 1: a model reply counts as a turn even where the endpoint reports no usage
-    tokens = max(1, crew.model.tokens_used - used)
-    stack.add(crew.model.tokens_used - used)
-    shortened = shorten(text, settings.max_reply_parts)
-    if shortened != text:  # "write me a novel": not 40 WhatsApp messages
-        count("RepliesShortened")
-        logger.info("reply shortened", extra={"chars": len(text), "kept": len(shortened)})
-    return remember_and_send(
-        crew, pk, message, memory, answering, shortened, asked.flags, tools=done, tokens=tokens
-    )
+    return context
 
 
 def _ask_the_model(crew: Crew, pk: str, event_id: str | None, context: Context) -> Answer:
