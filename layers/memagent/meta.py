@@ -283,75 +283,96 @@ def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
     envelopes: list[Envelope] = []
     ignored, groups, failed_codes, preferences = 0, 0, [], []
     for entry, change, value in _walk(raw):
+        where = (entry, change, value)
         contacts = _dicts(value.get("contacts"))
         for message in _dicts(value.get("messages")):
             if message.get("group_id"):
                 # said in a group, not to us in private: never answered 1:1 nor stored in the
                 # sender's private memory (groups are out of scope: README)
                 groups += 1
-                continue
-            wamid = _text(message.get("id"))
-            contact = _contact_for(message, contacts)
-            bsuid, phone = identities(message, contact)
-            system = message.get("system") if isinstance(message.get("system"), dict) else {}
-            if message.get("type") == "system":
-                bsuid = bsuid or _bsuid(system.get("previous_user_id"))
-            who = bsuid or phone
-            if not wamid or not who or not _is_turn(message, system):
+            elif envelope := _message_envelope(where, message, contacts):
+                envelopes.append(envelope)
+            else:
                 ignored += 1
-                continue
-            one = _one(
-                entry, change, value, messages=[message], contacts=[contact] if contact else []
-            )
-            # the FIFO group: the phone when the payload has one, so a person seen first by
-            # phone, then by phone and BSUID, stays one group (one turn at a time, in order)
-            sender = frozenset(i for i in (bsuid, phone) if i)
-            envelopes.append(
-                Envelope(
-                    id=wamid,
-                    type=MESSAGE,
-                    chat=phone or who,
-                    raw=one,
-                    sender=sender,
-                    introduces=_introduced(message),
-                )
-            )
         for status in _dicts(value.get("statuses")):
-            state = status.get("status")
-            if state == "failed":
+            if status.get("status") == "failed":
                 failed_codes.extend(
                     e.get("code")
                     for e in _dicts(status.get("errors"))
                     if isinstance(e.get("code"), int)
                 )
-            ours = _text(status.get("biz_opaque_callback_data"))
-            who = _bsuid(status.get("recipient_user_id")) or _phone(status.get("recipient_id"))
-            wamid = _text(status.get("id"))
-            if state not in QUEUED_STATUSES or not ours or not who or not wamid:
+            if envelope := _status_envelope(where, status, contacts):
+                envelopes.append(envelope)
+            else:
                 ignored += 1
-                continue
-            one = _one(entry, change, value, statuses=[status], contacts=contacts[:1])
-            # a group apart from the person's messages: a status must not wait behind the
-            # redelivery of the very message whose reply it confirms (see delivery.py)
-            envelopes.append(
-                Envelope(id=f"{wamid}:{state}", type=STATUS, chat=f"status:{who}", raw=one)
-            )
         for preference in _dicts(value.get("user_preferences")):
             choice = _text(preference.get("value")) or "unknown"
             preferences.append(choice)
-            phone = _phone(preference.get("wa_id"))
-            contact = next((c for c in contacts if _phone(c.get("wa_id")) == phone), {})
-            who = _bsuid(contact.get("user_id")) or phone
-            if not who:
-                continue
-            one = _one(entry, change, value, user_preferences=[preference], contacts=[contact])
-            stamp = preference.get("timestamp")
-            envelopes.append(
-                Envelope(id=preference_id(who, stamp, choice), type=PREFERENCE, chat=who, raw=one)
-            )
+            if envelope := _preference_envelope(where, preference, choice, contacts):
+                envelopes.append(envelope)
         if not any(value.get(k) for k in ("messages", "statuses", "user_preferences")):
             ignored += 1  # another field (account_update, templates...): acknowledged
     return Notification(_behind_changes(envelopes), ignored, failed_codes, preferences, groups)
+
+
+Where = tuple[dict, dict, dict]  # the entry, change and value an item came in
+
+
+def _message_envelope(
+    where: Where, message: dict[str, Any], contacts: list[dict[str, Any]]
+) -> Envelope | None:
+    """A person's message as its own queued unit; None if it is no turn of theirs."""
+    wamid = _text(message.get("id"))
+    contact = _contact_for(message, contacts)
+    bsuid, phone = identities(message, contact)
+    system = message.get("system") if isinstance(message.get("system"), dict) else {}
+    if message.get("type") == "system":
+        bsuid = bsuid or _bsuid(system.get("previous_user_id"))
+    who = bsuid or phone
+    if not wamid or not who or not _is_turn(message, system):
+        return None
+    one = _one(*where, messages=[message], contacts=[contact] if contact else [])
+    # the FIFO group: the phone when the payload has one, so a person seen first by
+    # phone, then by phone and BSUID, stays one group (one turn at a time, in order)
+    sender = frozenset(i for i in (bsuid, phone) if i)
+    return Envelope(
+        id=wamid,
+        type=MESSAGE,
+        chat=phone or who,
+        raw=one,
+        sender=sender,
+        introduces=_introduced(message),
+    )
+
+
+def _status_envelope(
+    where: Where, status: dict[str, Any], contacts: list[dict[str, Any]]
+) -> Envelope | None:
+    """A status of one of our replies that matters, as its own queued unit; None if not."""
+    state = status.get("status")
+    ours = _text(status.get("biz_opaque_callback_data"))
+    who = _bsuid(status.get("recipient_user_id")) or _phone(status.get("recipient_id"))
+    wamid = _text(status.get("id"))
+    if state not in QUEUED_STATUSES or not ours or not who or not wamid:
+        return None
+    one = _one(*where, statuses=[status], contacts=contacts[:1])
+    # a group apart from the person's messages: a status must not wait behind the
+    # redelivery of the very message whose reply it confirms (see delivery.py)
+    return Envelope(id=f"{wamid}:{state}", type=STATUS, chat=f"status:{who}", raw=one)
+
+
+def _preference_envelope(
+    where: Where, preference: dict[str, Any], choice: str, contacts: list[dict[str, Any]]
+) -> Envelope | None:
+    """A marketing preference as its own queued unit; None without a person to set it on."""
+    phone = _phone(preference.get("wa_id"))
+    contact = next((c for c in contacts if _phone(c.get("wa_id")) == phone), {})
+    who = _bsuid(contact.get("user_id")) or phone
+    if not who:
+        return None
+    one = _one(*where, user_preferences=[preference], contacts=[contact])
+    stamp = preference.get("timestamp")
+    return Envelope(id=preference_id(who, stamp, choice), type=PREFERENCE, chat=who, raw=one)
 
 
 # --------------------------------------------------------------------------- queued events
