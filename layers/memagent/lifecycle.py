@@ -25,6 +25,7 @@ from memagent.store_table import ALIAS, EVT, FACT, MSG, STATE, SUMMARY, from_iso
 from memagent.upgrade import legacy_person
 
 if TYPE_CHECKING:
+    from memagent.memory import Memory
     from memagent.store import MemoryStore
 
 
@@ -212,6 +213,19 @@ def expired_by_ttl(record: dict[str, Any]) -> Expiry | None:
         return None
     deleted = image.get("ApproximateCreationDateTime")
     return Expiry(pk, datetime.fromtimestamp(float(deleted), UTC) if deleted else None)
+
+
+def left_by_ttl(memory: Memory) -> datetime | None:
+    """The newest time in what a person's memory still holds after the TTL deleted their state
+    item, while the deletion's stream record has yet to erase it; None for any other memory.
+    (Every turn writes the state item: turns, facts or a summary without one are an expiry's.)"""
+    state = memory.state
+    if state.last_seq or state.erased_at or state.alias_of or state.moved_to:
+        return None
+    times = [t.at for t in memory.turns] + [f.at for f in memory.facts]
+    if memory.summary is not None and memory.summary.at is not None:
+        times.append(memory.summary.at)
+    return max(times, default=None)
 
 
 def expire(

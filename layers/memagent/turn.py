@@ -4,6 +4,7 @@ One inbound message, after the webhook has answered 2xx and the person's FIFO gr
 through (`Agent.answer`, every step in the module its name says):
 
     who is it?            memagent/identity.py    the person's key and memory, one Query
+    expired?              memagent/lifecycle.py   what the retention TTL left: erased first
     already handled?      memagent/redelivery.py  skipped events; a repeat resumes its ledger
     to text               memagent/remember.py    voice notes transcribed, photos described
     remember              memagent/remember.py    message + ledger entry + state, one write
@@ -31,6 +32,7 @@ from memagent.bursts import answer_awaiting, end_of_burst
 from memagent.crew import Crew
 from memagent.delivery import show_typing
 from memagent.errors import ConcurrentUpdate, MalformedEvent
+from memagent.lifecycle import expire, left_by_ttl
 from memagent.notify import HANDOFF_ENDED, HANDOFF_MESSAGE
 from memagent.observability import count, logger
 from memagent.provider import (
@@ -75,6 +77,11 @@ class Agent(Crew):
     def answer(self, message: InboundMessage, *, followed: bool = False) -> str:
         pk, memory = identity.person(self, message.chat, message.aliases, at=message.created_at)
         logger.append_keys(event_id=message.event_id, person=pk)
+        if (newest := left_by_ttl(memory)) is not None:
+            # the TTL deleted their state (retention) and its stream record has not erased the
+            # rest yet: that memory is no one's now (a recycled number's new owner may write)
+            expire(self.store, pk, deleted_at=newest, archive=self.archive, media=self.media)
+            memory = self.store.load(pk)
         state = memory.state
         human = state.handed_off(datetime.now(UTC), self.handoff_timeout)
         timed_out = state.handoff is not None and not human

@@ -212,6 +212,9 @@ def test_a_message_that_arrives_after_the_ttl_deletion_survives_the_expiry_and_i
     assert len(seen) == 3
     rows = compactor.compactor.store.everything(pk)
     assert "HIV" not in json.dumps(rows, default=str)
+    # and no reply since the TTL's deletion read the expired memory (a recycled number's new
+    # owner must not be answered with it), not even the one before the record was handled
+    assert [c for c in openai.calls()[1:] if "HIV" in json.dumps(c)] == []
     # and her new state stands (the retention counts from her new messages)
     state = next(r for r in rows if r["sk"] == "STATE")
     assert int(state["last_seq"]) == max(int(r["seq"]) for r in rows if r["sk"].startswith("MSG#"))
