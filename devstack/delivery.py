@@ -32,15 +32,20 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from devstack.clock import SQS_CLOCK, next_visible_at
-from devstack.lambda_harness import Outcome, failed_ids, invoke, retry_from, sqs_message_record
+from devstack.lambda_harness import (
+    Outcome,
+    failed_ids,
+    invoke,
+    retry_from,
+    sqs_message_record,
+    stream_failure_record,
+)
 
 Report = Callable[..., None]  # report(kind, message, **details)
 
@@ -443,37 +448,12 @@ class StreamDelivery(_Delivery):
         self._report("error", f"{len(records)} record(s) sent to the failure queue", level="warn")
         if not self.failure_queue_url:
             return
-        created = [r["dynamodb"].get("ApproximateCreationDateTime", 0) for r in records]
-        body = {
-            "requestContext": {
-                "requestId": str(uuid.uuid4()),
-                "functionArn": self.function_arn,
-                "condition": "RetryAttemptsExhausted",
-                "approximateInvokeCount": attempts,
-            },
-            "responseContext": {
-                "statusCode": 200,
-                "executedVersion": "$LATEST",
-                "functionError": None if outcome.ok else "Unhandled",
-            },
-            "version": "1.0",
-            "timestamp": datetime.now(UTC).isoformat(),
-            "DDBStreamBatchInfo": {
-                "shardId": "shardId-local",
-                "startSequenceNumber": records[0]["dynamodb"]["SequenceNumber"],
-                "endSequenceNumber": records[-1]["dynamodb"]["SequenceNumber"],
-                "approximateArrivalOfFirstRecord": _iso_seconds(min(created)),
-                "approximateArrivalOfLastRecord": _iso_seconds(max(created)),
-                "batchSize": len(records),
-                "streamArn": records[0].get("eventSourceARN"),
-            },
-        }
+        body = stream_failure_record(
+            records,
+            shard_id=self._tap.shard_of(records[0]["dynamodb"]["SequenceNumber"]),
+            function_arn=self.function_arn,
+            attempts=attempts,
+            function_error=None if outcome.ok else "Unhandled",
+        )
         with contextlib.suppress(Exception):
             self._sqs.send_message(QueueUrl=self.failure_queue_url, MessageBody=json.dumps(body))
-
-
-def _iso_seconds(value: Any) -> str:
-    try:
-        return datetime.fromtimestamp(float(value), UTC).isoformat()
-    except (TypeError, ValueError):
-        return str(value)

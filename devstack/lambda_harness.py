@@ -30,7 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -231,6 +231,51 @@ def stream_record(raw: dict[str, Any], stream_arn: str) -> dict[str, Any]:
     record["eventVersion"] = "1.1"
     record["eventSourceARN"] = stream_arn
     return record
+
+
+def stream_failure_record(
+    records: list[dict[str, Any]],
+    *,
+    shard_id: str,
+    function_arn: str,
+    attempts: int,
+    function_error: str | None = "Unhandled",
+) -> dict[str, Any]:
+    """The message Lambda sends a stream mapping's OnFailure destination (SQS) when a batch of
+    `records` (Lambda's stream records, in order) ran out of retries: where the batch was,
+    never what it held."""
+    created = [r["dynamodb"].get("ApproximateCreationDateTime", 0) for r in records]
+    return {
+        "requestContext": {
+            "requestId": str(uuid.uuid4()),
+            "functionArn": function_arn,
+            "condition": "RetryAttemptsExhausted",
+            "approximateInvokeCount": attempts,
+        },
+        "responseContext": {
+            "statusCode": 200,
+            "executedVersion": "$LATEST",
+            "functionError": function_error,
+        },
+        "version": "1.0",
+        "timestamp": datetime.now(UTC).isoformat(),
+        "DDBStreamBatchInfo": {
+            "shardId": shard_id,
+            "startSequenceNumber": records[0]["dynamodb"]["SequenceNumber"],
+            "endSequenceNumber": records[-1]["dynamodb"]["SequenceNumber"],
+            "approximateArrivalOfFirstRecord": _iso_seconds(min(created)),
+            "approximateArrivalOfLastRecord": _iso_seconds(max(created)),
+            "batchSize": len(records),
+            "streamArn": records[0].get("eventSourceARN"),
+        },
+    }
+
+
+def _iso_seconds(value: Any) -> str:
+    try:
+        return datetime.fromtimestamp(float(value), UTC).isoformat()
+    except (TypeError, ValueError):
+        return str(value)
 
 
 def stream_filters(template: dict[str, Any], function: str = "CompactorFunction") -> list[str]:

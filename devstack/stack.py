@@ -5,6 +5,7 @@
     moto:  SQS FIFO  --QueueDelivery (batches, groups, retries, DLQ)--> consumer (environments)
            DynamoDB  <------------------------------------------------------'  |  \\
            stream --StreamDelivery (FilterCriteria, retries, OnFailure)--> compactor   \\
+           SQS CompactionFailureQueue --QueueDelivery (later, on a backoff)--'
     FakeWhasp | FakeGraph <-- replies              model <-- Responses API, store=false
 
 `provider="meta"` (or PROVIDER=meta) runs the stack as a Meta WhatsApp Cloud API deployment: the
@@ -233,6 +234,7 @@ class DevStack:
         self.apis: dict[str, LocalHttpApi] = {}
         self.queue_delivery: QueueDelivery | None = None
         self.stream_delivery: StreamDelivery | None = None
+        self.retry_delivery: QueueDelivery | None = None  # CompactionFailureQueue -> compactor
         self.webhook_url = ""
         self.buckets: dict[str, str] = {}  # logical id -> bucket name
         self._cfn: cfn.Resolver | None = None
@@ -334,7 +336,7 @@ class DevStack:
         """Stop everything this stack started, newest first; safe to call twice."""
         for api in self.apis.values():
             api.stop()
-        for delivery in (self.queue_delivery, self.stream_delivery):
+        for delivery in (self.queue_delivery, self.stream_delivery, self.retry_delivery):
             if delivery is not None:
                 delivery.stop()
         threads = [threading.Thread(target=pool.stop) for pool in self.pools.values()]
@@ -354,7 +356,7 @@ class DevStack:
             SQS_CLOCK.scale, self._previous_scale = self._previous_scale, None
         self._unroute_memagent_logs()
         self.apis, self.pools = {}, {}
-        self.queue_delivery = self.stream_delivery = None
+        self.queue_delivery = self.stream_delivery = self.retry_delivery = None
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -536,10 +538,10 @@ class DevStack:
 
     def _role(self, spec: cfn.FunctionSpec) -> str:
         kinds = {event.get("Type") for event in spec.events.values()}
+        if "DynamoDB" in kinds:  # the compactor also reads its failure queue (SQS)
+            return "compactor"
         if "SQS" in kinds:
             return "consumer"
-        if "DynamoDB" in kinds:
-            return "compactor"
         if "HttpApi" in kinds:
             return "webhook" if "QUEUE_URL" in spec.environment else "admin"
         return "other"
@@ -650,9 +652,30 @@ class DevStack:
                     function_arn=self.function_arn(logical_id),
                     report=self._report_for("compactor"),
                 )
-        for delivery in (self.queue_delivery, self.stream_delivery):
+                self.retry_delivery = self._retry_delivery(spec, sqs, resolver)
+        for delivery in (self.queue_delivery, self.stream_delivery, self.retry_delivery):
             if delivery is not None:
                 delivery.start()
+
+    def _retry_delivery(
+        self, spec: cfn.FunctionSpec, sqs: Any, resolver: cfn.Resolver
+    ) -> QueueDelivery | None:
+        """The compactor's SQS event (its failure queue, whose jobs it does again later)."""
+        if "SQS" not in {event.get("Type") for event in spec.events.values()}:
+            return None
+        assert self.resources is not None
+        props = spec.event_of_type("SQS")
+        queue = cfn.logical_id_of(props["Queue"])
+        return QueueDelivery(
+            sqs=sqs,
+            queue_url=self.resources.queue_urls[queue],
+            queue_arn=self.resources.queue_arns[queue],
+            invoke=self.pools[spec.logical_id].invoke,
+            batch_size=int(resolver.resolve(props.get("BatchSize", 10))),
+            concurrency=1,
+            report=self._report_for("compactor"),
+            label="compactor-retries",
+        )
 
     # ------------------------------------------------------------------ progress and logs
 

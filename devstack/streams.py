@@ -21,6 +21,7 @@ class StreamTap:
         self.patterns = patterns
         self._streams = client or boto3.client("dynamodbstreams")
         self._iterators: dict[str, str | None] = {}
+        self._shards: dict[str, str] = {}  # sequence number -> shard, for on-failure records
 
     def _refresh_shards(self) -> None:
         description = self._streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]
@@ -45,11 +46,16 @@ class StreamTap:
                 response = self._streams.get_records(ShardIterator=iterator, Limit=1000)
                 batch = response.get("Records", [])
                 records.extend(stream_record(r, self.stream_arn) for r in batch)
+                self._shards.update({r["dynamodb"]["SequenceNumber"]: shard for r in batch})
                 iterator = response.get("NextShardIterator")
                 if not batch:
                     break
             self._iterators[shard] = iterator
         return records
+
+    def shard_of(self, sequence_number: str) -> str:
+        """The shard a record read by this tap came from (Lambda's on-failure record names it)."""
+        return self._shards[sequence_number]
 
     def matching(self) -> list[dict[str, Any]]:
         """New records that pass the filter: what Lambda would deliver to the function."""

@@ -281,6 +281,8 @@ def compactor_env(resources, openai) -> dict[str, str]:
         "OPENAI_API_KEY": "sk-test",
         "OPENAI_MODEL": "gpt-6-luna",
         "OPENAI_BASE_URL": f"{openai.url}/v1",
+        # what failed on the stream is retried from here (memagent.compaction_retry)
+        "FAILURE_QUEUE_URL": resources.queue_urls["CompactionFailureQueue"],
     }
 
 

@@ -1,7 +1,9 @@
 """Compactor Lambda: fired by the memory table's stream, where the template's FilterCriteria
 lets two kinds of record through: a state item's compaction flag (fold the person's memory),
 and the TTL's deletion of a state item (the person was silent for InactiveRetentionDays: forget
-them, as an operator's erasure would)."""
+them, as an operator's erasure would). Also fired by CompactionFailureQueue, where the stream's
+mapping sends what failed all its retries: those jobs are done again later, on a backoff
+(memagent.compaction_retry)."""
 
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
@@ -9,16 +11,21 @@ from aws_lambda_powertools.utilities.batch import (
     process_partial_response,
 )
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from memagent.archive import KeptMedia, TranscriptArchive
+from memagent.backoff import BackoffProcessor, Retries, RetrySchedule
 from memagent.compaction import Compactor
-from memagent.lifecycle import expire, expired_by_ttl
+from memagent.compaction_retry import FOLD, FailedCompactions, Job, job_of
+from memagent.lifecycle import expire
 from memagent.model import ModelClient
 from memagent.observability import logger, metrics
+from memagent.queue import FailureQueue
 from memagent.settings import CompactorSettings, secrets_of
 from memagent.snapstart import after_restore
 from memagent.store import MemoryStore
+from memagent.stream import StreamReader
 
 settings = CompactorSettings.from_env()
 model = ModelClient(settings)
@@ -31,8 +38,28 @@ compactor = Compactor(
 )
 media = KeptMedia(settings.media_bucket) if settings.media_bucket else None
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
+failure_queue = FailureQueue(settings.failure_queue_url) if settings.failure_queue_url else None
+schedule = RetrySchedule(
+    base_seconds=settings.retry_base_seconds,
+    cap_seconds=settings.retry_max_seconds,
+    jitter=settings.retry_jitter,
+)
+retries = Retries(failure_queue, schedule, defer_seconds=settings.retry_base_seconds)
+retry_processor = BackoffProcessor(retries)
 # with SnapStart: each restored environment reseeds `random`, drops the model client and secrets
-after_restore(model.renew, *(secret.renew for secret in secrets_of(settings)))
+after_restore(model.renew, retries.renew, *(secret.renew for secret in secrets_of(settings)))
+
+
+def run(job: Job) -> str:
+    """One person's job, from the stream or from the failure queue."""
+    if job.action == FOLD:
+        return compactor.compact(job.person)
+    store = compactor.store
+    expire(store, job.person, deleted_at=job.at, archive=compactor.archive, media=media)
+    return "expired"
+
+
+failed = FailedCompactions(StreamReader(), failure_queue, run, delay=settings.retry_base_seconds)
 
 
 def _person(record: DynamoDBRecord) -> str:
@@ -42,17 +69,20 @@ def _person(record: DynamoDBRecord) -> str:
 
 
 def record_handler(record: DynamoDBRecord) -> str:
-    expiry = expired_by_ttl(record.raw_event)
-    if expiry is not None:
-        store = compactor.store
-        expire(store, expiry.person, deleted_at=expiry.at, archive=compactor.archive, media=media)
-        return "expired"
-    return compactor.compact(_person(record))
+    return run(job_of(record.raw_event) or Job(_person(record), FOLD))
+
+
+def retry_handler(record: SQSRecord) -> str:
+    return failed.handle(record.body)
 
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event: dict, context: LambdaContext) -> dict:
+    if (event.get("Records") or [{}])[0].get("eventSource") == "aws:sqs":
+        return process_partial_response(
+            event=event, record_handler=retry_handler, processor=retry_processor, context=context
+        )
     return process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import threading
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
@@ -26,7 +25,7 @@ from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from memagent.archive import KeptMedia, TranscriptArchive
-from memagent.backoff import RetrySchedule
+from memagent.backoff import Retries, RetrySchedule, ScheduledRetries
 from memagent.errors import Deferred, MalformedEvent
 from memagent.model import ModelClient
 from memagent.observability import logger, metrics
@@ -42,65 +41,7 @@ if TYPE_CHECKING:
     from memagent.settings import ConsumerSettings
 
 
-class Retries:
-    """Decides when each failed record of a batch comes back, and tells the queue."""
-
-    def __init__(
-        self,
-        queue: RetryQueue | None,
-        schedule: RetrySchedule,
-        *,
-        defer_seconds: int,
-        rng: random.Random | None = None,
-    ):
-        self.queue = queue
-        self.schedule = schedule
-        self.defer_seconds = defer_seconds
-        self._rng = rng or random.Random()
-
-    def renew(self) -> None:
-        """Reseed the jitter (after a SnapStart restore: every copy would draw the same)."""
-        self._rng.seed()
-
-    def plan(self, failures: list[tuple[SQSRecord, BaseException | None]]) -> list[tuple[str, int]]:
-        """(receipt handle, seconds) for each failed record, in batch order. The first failure
-        of a group sets the group's delay; the rest of the group (failed unprocessed, by
-        skip_group_on_error) waits exactly as long, so it never runs before it."""
-        group_delay: dict[str, int] = {}
-        delays = []
-        for record, error in failures:
-            group = record.attributes.message_group_id
-            delay = group_delay.get(group) if group else None
-            if delay is None:
-                if isinstance(error, Deferred):
-                    delay = self.defer_seconds
-                else:
-                    count = int(record.attributes.approximate_receive_count or 1)
-                    delay = self.schedule.delay(count, self._rng)
-                if group:
-                    group_delay[group] = delay
-            delays.append((record.receipt_handle, delay))
-        return delays
-
-    def schedule_failures(self, failures: list[tuple[SQSRecord, BaseException | None]]) -> None:
-        if not failures:
-            return
-        delays = self.plan(failures)
-        if self.queue is None:
-            logger.warning("no QUEUE_URL: failed records wait for the visibility timeout")
-            return
-        refused = self.queue.postpone(delays)
-        metrics.add_metric(name="RetriesScheduled", unit=MetricUnit.Count, value=len(delays))
-        logger.info(
-            "retries scheduled",
-            extra={"records": len(delays), "delays": sorted({d for _, d in delays})},
-        )
-        if refused:  # they come back at the queue's visibility timeout instead: late, not lost
-            metrics.add_metric(name="RetriesNotScheduled", unit=MetricUnit.Count, value=refused)
-            logger.warning("SQS refused some retry delays", extra={"refused": refused})
-
-
-class BackoffFifoProcessor(SqsFifoPartialProcessor):
+class BackoffFifoProcessor(ScheduledRetries, SqsFifoPartialProcessor):
     """Powertools' FIFO processor (skip_group_on_error) that, before it reports the failures,
     sets when each failed record comes back (Retries). Powertools has no such feature.
 
@@ -154,16 +95,6 @@ class BackoffFifoProcessor(SqsFifoPartialProcessor):
             )
         except Exception:
             logger.exception("watchdog could not settle the batch")
-
-    def _clean(self):  # runs after the last record, before the response (or the raise)
-        try:
-            failed = zip(self.fail_messages, self.exceptions, strict=True)
-            failures = [(record, info[1]) for record, info in failed]
-            self.retries.schedule_failures(failures)
-        except Exception:  # never lose the batch response over a retry delay
-            logger.exception("retry delays not set")
-        finally:
-            super()._clean()
 
 
 def _message_id(record: Any) -> str | None:

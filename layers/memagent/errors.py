@@ -85,3 +85,8 @@ class WindowClosed(SendRejected):
 
     def __init__(self) -> None:
         super().__init__(400, code=131047)
+
+
+class StreamUnreadable(TransientError):
+    """A failed batch could not be read back from the memory table's stream (trimmed after
+    24 hours, the stream replaced, or DynamoDB Streams failing)."""

@@ -202,6 +202,19 @@ class RetryQueue:
         return refused
 
 
+class FailureQueue(RetryQueue):
+    """CompactionFailureQueue, as the compactor reads it (memagent.compaction_retry): its failed
+    retries come back on our backoff (RetryQueue), and the retries it queues wait a while."""
+
+    def send_later(self, bodies: list[str], *, delay: int) -> None:
+        """Queue each body, visible after `delay` seconds (SQS takes at most 900). Raises
+        QueueUnavailable if SQS refused any: the caller's message is retried, sending again."""
+        entries = [{"MessageBody": body, "DelaySeconds": delay} for body in bodies]
+        refused = self._in_batches(self._sqs.send_message_batch, entries)
+        if refused:
+            raise QueueUnavailable(f"SQS refused {refused} of {len(entries)} retries")
+
+
 class ParkingQueue:
     """The FIFO dead-letter queue, where events that can never be processed are parked at once
     (with their reason) for an operator to inspect, instead of being dropped or retried."""

@@ -191,7 +191,7 @@ def test_pollers_and_logs_are_scoped_to_this_stacks_queue_stream_and_log_groups(
     by_action: dict[str, set[str]] = {}
     for _, action, resource in grants:
         by_action.setdefault(action, set()).add(resource)
-    assert by_action["sqs:ReceiveMessage"] == {"EventQueue.Arn"}
+    assert by_action["sqs:ReceiveMessage"] == {"EventQueue.Arn", "CompactionFailureQueue.Arn"}
     assert by_action["dynamodb:GetRecords"] == {"MemoryTable.StreamArn"}
     example = {"BookingToolLogGroup.Arn"} if parameters.get("ExampleBookingTool") else set()
     assert by_action["logs:PutLogEvents"] == {
@@ -202,6 +202,36 @@ def test_pollers_and_logs_are_scoped_to_this_stacks_queue_stream_and_log_groups(
         *example,
     }
     assert "logs:CreateLogGroup" not in by_action  # the template creates them, with retention
+
+
+def test_the_compactor_retries_its_own_failure_queue_and_reads_back_only_its_stream(shape) -> None:
+    cfn, parameters = shape
+    compactor = next(f for f in function_roles(cfn) if f.startswith("Compactor"))
+    grants = {(a, r) for f, a, r in listing(cfn, parameters) if f == compactor}
+    queues = {(a, r) for a, r in grants if a.startswith("sqs:")}
+    # the stream mapping's on-failure records, then our jobs: received, deleted when done,
+    # postponed on the backoff when not, queued 15 minutes ahead; on that one queue
+    assert queues == {
+        (action, "CompactionFailureQueue.Arn")
+        for action in (
+            "sqs:SendMessage",
+            "sqs:ReceiveMessage",
+            "sqs:DeleteMessage",
+            "sqs:GetQueueAttributes",
+            "sqs:ChangeMessageVisibility",
+        )
+    }
+    # and a failed batch is read back from the memory table's stream, nothing else
+    streams = {(a, r) for a, r in grants if a.startswith("dynamodb:") and "Stream" in r}
+    assert streams == {
+        (action, "MemoryTable.StreamArn")
+        for action in (
+            "dynamodb:DescribeStream",
+            "dynamodb:GetRecords",
+            "dynamodb:GetShardIterator",
+            "dynamodb:ListStreams",
+        )
+    }
 
 
 def test_the_operators_grants_name_the_bus_the_handoff_index_and_the_table(shape) -> None:

@@ -188,13 +188,17 @@ def driving_parameters(template: Template, node: Any) -> set[str]:
     return names
 
 
-def event_source_mapping(template: Template, source_type: str) -> dict[str, Any]:
-    """The one event source mapping whose source is a resource of `source_type`."""
-    found = [
-        esm["Properties"]
-        for esm in resources(template, "AWS::Lambda::EventSourceMapping").values()
-        if template["Resources"][target(esm["Properties"]["EventSourceArn"])]["Type"] == source_type
-    ]
+def event_source_mapping(
+    template: Template, source_type: str, *, fifo: bool | None = None
+) -> dict[str, Any]:
+    """The one event source mapping whose source is a resource of `source_type` (and, for a
+    queue, FIFO or not, when `fifo` says)."""
+    found = []
+    for esm in resources(template, "AWS::Lambda::EventSourceMapping").values():
+        source = template["Resources"][target(esm["Properties"]["EventSourceArn"])]
+        is_fifo = bool(source.get("Properties", {}).get("FifoQueue"))
+        if source["Type"] == source_type and fifo in (None, is_fifo):
+            found.append(esm["Properties"])
     assert len(found) == 1, f"expected one event source mapping from a {source_type}"
     return found[0]
 
@@ -211,7 +215,12 @@ def mapped_function(cfn: Template, mapping: dict[str, Any]) -> tuple[str, dict[s
 
 
 def consumer_mapping(cfn: Template) -> dict[str, Any]:
-    return event_source_mapping(cfn, "AWS::SQS::Queue")
+    return event_source_mapping(cfn, "AWS::SQS::Queue", fifo=True)
+
+
+def compaction_retry_mapping(cfn: Template) -> dict[str, Any]:
+    """The mapping of the compactor's failure queue (a standard queue) to the compactor."""
+    return event_source_mapping(cfn, "AWS::SQS::Queue", fifo=False)
 
 
 def compactor_mapping(cfn: Template) -> dict[str, Any]:
@@ -475,15 +484,55 @@ def test_compactor_retries_a_bounded_number_of_times_then_parks_under_an_alarm(
     assert mapping["BisectBatchOnFunctionError"] is True
     assert 0 <= int(mapping["MaximumRetryAttempts"]) <= 10
     assert "ReportBatchItemFailures" in mapping.get("FunctionResponseTypes", [])
-    # and then sent to an SQS queue that raises an alarm
+    # and then sent to an SQS queue, retried from there, whose dead-letter queue is alarmed
     failure_queue = compaction_failure_queue_id(cfn)
     assert cfn["Resources"][failure_queue]["Type"] == "AWS::SQS::Queue"
-    assert queue_alarms(cfn, failure_queue), f"no CloudWatch alarm watches {failure_queue}"
+    assert target(compaction_retry_mapping(cfn)["EventSourceArn"]) == failure_queue
+    given_up = compaction_dead_letter_queue_id(cfn)
+    assert queue_alarms(cfn, given_up), f"no CloudWatch alarm watches {given_up}"
+
+
+def compaction_dead_letter_queue_id(cfn: Template) -> str:
+    queue = cfn["Resources"][compaction_failure_queue_id(cfn)]["Properties"]
+    return target(queue["RedrivePolicy"]["deadLetterTargetArn"])
+
+
+def test_a_failed_compaction_is_retried_later_from_its_queue_through_a_long_outage(
+    cfn: Template,
+) -> None:
+    from memagent.backoff import RetrySchedule, outage_survived_seconds
+
+    # given the compactor's mapping of its failure queue, its retry schedule and the redrive
+    mapping = compaction_retry_mapping(cfn)
+    function_id, function = mapped_function(cfn, mapping)
+    assert function_id == mapped_function(cfn, compactor_mapping(cfn))[0]
+    properties = function["Properties"]
+    env = properties["Environment"]["Variables"]
+    queue = cfn["Resources"][target(mapping["EventSourceArn"])]["Properties"]
+    schedule = RetrySchedule(
+        base_seconds=float(env["RETRY_BASE_SECONDS"]),
+        cap_seconds=float(env["RETRY_MAX_SECONDS"]),
+    )
+    receives = int(queue["RedrivePolicy"]["maxReceiveCount"])
+    # then it retries the queue it reads, one job at a time, reporting failures one by one,
+    # a few at once so that the retries after an outage do not crowd the model out
+    assert env["FAILURE_QUEUE_URL"] == {"Ref": target(mapping["EventSourceArn"])}
+    assert int(mapping["BatchSize"]) == 1
+    assert "ReportBatchItemFailures" in mapping["FunctionResponseTypes"]
+    assert 2 <= int(mapping["ScalingConfig"]["MaximumConcurrency"]) <= 10
+    # and "later": the first retry a while after the failure, within what SQS can delay
+    assert 300 <= schedule.nominal(1) <= 900
+    # and a job failing on every attempt stays out of the dead-letter queue for 12 hours and
+    # more, and the queue keeps it that long; a crashed attempt comes back after its timeout
+    survived = outage_survived_seconds(schedule, receives) + schedule.nominal(1)
+    assert survived >= 12 * 3600
+    assert int(queue["MessageRetentionPeriod"]) >= survived
+    assert int(queue["VisibilityTimeout"]) >= int(properties["Timeout"])
 
 
 def test_both_parking_queues_are_alarmed(cfn: Template) -> None:
-    # given the queue parked inbound events go to and the one failed compactions go to
-    for queue_id in (dead_letter_queue_id(cfn), compaction_failure_queue_id(cfn)):
+    # given the queue parked inbound events go to and the one failed compactions end in
+    for queue_id in (dead_letter_queue_id(cfn), compaction_dead_letter_queue_id(cfn)):
         # then a CloudWatch alarm fires as soon as one message is visible there
         alarms = queue_alarms(cfn, queue_id)
         assert alarms, f"no CloudWatch alarm watches {queue_id}"
