@@ -9,8 +9,9 @@ from pathlib import Path
 import boto3
 import pytest
 
+from memagent.person import person_key
 from memagent.whasp import sign
-from tests.conftest import MAYA, TEST_SECRET, load_function, seed_turns
+from tests.conftest import AGENT, MAYA, TEST_SECRET, load_function, seed_turns
 from tests.integration.webhook_calls import webhook_env
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
@@ -34,6 +35,7 @@ def test_every_function_has_sample_events():
     assert len(WEBHOOK_EVENTS) >= 4
     assert "consumer-sqs-batch.json" in names
     assert "compactor-stream-record.json" in names
+    assert "compactor-retry-job.json" in names
 
 
 @pytest.mark.parametrize("path", WEBHOOK_EVENTS, ids=lambda p: p.name)
@@ -73,6 +75,18 @@ def test_compactor_stream_event(compactor_env, monkeypatch, openai, lambda_conte
     event = json.loads((EVENTS / "compactor-stream-record.json").read_text())
     assert compactor.handler(event, lambda_context) == {"batchItemFailures": []}
     assert len(openai.calls()) == 1
+
+
+def test_compactor_retry_job_event(compactor_env, monkeypatch, openai, lambda_context):
+    compactor = load_function("compactor", compactor_env, monkeypatch)
+    # given the person of the sample job has 45 turns waiting: their compaction failed earlier
+    seed_turns(compactor.compactor.store, MAYA, [f"turn {i}" for i in range(45)])
+    openai.responder = lambda request: json.dumps({"summary": "Earlier chat.", "facts": []})
+    # when their job comes back from CompactionFailureQueue, then it is folded now
+    event = json.loads((EVENTS / "compactor-retry-job.json").read_text())
+    assert compactor.handler(event, lambda_context) == {"batchItemFailures": []}
+    assert len(openai.calls()) == 1
+    assert compactor.compactor.store.load(person_key(AGENT, MAYA)).state.marker == 25
 
 
 # ------------------------------------------------------------------ Meta samples
