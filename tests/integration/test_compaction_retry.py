@@ -222,3 +222,25 @@ def test_only_the_failed_batch_is_read_back_not_the_records_after_it(
     SQS_CLOCK.advance(901)
     [job] = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
     assert json.loads(job["Body"]) == {"job": "fold", "person": person_key(AGENT, MAYA)}
+
+
+def test_a_job_for_a_person_erased_meanwhile_brings_nothing_back(
+    compactor, store, resources, lambda_context
+):
+    from memagent.lifecycle import forget_key
+
+    # given Maya's fold was queued for later, and she was erased meanwhile
+    seed_turns(store, MAYA, [f"message {i}" for i in range(45)])
+    pk = person_key(AGENT, MAYA)
+    forget_key(store, pk)
+    left = store.everything(pk)
+    # when the job comes back
+    body = json.dumps({"job": "fold", "person": pk})
+    record = sqs_message_record(
+        {"MessageId": "m1", "ReceiptHandle": "r1", "Body": body},
+        resources.queue_arns["CompactionFailureQueue"],
+    )
+    assert compactor.handler({"Records": [record]}, lambda_context) == {"batchItemFailures": []}
+    # then nothing of hers is written again: only the erasure mark, as before
+    assert store.everything(pk) == left
+    assert [set(r) - {"pk", "sk"} for r in left] == [{"erased_at"}]

@@ -10,7 +10,7 @@ import pytest
 
 from memagent.errors import ConfigurationError
 from memagent.person import LOCAL_PERSON_KEY
-from memagent.settings import ConsumerSettings, WebhookSettings
+from memagent.settings import CompactorSettings, ConsumerSettings, WebhookSettings
 
 CONSUMER = {
     "AGENT_ID": "coach",
@@ -65,6 +65,21 @@ def test_every_bad_value_is_named_in_one_error():
 def test_keep_must_be_below_the_threshold():
     with pytest.raises(ConfigurationError, match="COMPACT_KEEP"):
         ConsumerSettings.from_env({**CONSUMER, "COMPACT_THRESHOLD": "20", "COMPACT_KEEP": "20"})
+
+
+def test_a_failed_compactions_retry_delays_stay_within_what_sqs_can_delay():
+    compactor = {k: v for k, v in CONSUMER.items() if not k.startswith("WHASP")}
+    settings = CompactorSettings.from_env(compactor)
+    # by default: 15 minutes after the failure, then doubling up to 12 hours
+    assert (settings.retry_base_seconds, settings.retry_max_seconds) == (900, 43_200)
+    assert settings.failure_queue_url is None
+    # SQS delays a message 900 s at most, and sets a visibility of 12 hours at most
+    with pytest.raises(ConfigurationError) as raised:
+        CompactorSettings.from_env(
+            {**compactor, "RETRY_BASE_SECONDS": "901", "RETRY_MAX_SECONDS": "43201"}
+        )
+    assert "RETRY_BASE_SECONDS" in str(raised.value)
+    assert "RETRY_MAX_SECONDS" in str(raised.value)
 
 
 STRONG_SECRET = "whsec_" + base64.b64encode(b"a 32-byte key for settings tests").decode()
