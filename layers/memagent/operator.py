@@ -6,7 +6,7 @@ who waits for a human), memory by hand (memagent/operator_edits.py: a fact added
 deleted, the summary replaced), a human taking the chat (memagent/operator_handoff.py: take
 over, reply exactly once per idempotency key, hand back); memagent/operator_seat.py holds what
 they share (the person a request is about, the checks on what an operator types), and
-memagent/operator_store.py their writes.
+memagent/operator_store.py and store_handoff.py their writes.
 """
 
 from __future__ import annotations
