@@ -166,6 +166,31 @@ def forget_key(
         if content:
             by_kind["state"] = 1  # with the summary, where an older version kept it there
         store.reduce_state_to_mark(pk, at)
+    if identifiers := _forget_identifiers(store, pk, aliases, at, archive=archive, media=media):
+        by_kind["identifiers"] = by_kind.get("identifiers", 0) + identifiers
+    before = at if keep_later else None
+    if archive is not None:
+        by_kind["archived"] = archive.delete_person(pk, before=before)
+    if media is not None:  # voice notes and photos kept for a retry (memagent.archive.KeptMedia)
+        by_kind["media"] = media.delete_person(pk, before=before)
+    removed = sum(by_kind.values())
+    metrics.add_metric(name="PeopleForgotten", unit=MetricUnit.Count, value=1)
+    logger.info("person forgotten", extra={"person": pk, "removed": removed, **by_kind})
+    return Receipt(person=pk, at=at, removed=removed, by_kind=by_kind)
+
+
+def _forget_identifiers(
+    store: MemoryStore,
+    pk: str,
+    aliases: dict[str, bool],
+    at: datetime,
+    *,
+    archive: Any | None,
+    media: Any | None,
+) -> int:
+    """The erased person's other identifiers (`aliases`: key -> merged?), each left with only
+    the erasure's mark, or taken from them; how many."""
+    count = 0
     for alias, merged in sorted(aliases.items()):
         own = store.state(alias)
         if own.moved_to == pk and not merged:
@@ -178,16 +203,8 @@ def forget_key(
             forget_key(store, alias, at=at, archive=archive, media=media)
         else:
             continue  # it reaches someone else now
-        by_kind["identifiers"] = by_kind.get("identifiers", 0) + 1
-    before = at if keep_later else None
-    if archive is not None:
-        by_kind["archived"] = archive.delete_person(pk, before=before)
-    if media is not None:  # voice notes and photos kept for a retry (memagent.archive.KeptMedia)
-        by_kind["media"] = media.delete_person(pk, before=before)
-    removed = sum(by_kind.values())
-    metrics.add_metric(name="PeopleForgotten", unit=MetricUnit.Count, value=1)
-    logger.info("person forgotten", extra={"person": pk, "removed": removed, **by_kind})
-    return Receipt(person=pk, at=at, removed=removed, by_kind=by_kind)
+        count += 1
+    return count
 
 
 # Who deletes an expired item: DynamoDB's TTL process, as its stream records name it
@@ -273,39 +290,18 @@ def export(
     old = legacy(store, agent, phone) if legacy_keys else None
     items = store.everything(pk) + (store.everything(old) if old else [])
     state = next((item for item in items if item["sk"] == STATE), {})
-    summary = next((item for item in items if item["sk"] == SUMMARY), {})
-    if not summary and state.get("summary"):  # kept on the state item by an older version
-        summary = {"text": state["summary"], "at": state.get("summary_at")}
-
-    def plain(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: plain(v) for k, v in value.items()}
-        if isinstance(value, list | set | tuple):
-            return [plain(v) for v in value]
-        if hasattr(value, "as_integer_ratio") and not isinstance(value, bool | int | float):
-            return int(value) if value == int(value) else float(value)  # Decimal
-        return value
-
     return {
         "agent": agent,
         "phone": phone,
         "person": pk,
         "exported_at": datetime.now(UTC).isoformat(),
-        "summary": (
-            {
-                "text": summary["text"],
-                "covers_up_to_message": plain(state.get("marker", 0)),
-                "updated_at": summary.get("at"),
-            }
-            if summary.get("text")
-            else None
-        ),
+        "summary": _exported_summary(items, state),
         "facts": [
             {"text": i["text"], "at": i.get("at")} for i in items if i["sk"].startswith(FACT)
         ],
         "messages": [
             {
-                "seq": plain(i["seq"]),
+                "seq": _plain(i["seq"]),
                 "role": i["role"],
                 "text": i.get("text", ""),
                 "at": i.get("at"),
@@ -324,8 +320,33 @@ def export(
             if i["sk"].startswith(EVT)
         ],
         "state": {
-            k: plain(v) for k, v in state.items() if k not in ("pk", "sk", "summary", "summary_at")
+            k: _plain(v) for k, v in state.items() if k not in ("pk", "sk", "summary", "summary_at")
         },
         "archived_transcripts": archive.export_person(pk) if archive is not None else [],
         "kept_media": kept_media.export_person(pk) if kept_media is not None else [],
     }
+
+
+def _exported_summary(items: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any] | None:
+    """The summary from its own item, or from the state item where an older version kept it."""
+    summary = next((item for item in items if item["sk"] == SUMMARY), {})
+    if not summary and state.get("summary"):
+        summary = {"text": state["summary"], "at": state.get("summary_at")}
+    if not summary.get("text"):
+        return None
+    return {
+        "text": summary["text"],
+        "covers_up_to_message": _plain(state.get("marker", 0)),
+        "updated_at": summary.get("at"),
+    }
+
+
+def _plain(value: Any) -> Any:
+    """JSON's types for what boto3's resource reads (numbers come as Decimal)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | set | tuple):
+        return [_plain(v) for v in value]
+    if hasattr(value, "as_integer_ratio") and not isinstance(value, bool | int | float):
+        return int(value) if value == int(value) else float(value)  # Decimal
+    return value
