@@ -139,22 +139,7 @@ class Compactor:
             _count("CompactionsLostRace")
             logger.info("person erased during the fold; archive copy withdrawn")
             return "lost_race"
-        try:
-            self.store.commit_compaction(
-                pk,
-                old_marker=state.marker,
-                new_marker=new_marker,
-                summary=summary or UNSUMMARISED,
-                new_facts=[(key_of(fact), fact) for fact in changes.put],
-                dropped_fact_keys=changes.delete,
-                erased_at=state.erased_at,
-                summary_at=memory.summary.at if memory.summary else None,
-            )
-        except ConcurrentUpdate:
-            if archived is not None:
-                self.archive.delete(archived)
-            _count("CompactionsLostRace")
-            logger.info("memory changed (another compaction, or an erasure); nothing to do")
+        if not self._commit(pk, memory, new_marker, summary, changes, archived):
             return "lost_race"
         deleted = self.store.delete_turns(pk, [turn.seq for turn in to_fold])
         _count("TurnsFolded", len(to_fold))
@@ -174,6 +159,36 @@ class Compactor:
             },
         )
         return "compacted"
+
+    def _commit(
+        self,
+        pk: str,
+        memory: Memory,
+        new_marker: int,
+        summary: str,
+        changes: FactChanges,
+        archived: Any | None,
+    ) -> bool:
+        """The commit point; False (the archive copy withdrawn) if the memory changed first."""
+        state = memory.state
+        try:
+            self.store.commit_compaction(
+                pk,
+                old_marker=state.marker,
+                new_marker=new_marker,
+                summary=summary or UNSUMMARISED,
+                new_facts=[(key_of(fact), fact) for fact in changes.put],
+                dropped_fact_keys=changes.delete,
+                erased_at=state.erased_at,
+                summary_at=memory.summary.at if memory.summary else None,
+            )
+        except ConcurrentUpdate:
+            if archived is not None:
+                self.archive.delete(archived)
+            _count("CompactionsLostRace")
+            logger.info("memory changed (another compaction, or an erasure); nothing to do")
+            return False
+        return True
 
     def _fold(self, memory: Memory, parts: list[list[Turn]]) -> tuple[str, FactChanges]:
         """Fold the parts into the summary, and work out what changes in the facts: the new
@@ -200,7 +215,19 @@ class Compactor:
             confirmed.update(key_of(shown[n - 1]) for n in folded.confirmed)
             learned = part[-1].at  # said by the end of its part, at the latest
             found.extend(Fact(text, at=learned, confirmed_at=now) for text in folded.facts)
+        return summary, self._fact_changes(memory, found, retired, confirmed, now)
 
+    def _fact_changes(
+        self,
+        memory: Memory,
+        found: list[Fact],
+        retired: set[str],
+        confirmed: set[str],
+        now: datetime,
+    ) -> FactChanges:
+        """What the fold's findings (facts `found`, keys of stored facts `retired` and
+        `confirmed`) change in the stored facts, within one transaction and the cap."""
+        retired, confirmed = set(retired), set(confirmed)
         stored = {key_of(f): f for f in memory.facts}
         by_text = {normalise(f.text): key for key, f in stored.items()}
         candidates: list[Fact] = []
@@ -214,7 +241,7 @@ class Compactor:
         texts = screen_facts(
             [f.text for f in candidates],
             existing=[f.text for f in memory.facts],
-            max_chars=limit,
+            max_chars=self.settings.max_fact_chars,
             limit=NEW_FACTS_PER_FOLD,
         )
         new = [Fact(t, at=learned_at.get(normalise(t), now), confirmed_at=now) for t in texts]
@@ -240,7 +267,7 @@ class Compactor:
         touched = [f for f in touched if key_of(f) not in over_keys]
         spare = room - len(gone) - len(new) - len(touched)
         dropped = sorted(over_keys & stored.keys())[: max(spare, 0)]
-        return summary, FactChanges(
+        return FactChanges(
             put=[*new, *touched], delete={*gone, *dropped}, added=len(new), retired=len(gone)
         )
 
