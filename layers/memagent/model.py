@@ -380,22 +380,10 @@ class ModelClient:
         """One call per compaction: the updated summary, the new facts and the numbers of the
         notes shown (`facts`, numbered from 1) that are outdated or confirmed, as structured
         output."""
-        notes = "\n".join(
-            f"{n}. {fact.text} (noted {day(fact.at, zone)})" for n, fact in enumerate(facts, 1)
-        )
-        transcript = "\n".join(
-            f"{'Person' if t.role == 'user' else 'Agent'} ({day(t.at, zone)} "
-            f"{t.at.astimezone(clock.zone(zone)):%H:%M}): {t.content}"
-            for t in turns
-        )
         response = self._respond(
             "fold",
             instructions=COMPACTION_PROMPT,
-            input=(
-                f"Current summary:\n{summary or '(empty)'}\n\n"
-                f"Notes already kept:\n{notes or '(none)'}\n\n"
-                f"Conversation to fold in (times in {zone}):\n{transcript}"
-            ),
+            input=_fold_input(summary, facts, turns, zone),
             text={
                 "format": {
                     "type": "json_schema",
@@ -405,19 +393,41 @@ class ModelClient:
                 }
             },
         )
-        if not (response.output_text or "").strip():
-            # structured outputs bring a refusal as no text at all: asking again is no use
-            raise ModelRejected("the model refused the fold")
-        try:
-            data = json.loads(response.output_text)
-            new_summary = str(data["summary"]).strip()
-            new_facts = [str(f) for f in data.get("facts", []) if isinstance(f, str)]
-            numbers = {
-                name: [n for n in data.get(name) or [] if type(n) is int and 0 < n <= len(facts)]
-                for name in ("outdated", "confirmed")
-            }
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise TransientError("the model's memory update was not valid JSON") from None
-        if not new_summary:
-            raise TransientError("the model returned an empty summary")
-        return Folded(summary=new_summary, facts=new_facts, **numbers)
+        return _folded(response.output_text, shown=len(facts))
+
+
+def _fold_input(summary: str, facts: list[Fact], turns: list[Turn], zone: str) -> str:
+    """The fold's input: the summary, the notes kept (numbered from 1, dated), the transcript."""
+    notes = "\n".join(
+        f"{n}. {fact.text} (noted {day(fact.at, zone)})" for n, fact in enumerate(facts, 1)
+    )
+    transcript = "\n".join(
+        f"{'Person' if t.role == 'user' else 'Agent'} ({day(t.at, zone)} "
+        f"{t.at.astimezone(clock.zone(zone)):%H:%M}): {t.content}"
+        for t in turns
+    )
+    return (
+        f"Current summary:\n{summary or '(empty)'}\n\n"
+        f"Notes already kept:\n{notes or '(none)'}\n\n"
+        f"Conversation to fold in (times in {zone}):\n{transcript}"
+    )
+
+
+def _folded(output_text: str | None, *, shown: int) -> Folded:
+    """The fold's structured answer, its note numbers within the `shown` notes."""
+    if output_text is None or not output_text.strip():
+        # structured outputs bring a refusal as no text at all: asking again is no use
+        raise ModelRejected("the model refused the fold")
+    try:
+        data = json.loads(output_text)
+        new_summary = str(data["summary"]).strip()
+        new_facts = [str(f) for f in data.get("facts", []) if isinstance(f, str)]
+        numbers = {
+            name: [n for n in data.get(name) or [] if type(n) is int and 0 < n <= shown]
+            for name in ("outdated", "confirmed")
+        }
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise TransientError("the model's memory update was not valid JSON") from None
+    if not new_summary:
+        raise TransientError("the model returned an empty summary")
+    return Folded(summary=new_summary, facts=new_facts, **numbers)
