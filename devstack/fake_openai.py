@@ -163,34 +163,20 @@ class FakeOpenAI(RecordingServer):
             )
         else:
             text, output = answer, [_message(number, answer)]
-        now = int(time.time())
         input_tokens = math.ceil(sum(len(t) for t in _texts(body)) / 4)
         output_tokens = math.ceil(len(text) / 4)
+        # What the openai package's Response model requires, plus the status and the usage we
+        # read; the request's own settings are not echoed back (no caller reads them).
         response = {
             "id": f"resp_{number:024x}",
             "object": "response",
-            "created_at": now,
-            "completed_at": now,
+            "created_at": int(time.time()),
             "status": "completed",
-            "background": False,
-            "error": None,
-            "incomplete_details": None,
-            "instructions": body.get("instructions"),
-            "max_output_tokens": body.get("max_output_tokens"),
-            "metadata": body.get("metadata") or {},
             "model": body["model"],
             "output": output,
             "parallel_tool_calls": body.get("parallel_tool_calls", True),
-            "previous_response_id": body.get("previous_response_id"),
-            "reasoning": body.get("reasoning") or {"effort": None, "summary": None},
-            "service_tier": "default",
-            "store": body.get("store", True),
-            "temperature": body.get("temperature", 1.0),
-            "text": body.get("text") or {"format": {"type": "text"}},
             "tool_choice": body.get("tool_choice", "auto"),
             "tools": body.get("tools") or [],
-            "top_p": body.get("top_p", 1.0),
-            "truncation": body.get("truncation", "disabled"),
             "usage": {
                 "input_tokens": input_tokens,
                 "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
@@ -198,7 +184,6 @@ class FakeOpenAI(RecordingServer):
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": input_tokens + output_tokens,
             },
-            "user": body.get("user"),
         }
         return Reply.json(200, response, {"x-request-id": f"req_{number:024x}"})
 

@@ -100,6 +100,21 @@ def test_custom_responder_decides_the_text(openai_server, client):
     assert response.output_text == "echo ping"
 
 
+def test_every_reply_is_a_valid_response_as_the_openai_package_defines_it(openai_server, client):
+    # Given a text reply, then function calls (what the booking tools' turns get)
+    from openai.types.responses import Response
+
+    from devstack.fake_openai import _calls
+
+    for responder in (None, lambda request: _calls("list_free_slots", {"day": "2026-12-03"})):
+        openai_server.responder = responder or openai_server.responder
+        # When the real client asks, keeping the raw body
+        raw = client.responses.with_raw_response.create(model="m", input="hi", store=False)
+        # Then the body validates against the package's own model (its required fields)
+        response = Response.model_validate(raw.http_response.json())
+        assert response.status == "completed" and response.usage is not None
+
+
 def test_json_schema_request_gets_summary_and_facts(openai_server, client):
     # Given a compaction request carrying the turns as a transcript
     transcript = "\n".join(
