@@ -63,12 +63,9 @@ def deliver(
 
     from memagent.provider import idempotency_key
 
-    stack.openai.responder = realistic_model
-    stack.openai.reset()
-    stack.whasp.reset()
-    resources = stack.resources("bu")
-    env = {**stack.consumer_env(resources), "COALESCE_BURSTS": "true" if coalesce else "false"}
-    consumer = harness.load_function("consumer", env)
+    consumer = stack.consumer(
+        "bu", realistic_model, COALESCE_BURSTS="true" if coalesce else "false"
+    )
     context = harness.LambdaContext()
     batches = failed = 0
     started = time.perf_counter()
@@ -80,21 +77,17 @@ def deliver(
                 batch = harness.sqs_batch(*queued[start : start + 10])
                 failed += len(harness.retried(consumer.handler, batch, context))
     seconds = time.perf_counter() - started
-    calls = [
-        r
-        for r in list(stack.openai.requests)
-        if r["path"] == "/v1/responses" and r["status"] == 200
-    ]
+    calls = stack.answered_calls()
     events = [event for row in rounds for burst in row for event in burst]
     store = consumer.consumer.agent.store
     stored_wrong = uncovered = 0
     for phone in sorted({e["data"]["chat"] for e in events}):
-        items = store.everything(_pk(phone))
+        items = store.everything(harness.pk(phone))
         mine = [e for e in events if e["data"]["chat"] == phone]
         said = [i["text"] for i in items if i["sk"].startswith("MSG#") and i["role"] == "user"]
         stored_wrong += abs(len(said) - len(mine))
         ledger = {i.get("event_id"): i for i in items if i["sk"].startswith("EVT#")}
-        sent_keys = {s["idempotency_key"] for s in _sent(stack, phone)}
+        sent_keys = {s["idempotency_key"] for s in stack.whasp.sent if s["to"] == phone}
         for event in mine:
             entry = ledger.get(event["id"]) or {}
             answerer = ledger.get(entry.get("answered_by")) or {}
@@ -122,16 +115,6 @@ def deliver(
         "not_covered_by_one_sent_reply": uncovered,
         "seconds": seconds,
     }
-
-
-def _sent(stack: harness.Stack, phone: str) -> list[dict[str, Any]]:
-    return [s for s in stack.whasp.sent if s["to"] == phone]
-
-
-def _pk(phone: str) -> str:
-    from memagent.person import person_key
-
-    return person_key(harness.AGENT, phone)
 
 
 def run(stack: harness.Stack, *, people: int, bursts: int) -> dict[str, Any]:

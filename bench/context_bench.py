@@ -48,11 +48,9 @@ def _fold_texts(request: dict[str, Any]) -> list[str]:
 
 
 def run(stack: harness.Stack, *, turns: int, tokenizer: harness.Tokenizer) -> dict[str, Any]:
-    from memagent.person import person_key
-
     stack.openai.responder = realistic_model
     pipeline = Pipeline(stack, "ctx")
-    pk = person_key(harness.AGENT, PHONE)
+    pk = harness.pk(PHONE)
     history: list[str] = []  # every message so far, for the full-history baseline
     rows: list[dict[str, Any]] = []
     reply_output: list[tuple[int, int]] = []

@@ -85,19 +85,10 @@ def _dependency_fails(stack: harness.Stack, agent: Any, step: str) -> None:
         stack.whasp.fail_next(4, status=503)  # the first send and urllib3's three retries
 
 
-def _fresh_consumer(stack: harness.Stack, prefix: str) -> Any:
-    """The consumer on fresh resources named `prefix`, with the realistic model and clean
-    stand-ins, for a crash matrix to break."""
+def crash_matrix(stack: harness.Stack) -> dict[str, Any]:
     from conversation import realistic_model
 
-    stack.openai.responder = realistic_model
-    stack.openai.reset()
-    stack.whasp.reset()
-    return harness.load_function("consumer", stack.consumer_env(stack.resources(prefix)))
-
-
-def crash_matrix(stack: harness.Stack) -> dict[str, Any]:
-    consumer = _fresh_consumer(stack, "cr")
+    consumer = stack.consumer("cr", realistic_model)
     agent = consumer.consumer.agent
     context = harness.LambdaContext()
     attempts_allowed = max_receive_count(load_template())
@@ -106,23 +97,21 @@ def crash_matrix(stack: harness.Stack) -> dict[str, Any]:
         for fault_index, fault in enumerate(FAULTS):
             phone = f"+4477009{step_index}{fault_index}0001"
             event = harness.whasp_message(ASK, chat=phone, created_at=harness.iso_now(5))
-            calls_before = _model_answers(stack)
+            calls_before = len(stack.answered_calls())
             if fault_index == 0:
                 _crash_after(getattr(agent, target), method)
             else:
                 _dependency_fails(stack, agent, step)
-            attempts, failed = 0, ["x"]
             with harness.captured_logs(harness.LogSink()):
-                while failed and attempts < attempts_allowed:
-                    attempts += 1
-                    batch = harness.sqs_batch(event, receive_count=attempts)
-                    failed = harness.retried(consumer.handler, batch, context)
+                attempts, failed = harness.redeliver(
+                    consumer.handler, event, context, limit=attempts_allowed
+                )
                 # and one more late redelivery after success: must change nothing
                 harness.retried(
                     consumer.handler, harness.sqs_batch(event, receive_count=9), context
                 )
-            pk = _pk(phone)
-            stored = [i["role"] for i in agent.store.everything(pk) if i["sk"].startswith("MSG#")]
+            items = agent.store.everything(harness.pk(phone))
+            stored = [i["role"] for i in items if i["sk"].startswith("MSG#")]
             cells.append(
                 {
                     "step": step,
@@ -131,7 +120,7 @@ def crash_matrix(stack: harness.Stack) -> dict[str, Any]:
                     "first_attempt_failed": attempts > 1,
                     "succeeded": not failed,
                     "replies_sent": len(stack.whasp.texts_to(phone)),
-                    "model_calls": _model_answers(stack) - calls_before,
+                    "model_calls": len(stack.answered_calls()) - calls_before,
                     "stored_user": stored.count("user"),
                     "stored_agent": stored.count("assistant"),
                 }
@@ -199,21 +188,6 @@ def _totals(cells: list[dict[str, Any]]) -> dict[str, Any]:
         "replies_sent": sum(replies),
         "cells_not_exactly_one": sum(n != 1 for n in replies),
     }
-
-
-def _model_answers(stack: harness.Stack) -> int:
-    """Model calls that were answered (injected failures are not calls the model served)."""
-    return sum(
-        1
-        for r in list(stack.openai.requests)
-        if r["path"] == "/v1/responses" and r["status"] == 200
-    )
-
-
-def _pk(phone: str) -> str:
-    from memagent.person import person_key
-
-    return person_key(harness.AGENT, phone)
 
 
 def run(stack: harness.Stack) -> dict[str, Any]:

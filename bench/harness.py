@@ -24,8 +24,9 @@ from typing import Any
 
 from devstack import events
 from devstack.events import http_event, sqs_batch, whasp_message  # noqa: F401 (for the benches)
+from devstack.fake_openai import RESPONSES
 from devstack.lambda_harness import LambdaContext, function_code, import_function, retried  # noqa: F401
-from memagent.person import LOCAL_PERSON_KEY
+from memagent.person import LOCAL_PERSON_KEY, person_key
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "whsec_" + base64.b64encode(b"memagent-bench-only-secret-do-not-use").decode()
@@ -81,6 +82,21 @@ def signed_request(event: dict[str, Any]) -> dict[str, Any]:
     return http_event(body, signed_headers(body, event["id"]))
 
 
+def pk(phone: str) -> str:
+    """The partition holding `phone`'s memory, under the benchmarks' agent."""
+    return person_key(AGENT, phone)
+
+
+def redeliver(handler: Any, event: dict[str, Any], context: Any, *, limit: int) -> tuple[int, list]:
+    """One event's record, received again and again as the queue redelivers it, until the
+    handler takes it or `limit` receives are used: (receives, the ids still failed)."""
+    attempts, failed = 0, ["x"]
+    while failed and attempts < limit:
+        attempts += 1
+        failed = retried(handler, sqs_batch(event, receive_count=attempts), context)
+    return attempts, failed
+
+
 # ---------------------------------------------------------------------- the stand-ins
 
 
@@ -117,6 +133,20 @@ class Stack:
         from devstack.resources import create_all
 
         return create_all(f"{prefix}{uuid.uuid4().hex[:6]}")
+
+    def consumer(self, prefix: str, responder: Any, **env: str) -> Any:
+        """The consumer on fresh resources named `prefix`, cold-started with `env` over the
+        stack's settings; the model answers with `responder`, both stand-ins start clean."""
+        self.openai.responder = responder
+        self.openai.reset()
+        self.whasp.reset()
+        return load_function("consumer", {**self.consumer_env(self.resources(prefix)), **env})
+
+    def answered_calls(self) -> list[dict[str, Any]]:
+        """The model calls the stand-in answered (an injected failure is no call it served)."""
+        return [
+            r for r in list(self.openai.requests) if r["path"] == RESPONSES and r["status"] == 200
+        ]
 
     def consumer_env(self, resources: Any) -> dict[str, str]:
         return {

@@ -42,7 +42,9 @@ class Clock:
 
         return timed
 
-    def watch_boto3(self, client: Any) -> None:
+    def watch_boto3(self, client: Any) -> Clock:
+        """Time the client's API calls (botocore's before-call to after-call)."""
+
         def start(context: dict, **_: Any) -> None:
             context["bench_clock"] = time.perf_counter()
 
@@ -52,6 +54,7 @@ class Clock:
 
         client.meta.events.register("before-call", start)
         client.meta.events.register("after-call", stop)
+        return self
 
 
 @dataclass

@@ -35,14 +35,13 @@ def run(stack: harness.Stack) -> dict[str, Any]:
 
     booking = harness.load_handler(ROOT / "examples" / "booking" / "app.py", {})
     with FakeLambda({ARN: booking.handler}) as api:
-        env = {
-            **stack.consumer_env(stack.resources("tl")),
-            "TOOLS_FILE": str(ROOT / "functions" / "consumer" / "tools.example.json"),
-            "BOOKING_TOOL_ARN": ARN,
-            "AWS_ENDPOINT_URL_LAMBDA": api.url,
-        }
-        consumer = harness.load_function("consumer", env)
-        stack.openai.responder = offline_model
+        consumer = stack.consumer(
+            "tl",
+            offline_model,
+            TOOLS_FILE=str(ROOT / "functions" / "consumer" / "tools.example.json"),
+            BOOKING_TOOL_ARN=ARN,
+            AWS_ENDPOINT_URL_LAMBDA=api.url,
+        )
         agent, context, cells = consumer.consumer.agent, harness.LambdaContext(), []
         for index, (label, target, method, nth) in enumerate(STEPS):
             stack.openai.reset()
@@ -53,12 +52,8 @@ def run(stack: harness.Stack) -> dict[str, Any]:
             event = harness.whasp_message(ASK, chat=phone, created_at=harness.iso_now(5))
             if target is not None:
                 _crash_after(getattr(agent, target), method, nth)
-            attempts, failed = 0, ["x"]
             with harness.captured_logs(harness.LogSink()):
-                while failed and attempts < 5:
-                    attempts += 1
-                    batch = harness.sqs_batch(event, receive_count=attempts)
-                    failed = harness.retried(consumer.handler, batch, context)
+                attempts, _ = harness.redeliver(consumer.handler, event, context, limit=5)
             keys = [p["idempotency_key"] for p in api.invocations(ARN)]
             cells.append(
                 {

@@ -35,8 +35,6 @@ def _per_turn(total: dict[str, Any], turns: int) -> dict[str, Any]:
 
 
 def run(stack: harness.Stack, *, warmup: int, window: int) -> dict[str, Any]:
-    from memagent.person import person_key
-
     stack.openai.responder = realistic_model
     said = list(conversation(warmup + window, seed=11))
 
@@ -44,7 +42,7 @@ def run(stack: harness.Stack, *, warmup: int, window: int) -> dict[str, Any]:
     ours = Pipeline(stack, "turn")
     for message in said[:warmup]:
         ours.turn(_event(message))
-    memory = ours.store.load(person_key(harness.AGENT, PHONE))
+    memory = ours.store.load(harness.pk(PHONE))
     turn_meter, compaction_meter = harness.DynamoMeter(), harness.DynamoMeter()
     turn_meter.attach(ours.store._client)
     compaction_meter.attach(ours.compactor.compactor.store._client)
@@ -55,7 +53,7 @@ def run(stack: harness.Stack, *, warmup: int, window: int) -> dict[str, Any]:
     folds = len(ours.folds) - folds_before
     folded_turns = sum(len(f.turns) for f in ours.folds[folds_before:])
     partition_bytes = sum(
-        harness.item_size(item) for item in ours.store.everything(person_key(harness.AGENT, PHONE))
+        harness.item_size(item) for item in ours.store.everything(harness.pk(PHONE))
     )
 
     # the reference: the same conversation, the same summary and facts, then the same window

@@ -19,6 +19,7 @@ from typing import Any
 import boto3
 import harness
 import import_time
+from pipeline import Clock
 
 BENCH = Path(__file__).resolve().parent
 DRAIN_EVERY = 10
@@ -38,23 +39,6 @@ def drain(sqs: Any, queue_url: str) -> int:
     return drained
 
 
-class CallTimer:
-    """Seconds spent inside a boto3 client's API calls."""
-
-    def __init__(self, client: Any) -> None:
-        self.seconds = 0.0
-        self.calls = 0
-        client.meta.events.register("before-call", self._start)
-        client.meta.events.register("after-call", self._stop)
-
-    def _start(self, context: dict, **_: Any) -> None:
-        context["bench_started"] = time.perf_counter()
-
-    def _stop(self, context: dict, **_: Any) -> None:
-        self.seconds += time.perf_counter() - context.get("bench_started", time.perf_counter())
-        self.calls += 1
-
-
 def handler_times(stack: harness.Stack, *, requests: int, warmup: int) -> dict[str, Any]:
     resources = stack.resources("wh")
     ours = harness.load_function("webhook", stack.webhook_env(resources))
@@ -62,7 +46,10 @@ def handler_times(stack: harness.Stack, *, requests: int, warmup: int) -> dict[s
         BENCH / "baseline_webhook.py",
         {"QUEUE_URL": resources.queue_urls["EventQueue"], "WEBHOOK_SECRET": harness.SECRET},
     )
-    timers = {"ours": CallTimer(ours.queue._sqs), "baseline": CallTimer(baseline.sqs)}
+    timers = {
+        "ours": Clock().watch_boto3(ours.queue._sqs),
+        "baseline": Clock().watch_boto3(baseline.sqs),
+    }
     handlers = {"ours": ours.handler, "baseline": baseline.handler}
     context = harness.LambdaContext()
     rng = random.Random(1)
