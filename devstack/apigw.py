@@ -58,7 +58,7 @@ def http_api_event(
         except UnicodeDecodeError:
             text = None
     now = datetime.now(UTC)
-    route_key = route_key or "$default"
+    route_key = route_key or f"{method} {path}"
     event: dict[str, Any] = {
         "version": "2.0",
         "routeKey": route_key,

@@ -16,9 +16,9 @@ import base64
 import json
 import time
 import uuid
-from datetime import UTC, datetime
 from typing import Any
 
+from devstack.apigw import http_api_event
 from memagent.person import agent_key, person_key
 from memagent.queue import deduplication_id
 from memagent.whasp import sign
@@ -26,6 +26,7 @@ from memagent.whasp import sign
 AGENT = "coach"
 BUSINESS = "+14155550100"
 EVENT_QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:whasp-agent-EventQueue.fifo"
+WHASP_SIDE = {"api_id": "api1234567", "source_ip": "203.0.113.10"}  # the API, whasp's address
 
 
 def http_event(
@@ -35,35 +36,16 @@ def http_event(
     base64_encoded: bool = False,
     path: str = "/webhook",
 ) -> dict[str, Any]:
-    """An API Gateway HTTP API (payload v2.0) event, as Lambda receives it."""
+    """An API Gateway HTTP API (payload v2.0) event, as Lambda receives it (devstack.apigw's,
+    from whasp's address), with the headers exactly as given (a test may send names in any case)
+    and the body encoded as told (`raw.decode` raises on bytes that are not UTF-8)."""
     raw = body.encode() if isinstance(body, str) else body
-    return {
-        "version": "2.0",
-        "routeKey": f"POST {path}",
-        "rawPath": path,
-        "rawQueryString": "",
-        "headers": {"content-type": "application/json", **headers},
-        "requestContext": {
-            "accountId": "123456789012",
-            "apiId": "api1234567",
-            "domainName": "api1234567.execute-api.us-east-1.amazonaws.com",
-            "domainPrefix": "api1234567",
-            "http": {
-                "method": "POST",
-                "path": path,
-                "protocol": "HTTP/1.1",
-                "sourceIp": "203.0.113.10",
-                "userAgent": "whasp-webhooks/1.0",
-            },
-            "requestId": uuid.uuid4().hex,
-            "routeKey": f"POST {path}",
-            "stage": "$default",
-            "time": datetime.now(UTC).strftime("%d/%b/%Y:%H:%M:%S +0000"),
-            "timeEpoch": int(time.time() * 1000),
-        },
-        "body": base64.b64encode(raw).decode() if base64_encoded else raw.decode("utf-8"),
-        "isBase64Encoded": base64_encoded,
-    }
+    event = http_api_event(method="POST", path=path, headers={}, body=b"", **WHASP_SIDE)
+    event["headers"] = {"content-type": "application/json", **headers}
+    event["requestContext"]["http"]["userAgent"] = "whasp-webhooks/1.0"
+    event["body"] = base64.b64encode(raw).decode() if base64_encoded else raw.decode("utf-8")
+    event["isBase64Encoded"] = base64_encoded
+    return event
 
 
 def signed_headers(
@@ -243,10 +225,7 @@ def meta_challenge_event(params: dict[str, str], *, path: str = "/webhook") -> d
     """Meta's GET subscription check, as an HTTP API v2.0 event."""
     from urllib.parse import urlencode
 
-    event = http_event(b"", {}, path=path)
-    event["routeKey"] = event["requestContext"]["routeKey"] = f"GET {path}"
-    event["requestContext"]["http"]["method"] = "GET"
-    event["rawQueryString"] = urlencode(params)
-    event["queryStringParameters"] = dict(params)
-    event.pop("body", None)
-    return event
+    headers, query = {"content-type": "application/json"}, urlencode(params)
+    return http_api_event(
+        method="GET", path=path, headers=headers, body=b"", query=query, **WHASP_SIDE
+    )
