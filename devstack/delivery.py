@@ -60,6 +60,12 @@ def _quiet(kind: str, message: str, **details: Any) -> None:
     pass
 
 
+def queue_counts(sqs: Any, queue_url: str) -> dict[str, int]:
+    """A queue's messages: visible, in flight and delayed."""
+    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=list(_QUEUE_COUNTERS))
+    return {name: int(attributes["Attributes"].get(name, 0)) for name in _QUEUE_COUNTERS}
+
+
 def in_process(handler: Callable[[dict[str, Any], Any], Any], context: Any) -> Callable:
     """An invoke for QueueDelivery that runs a handler loaded in this process (tests and
     benchmarks), reporting as devstack's execution environments do."""
@@ -70,20 +76,16 @@ def in_process(handler: Callable[[dict[str, Any], Any], Any], context: Any) -> C
 class DeliveryStats:
     batches: int = 0
     records: int = 0
-    succeeded: int = 0
     retried: int = 0
-    errors: int = 0  # invocations that raised or timed out
     group_conflicts: int = 0
     sent_to_failure_queue: int = 0
     durations_ms: list[float] = field(default_factory=list)
     retry_delays: list[float] = field(default_factory=list)  # AWS seconds, failure -> next receive
-    clock_jumps: float = 0.0  # AWS seconds skipped while idle (idle_jump)
 
     def count(self, records: int, outcome: Outcome) -> None:
         """One invocation with a batch of `records`."""
         self.batches += 1
         self.records += records
-        self.errors += 0 if outcome.ok else 1
         self.durations_ms.append(outcome.duration_ms)
 
 
@@ -159,14 +161,8 @@ class QueueDelivery(_Delivery):
         with self._lock:
             return self._in_flight
 
-    def queue_counts(self) -> dict[str, int]:
-        attributes = self._sqs.get_queue_attributes(
-            QueueUrl=self.queue_url, AttributeNames=list(_QUEUE_COUNTERS)
-        )["Attributes"]
-        return {name: int(attributes.get(name, 0)) for name in _QUEUE_COUNTERS}
-
     def idle(self) -> bool:
-        return self.in_flight == 0 and not any(self.queue_counts().values())
+        return self.in_flight == 0 and not any(queue_counts(self._sqs, self.queue_url).values())
 
     def _poll(self) -> None:
         pause = 0.02
@@ -241,7 +237,6 @@ class QueueDelivery(_Delivery):
                 return False
             skipped = max(0.0, ready - SQS_CLOCK.now()) + 0.002  # moto: visible strictly after
             SQS_CLOCK.advance(skipped)
-            self.stats.clock_jumps += skipped
         return True
 
     def _note_received(self, messages: list[dict[str, Any]]) -> None:
@@ -288,7 +283,6 @@ class QueueDelivery(_Delivery):
                 self._failed_at.update({m["MessageId"]: failed_at for m in retry})
             with self._lock:
                 self.stats.count(len(messages), outcome)
-                self.stats.succeeded += len(done)
                 self.stats.retried += len(retry)
             self._report(
                 "batch",
@@ -376,11 +370,6 @@ class StreamDelivery(_Delivery):
     def stop(self) -> None:
         self._stop_thread(timeout=30)
 
-    @property
-    def cycles(self) -> int:
-        with self._lock:
-            return self._cycles
-
     def wait_cycles(self, count: int, timeout: float) -> bool:
         """Wait until `count` more full read-and-deliver cycles have completed."""
         with self._cycle_done:
@@ -424,14 +413,9 @@ class StreamDelivery(_Delivery):
                 level="warn" if failed else "info",
             )
             if not failed:
-                with self._lock:
-                    self.stats.succeeded += len(pending)
                 return
             # Lambda resumes from the lowest failed sequence number: that record and all after.
-            first = retry_from(sequence, failed)
-            with self._lock:
-                self.stats.succeeded += first
-            pending = pending[first:]
+            pending = pending[retry_from(sequence, failed) :]
             if 0 <= self.max_retries < attempts:  # -1: retry until it works, as Lambda does
                 self._send_to_failure_queue(pending, outcome, attempts)
                 return

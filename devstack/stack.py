@@ -53,7 +53,7 @@ from devstack.apigw import LocalHttpApi, Route
 from devstack.aws import REGION, MotoServer, aws_env
 from devstack.clock import SQS_CLOCK
 from devstack.console import Console
-from devstack.delivery import QueueDelivery, StreamDelivery
+from devstack.delivery import QueueDelivery, StreamDelivery, queue_counts
 from devstack.events import META_TEST_APP_SECRET, META_TEST_VERIFY_TOKEN
 from devstack.lambda_harness import Outcome, stream_filters
 from devstack.resources import ROOT, LocalResources, create_all, load_template
@@ -139,7 +139,6 @@ class PersonView:
     summary: str | None = None
     facts: list[str] = field(default_factory=list)
     turns: list[tuple[int, str, str]] = field(default_factory=list)  # (seq, role, text)
-    ledger: int = 0
     opted_out: bool = False
     last_number: str | None = None
     erased_at: str | None = None
@@ -339,11 +338,7 @@ class DevStack:
         for delivery in (self.queue_delivery, self.stream_delivery, self.retry_delivery):
             if delivery is not None:
                 delivery.stop()
-        threads = [threading.Thread(target=pool.stop) for pool in self.pools.values()]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        in_parallel(pool.stop for pool in self.pools.values())
         for server in (self.whasp, self.graph, self.openai, self.lambda_api):
             if server is not None:
                 server.stop()
@@ -1021,7 +1016,6 @@ class DevStack:
             summary=next((i.get("text") for i in items if i["sk"] == "SUMMARY"), None),
             facts=[str(f["text"]) for f in facts],
             turns=turns,
-            ledger=sum(1 for i in items if i["sk"].startswith("EVT#")),
             opted_out=bool(state.get("opted_out", False)),
             last_number=state.get("last_number"),
             erased_at=state.get("erased_at"),
@@ -1034,15 +1028,8 @@ class DevStack:
         import boto3
 
         assert self.resources is not None
-        attributes = boto3.client("sqs").get_queue_attributes(
-            QueueUrl=self.resources.queue_urls[logical_id],
-            AttributeNames=[
-                "ApproximateNumberOfMessages",
-                "ApproximateNumberOfMessagesNotVisible",
-                "ApproximateNumberOfMessagesDelayed",
-            ],
-        )["Attributes"]
-        return sum(int(v) for v in attributes.values())
+        url = self.resources.queue_urls[logical_id]
+        return sum(queue_counts(boto3.client("sqs"), url).values())
 
     def dead_letter_queue(self) -> str:
         """The logical id of the consumer queue's dead-letter queue (from its RedrivePolicy)."""
