@@ -223,15 +223,7 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None) -> int:
     console = Console(level=args.level)
     with DevStack(console=console, log_path=args.log) as stack:
         console.print()
-        if stack.model.offline:
-            console.banner(
-                [
-                    "MODEL: OFFLINE STAND-IN. This is NOT AI: it echoes what reached it.",
-                    "Set OPENAI_API_KEY, or OPENAI_BASE_URL (Ollama, vLLM, LM Studio).",
-                ]
-            )
-        else:
-            console.banner([f"MODEL: {stack.model.label}"], style="bold")
+        console.model_banner(stack.model)
         console.note(
             f"{stack.provider} webhook: {stack.webhook_url} (secret: the documented test secret)"
         )

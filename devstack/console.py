@@ -8,7 +8,7 @@ import sys
 import textwrap
 import threading
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 RESET = "\033[0m"
 STYLES = {
@@ -105,3 +105,17 @@ class Console:
         for line in lines:
             self.print(self.style(f"  {line:<{width - 4}}  ", style))
         self.print(self.style(" " * width, style))
+
+    def model_banner(self, model: Any) -> None:
+        """Which model answers (a devstack.stack.ModelChoice): the offline stand-in, loudly."""
+        if not model.offline:
+            self.banner([f"MODEL: {model.label}"], style="bold")
+            return
+        self.banner(
+            [
+                "MODEL: OFFLINE STAND-IN. This is NOT AI.",
+                "Replies are a scripted echo that shows what reached the model",
+                "(days since, facts, summary). Set OPENAI_API_KEY, or OPENAI_BASE_URL",
+                "for Ollama / vLLM / LM Studio, to talk to a real model.",
+            ]
+        )

@@ -506,17 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     with DevStack(
         console=console, log_path=args.log, provider=args.provider, parameters=parameters
     ) as stack:
-        if stack.model.offline:
-            console.banner(
-                [
-                    "MODEL: OFFLINE STAND-IN. This is NOT AI.",
-                    "Replies are a scripted echo that shows what reached the model",
-                    "(days since, facts, summary). Set OPENAI_API_KEY, or OPENAI_BASE_URL",
-                    "for Ollama / vLLM / LM Studio, to talk to a real model.",
-                ]
-            )
-        else:
-            console.banner([f"MODEL: {stack.model.label}"], style="bold")
+        console.model_banner(stack.model)
         Demo(stack, console, checks).run()
         stats = {name: (pool.invocations, pool.cold_starts) for name, pool in stack.pools.items()}
     console.heading("Done")
