@@ -13,7 +13,6 @@ import json
 import math
 import os
 import statistics
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -304,7 +303,7 @@ class DynamoMeter:
     documented rules: reads 1 unit per 4 KB (half when eventually consistent), a Query rounding
     the sum of the items it read; writes 1 unit per 1 KB of the larger of the item before and
     after; twice that inside a transaction. Before/after sizes come from a separate, unmetered
-    client, whose time is kept in `overhead_seconds` so callers can subtract it.
+    client.
     """
 
     requests: Counter = field(default_factory=Counter)
@@ -312,7 +311,6 @@ class DynamoMeter:
     wru: float = 0.0
     wru_without_budget: float = 0.0  # the same writes, the budget counters left out
     moto_reported: float = 0.0
-    overhead_seconds: float = 0.0
     enabled: bool = True
     _shadow: Any = None
     _table_keys: dict[str, list[str]] = field(default_factory=dict)
@@ -330,7 +328,7 @@ class DynamoMeter:
 
     def reset(self) -> None:
         self.requests.clear()
-        self.rru = self.wru = self.moto_reported = self.overhead_seconds = 0.0
+        self.rru = self.wru = self.moto_reported = 0.0
         self.wru_without_budget = 0.0
 
     def snapshot(self) -> dict[str, Any]:
@@ -396,19 +394,13 @@ class DynamoMeter:
     def _key(self, body: dict[str, Any]) -> dict[str, Any]:
         table = body["TableName"]
         if table not in self._table_keys:
-            started = time.perf_counter()
             schema = self._shadow.describe_table(TableName=table)["Table"]["KeySchema"]
-            self.overhead_seconds += time.perf_counter() - started
             self._table_keys[table] = [k["AttributeName"] for k in schema]
         source = body.get("Key") or body.get("Item") or {}
         return {name: _wire(source[name]) for name in self._table_keys[table]}
 
     def _get(self, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
-        started = time.perf_counter()
-        try:
-            return self._shadow.get_item(TableName=table, Key=key, ConsistentRead=True).get("Item")
-        finally:
-            self.overhead_seconds += time.perf_counter() - started
+        return self._shadow.get_item(TableName=table, Key=key, ConsistentRead=True).get("Item")
 
 
 # ---------------------------------------------------------------------- tokens
@@ -468,10 +460,6 @@ def summary_ms(seconds: list[float]) -> dict[str, float]:
         "p50": percentile(ms, 50),
         "p95": percentile(ms, 95),
     }
-
-
-def ratio(value: float, baseline: float) -> float:
-    return value / baseline if baseline else float("nan")
 
 
 # ---------------------------------------------------------------------- moto upkeep
