@@ -299,35 +299,3 @@ def full_history_model_input(measured: dict[str, Any], assumptions: Assumptions)
     context = measured["context"]["context"]
     turns = measured["context"]["turns"]
     return context["full_total_tokens"] / turns * assumptions.model_input_per_million / 1e6
-
-
-def table(rows: list[Line], volumes: list[int]) -> list[str]:
-    header = (
-        "| line | per 1,000 messages | " + " | ".join(f"{v:,} msgs/month" for v in volumes) + " |"
-    )
-    out = [header, "| --- | ---: |" + " ---: |" * len(volumes)]
-    for row in rows:
-        fixed = f" + ${row.fixed_per_month:.2f}/mo" if row.fixed_per_month else ""
-        out.append(
-            f"| {row.name} | ${row.per_message * 1000:.4f}{fixed} | "
-            + " | ".join(f"${row.monthly(v):,.2f}" for v in volumes)
-            + " |"
-        )
-    for group in ("AWS", "Model", "Observability"):
-        members = [r for r in rows if r.group == group]
-        per = sum(r.per_message for r in members) * 1000
-        fixed = sum(r.fixed_per_month for r in members)
-        fixed_text = f" + ${fixed:.2f}/mo" if fixed else ""
-        out.append(
-            f"| **subtotal {group}** | **${per:.4f}{fixed_text}** | "
-            + " | ".join(f"**${sum(r.monthly(v) for r in members):,.2f}**" for v in volumes)
-            + " |"
-        )
-    per = sum(r.per_message for r in rows) * 1000
-    fixed = sum(r.fixed_per_month for r in rows)
-    out.append(
-        f"| **total** | **${per:.4f} + ${fixed:.2f}/mo** | "
-        + " | ".join(f"**${sum(r.monthly(v) for r in rows):,.2f}**" for v in volumes)
-        + " |"
-    )
-    return out

@@ -799,6 +799,27 @@ Region the request is sent from; the bearer token costs nothing (it is signed lo
 """
 
 
+def _monthly(lines: list[cost.Line]) -> str:
+    """docs/cost.md's first table: each line, a subtotal per group, then the total, per 1,000
+    messages and per month at each of VOLUMES."""
+
+    def row(name: str, members: list[cost.Line], bold: bool, fixed_always: bool = False) -> list:
+        fixed = sum(line.fixed_per_month for line in members)
+        per = f"${sum(line.per_message for line in members) * 1000:.4f}"
+        per += f" + ${fixed:.2f}/mo" if fixed or fixed_always else ""
+        money = [per, *(f"${sum(line.monthly(v) for line in members):,.2f}" for v in VOLUMES)]
+        return [f"**{name}**", *(f"**{m}**" for m in money)] if bold else [name, *money]
+
+    groups = [
+        (g, [line for line in lines if line.group == g]) for g in ("AWS", "Model", "Observability")
+    ]
+    rows = [row(line.name, [line], bold=False) for line in lines]
+    rows += [row(f"subtotal {g}", members, bold=True) for g, members in groups]
+    rows.append(row("total", lines, bold=True, fixed_always=True))
+    header = ["line", "per 1,000 messages", *(f"{v:,} msgs/month" for v in VOLUMES)]
+    return table(header, rows, "l" + "r" * (1 + len(VOLUMES)))
+
+
 # docs/cost.md's price list: (item, price key in cost.PRICES, per how many, decimals)
 PRICE_LIST = [
     ("Lambda, arm64, per GB-second", "lambda_gb_second_arm64", 1, 10),
@@ -842,7 +863,7 @@ answered with one reply. The model's price is yours to set: `python bench/run.py
 
 ## Per month
 
-{chr(10).join(cost.table(lines, VOLUMES))}
+{_monthly(lines)}
 
 ## How each line is computed
 
