@@ -47,15 +47,12 @@ import functools
 import json
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 _LOCK = threading.RLock()
 _SQS_LOCK = threading.RLock()  # moto's receive is not atomic either
-_applied = False
-_fast_applied = False
-_sqs_applied = False
-_dispatch_applied = False
 # Operations whose results moto already holds in wire format (DynamoDB JSON): item operations
 # and the stream's records.
 _PLAIN_JSON_OPERATIONS = frozenset(
@@ -79,6 +76,22 @@ _PLAIN_JSON_OPERATIONS = frozenset(
     ]
 )
 
+
+def _once(fix: Callable[[], None]) -> Callable[[], None]:
+    """A fix patches moto's classes: it is applied once per process, by whoever asks first."""
+    done = False
+
+    @functools.wraps(fix)
+    def apply_once() -> None:
+        nonlocal done
+        with _LOCK:
+            if not done:
+                fix()
+                done = True
+
+    return apply_once
+
+
 _DYNAMODB_OPERATIONS = (
     "create_table",
     "delete_table",
@@ -101,39 +114,31 @@ _DYNAMODB_OPERATIONS = (
 _STREAM_OPERATIONS = ("describe_stream", "get_shard_iterator", "get_records", "list_streams")
 
 
+@_once
 def make_dynamodb_thread_safe() -> None:
-    global _applied
-    with _LOCK:
-        if _applied:
-            return
-        from moto.dynamodb.models import DynamoDBBackend
-        from moto.dynamodbstreams.models import DynamoDBStreamsBackend
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodbstreams.models import DynamoDBStreamsBackend
 
-        for cls, names in (
-            (DynamoDBBackend, _DYNAMODB_OPERATIONS),
-            (DynamoDBStreamsBackend, _STREAM_OPERATIONS),
-        ):
-            for name in names:
-                if hasattr(cls, name):
-                    _patch(cls, name, _locked(getattr(cls, name)))
-        _patch(DynamoDBBackend, "transact_write_items", _locked(_transact_write_items))
-        _applied = True
+    for cls, names in (
+        (DynamoDBBackend, _DYNAMODB_OPERATIONS),
+        (DynamoDBStreamsBackend, _STREAM_OPERATIONS),
+    ):
+        for name in names:
+            if hasattr(cls, name):
+                _patch(cls, name, _locked(getattr(cls, name)))
+    _patch(DynamoDBBackend, "transact_write_items", _locked(_transact_write_items))
 
 
+@_once
 def make_dynamodb_faster() -> None:
-    global _fast_applied
-    with _LOCK:
-        if _fast_applied:
-            return
-        from moto.core.responses import ActionResult
-        from moto.dynamodb.models.table import Table
-        from moto.dynamodb.responses import DynamoResult
+    from moto.core.responses import ActionResult
+    from moto.dynamodb.models.table import Table
+    from moto.dynamodb.responses import DynamoResult
 
-        _patch(Table, "query", _partition_query(Table.query))
-        generic = ActionResult.execute_result
-        _patch(DynamoResult, "execute_result", _plain_json_result(generic))
-        _patch(ActionResult, "execute_result", _plain_json_result(generic))
-        _fast_applied = True
+    _patch(Table, "query", _partition_query(Table.query))
+    generic = ActionResult.execute_result
+    _patch(DynamoResult, "execute_result", _plain_json_result(generic))
+    _patch(ActionResult, "execute_result", _plain_json_result(generic))
 
 
 def apply() -> None:
@@ -144,57 +149,49 @@ def apply() -> None:
     make_sqs_faithful()
 
 
+@_once
 def make_server_dispatch_faster() -> None:
     """Compute once what moto's server recomputes on every request (see the module docstring)."""
-    global _dispatch_applied
-    with _LOCK:
-        if _dispatch_applied:
-            return
-        import moto.backends
-        import moto.core.responses
+    import moto.backends
+    import moto.core.responses
 
-        modules = tuple(moto.backends.list_of_moto_modules())  # moto's own folders: fixed
-        _patch(moto.backends, "list_of_moto_modules", lambda: modules)
-        # keyed by response class; moto (and this module) never adds methods to those at run time
-        methods = functools.cache(moto.core.responses.method_names_from_class)
-        _patch(moto.core.responses, "method_names_from_class", methods)
-        _dispatch_applied = True
+    modules = tuple(moto.backends.list_of_moto_modules())  # moto's own folders: fixed
+    _patch(moto.backends, "list_of_moto_modules", lambda: modules)
+    # keyed by response class; moto (and this module) never adds methods to those at run time
+    methods = functools.cache(moto.core.responses.method_names_from_class)
+    _patch(moto.core.responses, "method_names_from_class", methods)
 
 
+@_once
 def make_sqs_faithful() -> None:
-    global _sqs_applied
-    with _LOCK:
-        if _sqs_applied:
-            return
-        from moto.sqs import models
+    from moto.sqs import models
 
-        from devstack.clock import SQS_CLOCK
+    from devstack.clock import SQS_CLOCK
 
-        original_time, original_millis = models.unix_time, models.unix_time_millis
+    original_time, original_millis = models.unix_time, models.unix_time_millis
 
-        def unix_time(dt: Any = None) -> float:
-            return SQS_CLOCK.now() if dt is None else original_time(dt)
+    def unix_time(dt: Any = None) -> float:
+        return SQS_CLOCK.now() if dt is None else original_time(dt)
 
-        def unix_time_millis(dt: Any = None) -> float:
-            return SQS_CLOCK.now() * 1000.0 if dt is None else original_millis(dt)
+    def unix_time_millis(dt: Any = None) -> float:
+        return SQS_CLOCK.now() * 1000.0 if dt is None else original_millis(dt)
 
-        def is_message_valid_based_on_retention_period(
-            backend: Any, queue_name: str, message: Any
-        ) -> bool:
-            retention = int(backend.get_queue(queue_name).message_retention_period)
-            return retention + message.sent_timestamp / 1000 > SQS_CLOCK.now()
+    def is_message_valid_based_on_retention_period(
+        backend: Any, queue_name: str, message: Any
+    ) -> bool:
+        retention = int(backend.get_queue(queue_name).message_retention_period)
+        return retention + message.sent_timestamp / 1000 > SQS_CLOCK.now()
 
-        models.unix_time, models.unix_time_millis = unix_time, unix_time_millis
-        backend = models.SQSBackend
-        _patch(
-            backend,
-            "is_message_valid_based_on_retention_period",
-            is_message_valid_based_on_retention_period,
-        )
-        _patch(backend, "receive_message", _in_group_order(backend.receive_message))
-        _patch(models.Message, "mark_received", _noting_receipt(models.Message.mark_received))
-        _patch(backend, "change_message_visibility", _change_message_visibility)
-        _sqs_applied = True
+    models.unix_time, models.unix_time_millis = unix_time, unix_time_millis
+    backend = models.SQSBackend
+    _patch(
+        backend,
+        "is_message_valid_based_on_retention_period",
+        is_message_valid_based_on_retention_period,
+    )
+    _patch(backend, "receive_message", _in_group_order(backend.receive_message))
+    _patch(models.Message, "mark_received", _noting_receipt(models.Message.mark_received))
+    _patch(backend, "change_message_visibility", _change_message_visibility)
 
 
 def _noting_receipt(mark_received: Any) -> Any:
