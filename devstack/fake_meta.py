@@ -33,7 +33,7 @@ from typing import Any
 from devstack import RecordingServer, Reply, Request, announce
 
 MAX_TEXT_CHARS = 4096
-MAX_CALLBACK_DATA = 512
+MAX_CALLBACK = 512  # biz_opaque_callback_data, characters
 DOWNLOAD = "/download/"
 _BSUID = re.compile(r"^[A-Z]{2}\.[A-Za-z0-9.]{1,140}$")
 _WA_ID = re.compile(r"^\+?[1-9]\d{6,14}$")
@@ -126,9 +126,6 @@ class FakeGraph(RecordingServer):
                 return {"json": request.json()}
         return {}
 
-    def answer(self, request: Request, record: dict[str, Any]) -> Reply:
-        return self._route(request, record)
-
     def _take(self, kind: str) -> Reply | None:
         with self._lock:
             for index, (wanted, reply) in enumerate(self._injected):
@@ -137,7 +134,7 @@ class FakeGraph(RecordingServer):
                     return reply
         return None
 
-    def _route(self, request: Request, record: dict[str, Any]) -> Reply:
+    def answer(self, request: Request, record: dict[str, Any]) -> Reply:
         if request.headers.get("authorization") != f"Bearer {self.access_token}":
             return error_reply(190, 401)
         if request.method == "POST" and (found := _MESSAGES.match(request.path)):
@@ -169,8 +166,10 @@ class FakeGraph(RecordingServer):
         if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEXT_CHARS:
             return error_reply(100, message=f"text.body: 1 to {MAX_TEXT_CHARS} characters")
         callback = body.get("biz_opaque_callback_data")
-        if callback is not None and (not isinstance(callback, str) or len(callback) > 512):
-            return error_reply(100, message="biz_opaque_callback_data: at most 512 characters")
+        if callback is not None and (not isinstance(callback, str) or len(callback) > MAX_CALLBACK):
+            return error_reply(
+                100, message=f"biz_opaque_callback_data: at most {MAX_CALLBACK} characters"
+            )
         with self._lock:
             wamid = f"wamid.STANDIN{next(self._ids):08d}"
             sent = {

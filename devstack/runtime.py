@@ -36,7 +36,7 @@ from typing import IO, Any
 
 from devstack import in_parallel
 from devstack.cfn import FunctionSpec
-from devstack.lambda_harness import LambdaContext, Outcome, import_function
+from devstack.lambda_harness import LambdaContext, Outcome, _ms, import_function
 
 READY_TIMEOUT_SECONDS = 60.0
 # What a child may inherit from the developer's shell; everything else comes from the template.
@@ -157,10 +157,6 @@ class Environment:
         for stream in (process.stdin, process.stdout):
             with contextlib.suppress(OSError, ValueError):
                 stream and stream.close()
-
-
-def _ms(started: float) -> float:
-    return (time.perf_counter() - started) * 1000
 
 
 class FunctionPool:
