@@ -24,7 +24,13 @@ from typing import Any
 from devstack import events
 from devstack.events import http_event, sqs_batch, whasp_message  # noqa: F401 (for the benches)
 from devstack.fake_openai import RESPONSES
-from devstack.lambda_harness import LambdaContext, function_code, import_function, retried  # noqa: F401
+from devstack.lambda_harness import (  # noqa: F401
+    LambdaContext,
+    function_code,
+    import_function,
+    memagent_logs_to,
+    retried,
+)
 from memagent.person import LOCAL_PERSON_KEY, person_key
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -217,16 +223,9 @@ class LogSink:
 
 @contextlib.contextmanager
 def captured_logs(sink: LogSink) -> Iterator[LogSink]:
-    """Send the Powertools Logger (bound to a stream at creation) and print() to `sink`."""
-    from memagent.observability import logger
-
-    handler = logger.registered_handler
-    previous = handler.setStream(sink)  # type: ignore[attr-defined]
-    try:
-        with contextlib.redirect_stdout(sink):
-            yield sink
-    finally:
-        handler.setStream(previous)  # type: ignore[attr-defined]
+    """Send the Powertools Logger and print() to `sink`."""
+    with memagent_logs_to(sink), contextlib.redirect_stdout(sink):
+        yield sink
 
 
 # ---------------------------------------------------------------------- DynamoDB capacity

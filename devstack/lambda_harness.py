@@ -13,6 +13,7 @@ source mapping does with its answer.
     stream_filters(template)         the FilterCriteria patterns of the compactor's stream
     passes_filters(record, patterns) whether the mapping hands a stream record over at all
     retry_from(sequence, failed)     a stream batch resumes from its first failed record
+    memagent_logs_to(stream)         where memagent's own logger writes meanwhile
 
 The events themselves are devstack.events. Everything heavy is imported on first use, so an
 execution environment (devstack.runtime) that loads this module before the function still
@@ -21,6 +22,7 @@ measures the function's own cold start.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -28,7 +30,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -93,6 +95,19 @@ def import_function(code: Path | str, *, module_name: str | None = None) -> Any:
 def function_code(name: str) -> Path:
     """functions/<name>/app.py"""
     return ROOT / "functions" / name / "app.py"
+
+
+@contextlib.contextmanager
+def memagent_logs_to(stream: Any) -> Iterator[Any]:
+    """memagent's Powertools logger writes to `stream` meanwhile: its handler was bound to
+    stdout when the logger was created, so redirecting stdout alone would not move it."""
+    from memagent.observability import logger
+
+    previous = logger.registered_handler.setStream(stream)  # type: ignore[attr-defined]
+    try:
+        yield stream
+    finally:
+        logger.registered_handler.setStream(previous)  # type: ignore[attr-defined]
 
 
 # --------------------------------------------------------------------------- invocations

@@ -55,7 +55,7 @@ from devstack.clock import SQS_CLOCK
 from devstack.console import Console
 from devstack.delivery import QueueDelivery, StreamDelivery, queue_counts
 from devstack.events import META_TEST_APP_SECRET, META_TEST_VERIFY_TOKEN
-from devstack.lambda_harness import Outcome, stream_filters
+from devstack.lambda_harness import Outcome, memagent_logs_to, stream_filters
 from devstack.resources import ROOT, LocalResources, create_all, load_template
 from devstack.runtime import FunctionPool, base_environment
 from memagent.person import LOCAL_PERSON_KEY
@@ -212,7 +212,7 @@ class DevStack:
         self.webhook_concurrency = webhook_concurrency
         self.time_scale = time_scale
         self.idle_jump = idle_jump
-        self._previous_scale: float | None = None
+        self._undo = contextlib.ExitStack()  # the process-wide things the stack changed
         self.parameters = dict(parameters or {})
         self.extra_env = dict(extra_env or {})
         self.webhook_secret = webhook_secret
@@ -268,8 +268,10 @@ class DevStack:
         self.log_path.write_text("")  # a fresh log per run; everyone then appends (O_APPEND)
         self._log = open(self.log_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
         moto_fixes.apply()
-        self._previous_scale, SQS_CLOCK.scale = SQS_CLOCK.scale, self.time_scale
-        self._route_memagent_logs()
+        self._undo.enter_context(SQS_CLOCK.scaled(self.time_scale))
+        # operator actions run here (lifecycle.forget from the demo or the chat) log through
+        # memagent's logger: into the detailed log too, like the functions' lines
+        self._undo.enter_context(memagent_logs_to(self._log))
         self.moto = MotoServer().start()
         # the documented local person key: the functions read it from moto's Secrets Manager
         self._use_aws_env({**aws_env(self.moto.url), "PERSON_KEY": LOCAL_PERSON_KEY})
@@ -347,9 +349,7 @@ class DevStack:
             self.moto.stop()
             self.moto = None
         self._restore_env()
-        if self._previous_scale is not None:
-            SQS_CLOCK.scale, self._previous_scale = self._previous_scale, None
-        self._unroute_memagent_logs()
+        self._undo.close()
         self.apis, self.pools = {}, {}
         self.queue_delivery = self.stream_delivery = self.retry_delivery = None
         if self._log is not None:
@@ -363,23 +363,6 @@ class DevStack:
         self.stop()
 
     # ------------------------------------------------------------------ wiring
-
-    def _route_memagent_logs(self) -> None:
-        """Operator actions run here (e.g. lifecycle.forget from the demo or the chat) log through
-        memagent's Powertools logger: into the detailed log, like the functions' lines."""
-        from memagent.observability import logger
-
-        handler = logger.registered_handler
-        if hasattr(handler, "setStream"):
-            self._memagent_stream = handler.setStream(self._log)
-
-    def _unroute_memagent_logs(self) -> None:
-        stream = getattr(self, "_memagent_stream", None)
-        if stream is not None:
-            from memagent.observability import logger
-
-            logger.registered_handler.setStream(stream)
-            self._memagent_stream = None
 
     def _use_aws_env(self, values: dict[str, str]) -> None:
         for key in [*values, "AWS_PROFILE"]:
