@@ -39,7 +39,7 @@ def parameter_values(template: dict[str, Any], overrides: Mapping[str, str]) -> 
         if name in overrides:
             values[name] = str(overrides[name])
         elif "Default" in spec:
-            values[name] = _text(spec["Default"])
+            values[name] = as_text(spec["Default"])
     unknown = set(overrides) - set(template.get("Parameters") or {})
     if unknown:
         raise TemplateError(f"not parameters of the template: {', '.join(sorted(unknown))}")
@@ -119,14 +119,14 @@ class Resolver:
             text, variables = (argument, {}) if isinstance(argument, str) else argument
             variables = {k: self.resolve(v) for k, v in variables.items()}
             return re.sub(
-                r"\$\{([^}!]+)\}", lambda m: _text(self._sub(m.group(1), variables)), text
+                r"\$\{([^}!]+)\}", lambda m: as_text(self._sub(m.group(1), variables)), text
             )
         if name == "Fn::If":
             condition, when_true, when_false = argument
             return self.resolve(when_true if self.condition(condition) else when_false)
         if name == "Fn::Equals":
             left, right = (self.resolve(v) for v in argument)
-            return _text(left) == _text(right)
+            return as_text(left) == as_text(right)
         if name == "Fn::Not":
             return not self.resolve(argument[0])
         if name == "Fn::And":
@@ -135,7 +135,7 @@ class Resolver:
             return any(self.resolve(v) for v in argument)
         if name == "Fn::Join":
             separator, items = argument
-            return separator.join(_text(v) for v in self.resolve(items))
+            return separator.join(as_text(v) for v in self.resolve(items))
         if name == "Fn::Select":
             index, items = argument
             return self.resolve(items)[int(self.resolve(index))]
@@ -149,7 +149,8 @@ class Resolver:
         return self._ref(name)
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
+    """A template's scalar as CloudFormation passes it on: booleans as true / false."""
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
@@ -196,7 +197,7 @@ def functions(template: dict[str, Any], resolver: Resolver, root: Path) -> dict[
         for name, value in variables.items():
             resolved = resolver.resolve(value)
             if resolved is not NO_VALUE:
-                environment[name] = _text(resolved)
+                environment[name] = as_text(resolved)
         module, _, attribute = str(merged.get("Handler", "app.handler")).rpartition(".")
         code_uri = resolver.resolve(merged.get("CodeUri", "."))
         specs[logical_id] = FunctionSpec(

@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 
 import boto3
 
+from devstack import cfn
+
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template.yaml"
 
@@ -113,7 +115,7 @@ def create_queues(
             return
         props = queues[logical_id].get("Properties", {})
         attributes = {
-            sqs_name: _attribute(props[cfn_name])
+            sqs_name: cfn.as_text(props[cfn_name])
             for cfn_name, sqs_name in _SQS_ATTRIBUTES.items()
             if cfn_name in props
         }
@@ -147,12 +149,6 @@ def _client(service: str) -> Any:
 @functools.lru_cache(maxsize=16)
 def _cached_client(service: str, _endpoint: str | None) -> Any:
     return boto3.client(service)
-
-
-def _attribute(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def max_receive_count(template: dict[str, Any], queue: str = "EventQueue") -> int:
