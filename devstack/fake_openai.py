@@ -24,6 +24,8 @@ from __future__ import annotations
 import base64
 import binascii
 import calendar
+import email
+import email.policy
 import itertools
 import json
 import math
@@ -258,27 +260,19 @@ def bedrock_problems(body: Any, headers: dict[str, str]) -> list[str]:
 
 
 def _multipart(request: Request) -> dict[str, tuple[str | None, str | None, bytes]]:
-    """Parts of a multipart/form-data body: name -> (filename, content type, bytes)."""
-    match = re.search(r'boundary="?([^";]+)"?', request.headers.get("content-type", ""))
-    if not match:
+    """Parts of a multipart/form-data body, name -> (filename, content type, bytes), as the
+    standard library's MIME parser reads them."""
+    content_type = request.headers.get("content-type", "")
+    if not content_type.startswith("multipart/form-data") or "boundary=" not in content_type:
         raise ValueError("not multipart/form-data")
-    parts: dict[str, tuple[str | None, str | None, bytes]] = {}
-    for chunk in request.body.split(b"--" + match.group(1).encode())[1:]:
-        if chunk.startswith(b"--"):
-            break  # the closing boundary
-        head, _, data = chunk.removeprefix(b"\r\n").partition(b"\r\n\r\n")
-        data = data.removesuffix(b"\r\n")
-        headers = head.decode("utf-8", "replace")
-        name = re.search(r'\bname="([^"]*)"', headers)
-        filename = re.search(r'\bfilename="([^"]*)"', headers)
-        kind = re.search(r"(?im)^content-type:\s*(\S+)", headers)
-        if name:
-            parts[name.group(1)] = (
-                filename.group(1) if filename else None,
-                kind.group(1) if kind else None,
-                data,
-            )
-    return parts
+    head = f"Content-Type: {content_type}\r\n\r\n".encode()
+    message = email.message_from_bytes(head + request.body, policy=email.policy.HTTP)
+    return {
+        name: (part.get_filename(), part.get("content-type") and part.get_content_type(), data)
+        for part in message.iter_parts()
+        if (name := part.get_param("name", header="content-disposition"))
+        and isinstance(data := part.get_payload(decode=True), bytes)
+    }
 
 
 def _form_summary(request: Request) -> dict[str, Any]:
