@@ -23,18 +23,18 @@ from devstack import cfn
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template.yaml"
 
-# CloudFormation property -> SQS attribute name, for the properties a queue may carry
-_SQS_ATTRIBUTES = {
-    "FifoQueue": "FifoQueue",
-    "ContentBasedDeduplication": "ContentBasedDeduplication",
-    "DeduplicationScope": "DeduplicationScope",
-    "FifoThroughputLimit": "FifoThroughputLimit",
-    "VisibilityTimeout": "VisibilityTimeout",
-    "MessageRetentionPeriod": "MessageRetentionPeriod",
-    "DelaySeconds": "DelaySeconds",
-    "ReceiveMessageWaitTimeSeconds": "ReceiveMessageWaitTimeSeconds",
-    "SqsManagedSseEnabled": "SqsManagedSseEnabled",
-}
+# The queue properties the template may set; CloudFormation names them as SQS's attributes
+_SQS_ATTRIBUTES = (
+    "FifoQueue",
+    "ContentBasedDeduplication",
+    "DeduplicationScope",
+    "FifoThroughputLimit",
+    "VisibilityTimeout",
+    "MessageRetentionPeriod",
+    "DelaySeconds",
+    "ReceiveMessageWaitTimeSeconds",
+    "SqsManagedSseEnabled",
+)
 
 
 def load_template(path: Path = TEMPLATE) -> dict[str, Any]:
@@ -114,11 +114,7 @@ def create_queues(
         if logical_id in urls:
             return
         props = queues[logical_id].get("Properties", {})
-        attributes = {
-            sqs_name: cfn.as_text(props[cfn_name])
-            for cfn_name, sqs_name in _SQS_ATTRIBUTES.items()
-            if cfn_name in props
-        }
+        attributes = {name: cfn.as_text(props[name]) for name in _SQS_ATTRIBUTES if name in props}
         redrive = props.get("RedrivePolicy")
         if redrive:
             target = redrive["deadLetterTargetArn"]["Fn::GetAtt"][0]
