@@ -51,6 +51,10 @@ POWERTOOLS_ENV = {
     "POWERTOOLS_DEV": "false",
     "PERSON_KEY": LOCAL_PERSON_KEY,  # the documented local key (memagent.person)
 }
+# Set before any benchmark imports memagent (each imports this module first): Powertools'
+# metrics read their namespace once, when memagent.observability is imported.
+for _name, _value in POWERTOOLS_ENV.items():
+    os.environ.setdefault(_name, _value)
 
 
 # ---------------------------------------------------------------------- handlers
