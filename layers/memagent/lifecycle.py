@@ -134,9 +134,11 @@ def forget_key(
     at: datetime | None = None,
     media: Any | None = None,
     keep_later: bool = False,
+    files_before: datetime | None = None,
 ) -> Receipt:
     """Erase one partition; `keep_later`: only what was written up to the mark (`at`), keeping
-    what came after it and the state item (retention: see expire)."""
+    what came after it and the state item, and files kept or archived up to `files_before`
+    (retention: see expire)."""
     at = store.mark_erased(pk, at or datetime.now(UTC))
     by_kind: dict[str, int] = {}
     aliases: dict[str, bool] = {}  # the keys of identifiers that reach the person: merged?
@@ -168,7 +170,7 @@ def forget_key(
         store.reduce_state_to_mark(pk, at)
     if identifiers := _forget_identifiers(store, pk, aliases, at, archive=archive, media=media):
         by_kind["identifiers"] = by_kind.get("identifiers", 0) + identifiers
-    before = at if keep_later else None
+    before = (files_before or at) if keep_later else None
     if archive is not None:
         by_kind["archived"] = archive.delete_person(pk, before=before)
     if media is not None:  # voice notes and photos kept for a retry (memagent.archive.KeptMedia)
@@ -245,6 +247,18 @@ def left_by_ttl(memory: Memory) -> datetime | None:
     return max(times, default=None)
 
 
+def _held_until(items: list[dict[str, Any]], up_to: datetime | None) -> datetime | None:
+    """The newest time in what a person's partition holds (a message, a reply, a fact, the
+    summary), of those written up to `up_to`."""
+    times = (
+        from_iso(item.get("at"))
+        for item in items
+        if item["sk"] == SUMMARY or item["sk"].startswith((MSG, FACT))
+    )
+    held = [t for t in times if t is not None and (up_to is None or t <= up_to)]
+    return max(held, default=None)
+
+
 def expire(
     store: MemoryStore,
     pk: str,
@@ -256,14 +270,28 @@ def expire(
     """Forget a person who has been silent for the retention period: the same erasure, and the
     same audit line, as an operator's; the caller is the TTL process.
 
-    `deleted_at`: when the TTL deleted their state item. The erasure mark is set there, and
-    only what was written up to it goes: a message the person wrote since (a new conversation,
-    begun before the stream record was handled) is kept, with the state item its turn wrote,
-    and a redelivery of anything older is refused. A second delivery of the record finds
-    nothing left to erase."""
+    `deleted_at`: when the TTL deleted their state item. The erasure mark is not that time but
+    the newest one the expired memory holds (its newest message, reply, fact or summary, up to
+    the deletion): what it had handled had all happened by then, so a redelivery of any of it
+    is refused (memagent.redelivery.skipped), while a message written after it is the person
+    writing to us, even one written before the deletion (queued or in flight when the TTL
+    fired): it is answered as a new conversation, without the old memory. Only what was
+    written up to the mark goes (kept and archived files: up to the deletion); what the person
+    wrote after it is kept, with the state item its turn wrote. A mark already there stands
+    (this record handled before, or the turn ran the expiry first, or an erasure since): a
+    second delivery finds nothing left to erase, and never what was answered since."""
+    items = store.everything(pk)
+    state = next((item for item in items if item["sk"] == STATE), {})
+    mark = from_iso(state.get("erased_at")) or _held_until(items, deleted_at) or deleted_at
     try:
         receipt = forget_key(
-            store, pk, archive=archive, media=media, at=deleted_at, keep_later=True
+            store,
+            pk,
+            archive=archive,
+            media=media,
+            at=mark,
+            keep_later=True,
+            files_before=deleted_at or datetime.now(UTC),
         )
     except Exception:
         audit(ERASE, caller=f"retention ({TTL_PRINCIPAL})", person=pk, outcome="failed")

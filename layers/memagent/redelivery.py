@@ -16,9 +16,11 @@ So every inbound message ends with exactly one reply sent, whatever step crashed
 state is one entry in `RESUMES` (and the write that records it, in memagent/store_turn.py or
 store_ledger.py).
 
-Some events are never handled at all (`skipped`): one written before the person's erasure (it
-must not bring them back), and one older than the ledger reaches back (it could not be told
-from a repeat).
+Some events are never handled at all (`skipped`): one written up to the person's erasure mark
+(it must not bring them back), and one older than the ledger reaches back (it could not be told
+from a repeat). The mark of a "forget me" or an operator's erasure is when it was asked for;
+a retention expiry's is the newest thing the expired memory held (memagent.lifecycle.expire),
+so a message it never handled, even one queued when the TTL fired, is answered afresh.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ def skipped(crew: Crew, pk: str, memory: Memory, message: InboundMessage) -> str
     """The decision for an event the turn must not handle ("skipped", "too_old"), else None."""
     erased = memory.state.erased_at
     if erased and message.created_at <= erased:
-        # sent before the person asked to be forgotten: never bring it back. Nothing is
+        # sent before the person asked to be forgotten, or handled by a memory that expired
+        # (the mark is its newest time): never bring it back. Nothing is
         # written (not even a ledger entry); an erasure a crash left half-done is finished.
         if _predates(memory, erased):
             crew._forget(pk, at=erased)

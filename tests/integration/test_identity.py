@@ -221,6 +221,64 @@ def test_a_message_that_arrives_after_the_ttl_deletion_survives_the_expiry_and_i
     assert int(state["expires_at"]) > (deleted + timedelta(days=29)).timestamp()
 
 
+def test_a_message_in_flight_when_the_ttl_fired_is_answered_afresh_an_old_one_is_not_again(
+    consumer_env, compactor_env, resources, tap, whasp, openai, monkeypatch, lambda_context
+):
+    from devstack.fake_openai import turns_of
+    from devstack.lambda_harness import passes_filters, stream_filters
+    from devstack.resources import load_template
+    from tests.conftest import MAYA, load_function, seed_turns, sqs_batch, whasp_message
+
+    # 7 days' retention, inside the ledger's 30 days: only the expiry's mark can tell an old
+    # message's redelivery from a new one
+    consumer = load_function(
+        "consumer", {**consumer_env, "INACTIVE_RETENTION_DAYS": "7"}, monkeypatch
+    )
+    compactor = load_function("compactor", compactor_env, monkeypatch)
+    pk = person_key(AGENT, MAYA)
+
+    def writes(text: str, at: datetime, event_id: str | None = None) -> None:
+        stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        batch = sqs_batch(whasp_message(text, chat=MAYA, created_at=stamp, event_id=event_id))
+        assert consumer.handler(batch, lambda_context) == {"batchItemFailures": []}
+
+    # given Maya's conversation of 8 days ago, answered then, and DynamoDB's TTL deleting her
+    # state item now; the stream record's handler runs before her newest message is handled
+    started = datetime.now(UTC) - timedelta(days=8)
+    seed_turns(
+        consumer.consumer.agent.store,
+        MAYA,
+        ["my HIV test came back positive", "I'm sorry to hear that."],
+        start=started,
+    )
+    answered = next(
+        r for r in compactor.compactor.store.everything(pk) if r["sk"].startswith("EVT#")
+    )
+    records = _ttl_sweep(resources, tap, datetime.now(UTC))
+    expiry = [r for r in records if passes_filters(r, stream_filters(load_template()))]
+    assert [r["dynamodb"]["Keys"]["pk"]["S"] for r in expiry] == [pk]
+    deleted = datetime.fromtimestamp(expiry[0]["dynamodb"]["ApproximateCreationDateTime"], UTC)
+    assert compactor.handler({"Records": expiry}, lambda_context) == {"batchItemFailures": []}
+    # when her message written a second before the deletion (queued, in flight) is delivered
+    writes("Hi! Is this the running club?", deleted - timedelta(seconds=1), "evt_in_flight")
+    # then it gets one reply, from a context without the old memory
+    assert len(whasp.sent) == 1
+    assert [text for _, text in turns_of(openai.calls()[-1])] == ["Hi! Is this the running club?"]
+    assert "HIV" not in json.dumps(openai.calls())
+    # when the stream record comes again, and the old message (already answered) is redelivered
+    assert compactor.handler({"Records": expiry}, lambda_context) == {"batchItemFailures": []}
+    writes("my HIV test came back positive", started + timedelta(minutes=1), answered["event_id"])
+    # then the old one is not answered again, and the new conversation stands: her next
+    # message is answered with it in front of the model
+    assert len(whasp.sent) == 1
+    writes("Great, Tuesdays suit me", deleted + timedelta(seconds=2))
+    assert len(whasp.sent) == 2
+    seen = [text for _, text in turns_of(openai.calls()[-1])]
+    assert seen[0] == "Hi! Is this the running club?" and seen[-1] == "Great, Tuesdays suit me"
+    assert len(seen) == 3
+    assert "HIV" not in json.dumps(compactor.compactor.store.everything(pk), default=str)
+
+
 def test_the_retention_filter_passes_only_the_ttls_deletion_of_a_state_item():
     from devstack.lambda_harness import passes_filters, stream_filters
     from devstack.resources import load_template
