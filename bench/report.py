@@ -335,9 +335,11 @@ consistent), given the same summary and facts.
 - ours reads strongly consistent (the turn must see its own last write); the reference's
   eventually consistent reads cost half per 4 KB.
 - ours writes: one transaction (message + ledger entry + state, which also reserves the reply's
-  seq; 2 units per item under 1 KB), the reply alone in its reserved slot, conditional on the
-  slot being empty (1), and the ledger's `sent` (1). The transaction is the price of exactly-once
-  replies (figure 7): the reference's cheaper writes are what loses a reply after a crash. The
+  seq; 2 units per item under 1 KB), the reply in its reserved slot, conditional on the slot
+  being empty, in a transaction with a check that no human took the chat since the turn read
+  it (2 + 2: a reply the model was writing when an operator took over is never sent), and the
+  ledger's `sent` (1). The transactions are the price of exactly-once replies (figure 7) and of
+  the handoff's word: the reference's cheaper writes are what loses a reply after a crash. The
   summary has its own item, written only by compaction, so the state item each turn writes stays
   under 1 KB.
 - moto reports ConsumedCapacity as fixed placeholders ({_n(ours["moto_reported"], 2)} units per

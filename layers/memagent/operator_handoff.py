@@ -1,12 +1,13 @@
 """A human takes the chat: take over, reply, hand back.
 
 `take_over` hands the chat to a human, with the messages still awaiting the agent's reply (the
-agent never answers those, even after the hand-back); while handed off the agent stores what
-the person writes and says nothing (memagent.turn); `reply` sends the operator's words through
-the stack's provider, exactly once per idempotency key (a ledger entry keyed by it, send keys
-derived from it, parts recorded as they go out, like the agent's replies), split like the
-agent's, and stores them as the business's side of the conversation, marked `author: human`;
-`hand_back` (or HandoffTimeoutHours without an operator reply) gives the chat back."""
+agent never answers those, even after the hand-back: a reply the model is writing meanwhile is
+refused when it is stored, memagent.store_turn.remember_reply); while handed off the agent
+stores what the person writes and says nothing (memagent.turn); `reply` sends the operator's
+words through the stack's provider, exactly once per idempotency key (a ledger entry keyed by
+it, send keys derived from it, parts recorded as they go out, like the agent's replies), split
+like the agent's, and stores them as the business's side of the conversation, marked `author:
+human`; `hand_back` (or HandoffTimeoutHours without an operator reply) gives the chat back."""
 
 from __future__ import annotations
 

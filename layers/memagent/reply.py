@@ -205,7 +205,9 @@ def remember_and_send(
     tools: tuple[str, ...] = (),
     tokens: int = 0,
 ) -> str:
-    """Store the reply to `answering` (and to every message awaiting with it), then send it."""
+    """Store the reply to `answering` (and to every message awaiting with it), then send it;
+    unless the chat was handed to a human meanwhile (the store refuses the write, and the
+    turn's retry leaves the message to the human: memagent.turn)."""
     assert answering.event_id is not None
     sender = answering.number or message.number
     turn = Turn(
@@ -227,5 +229,7 @@ def remember_and_send(
         extra_set=flags or None,
         covered=memory.state.awaiting,
         ledger_ttl=crew.ledger_ttl,
+        # a human taking the chat over since this turn read it refuses the write: not sent
+        handoff_since=memory.state.handoff.since if memory.state.handoff else None,
     )
     return send(crew, pk, message, answering.event_id, sender, text, reply_seq=turn.seq)

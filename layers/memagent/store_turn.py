@@ -8,8 +8,6 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from memagent.errors import ConcurrentUpdate
 from memagent.memory import PersonState, Turn
 from memagent.store_ledger import ANSWERED, FOR_HUMAN, OPTED_OUT, STORED, LedgerWrites
@@ -162,6 +160,7 @@ class TurnWrites(LedgerWrites):
         extra_set: dict[str, Any] | None = None,
         covered: Sequence[str] = (),
         ledger_ttl: timedelta = DEFAULT_LEDGER_TTL,
+        handoff_since: datetime | None = None,
     ) -> None:
         """Store the reply to `event_id`'s message in the slot remember_inbound reserved for it
         (the message's seq + 1), only if the slot is empty: one reply per message, however often
@@ -175,19 +174,33 @@ class TurnWrites(LedgerWrites):
         reply, and the state takes the flags and drops the list, guarded by the erasure mark.
         A reply stored alone just after an erasure is caught by the turn instead: finish_event
         finds no ledger entry and the turn (or, after a crash, its redelivery) finishes the
-        erasure."""
+        erasure.
+
+        Either way the write holds only if no human took the chat since the turn read its
+        memory (`handoff_since`: the start of the handoff it read, None if none): the state's
+        handoff is checked in the same transaction (alone: a ConditionCheck beside the put).
+        A take-over meanwhile refuses it, like any lost race, with ConcurrentUpdate: nothing
+        is stored or sent, and the turn's retry from a fresh read finds the chat a human's."""
         others = [e for e in covered if e != event_id]
         if not extra_set and not others:
-            try:
-                self.table.put_item(
-                    Item=self._turn_item(pk, turn), ConditionExpression="attribute_not_exists(pk)"
-                )
-            except ClientError as error:
-                if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                    raise
-                raise ConcurrentUpdate("a reply to this message is stored already") from None
-            return
-        actions = [self._new_turn(pk, turn), self._reply_state(pk, extra_set or {}, event_time)]
+            unchanged, values = _no_handoff_since(handoff_since)
+            check: dict[str, Any] = {
+                "TableName": self.table_name,
+                "Key": {"pk": pk, "sk": STATE},
+                "ConditionExpression": unchanged,
+            }
+            if values:
+                check["ExpressionAttributeValues"] = values
+            reasons = self._transact([self._new_turn(pk, turn), {"ConditionCheck": check}])
+            if reasons is None:
+                return
+            if reasons[0] == "ConditionalCheckFailed":
+                raise ConcurrentUpdate("a reply to this message is stored already")
+            raise ConcurrentUpdate("the chat was handed to a human meanwhile; retry")
+        actions = [
+            self._new_turn(pk, turn),
+            self._reply_state(pk, extra_set or {}, event_time, handoff_since),
+        ]
         others = others[-(TRANSACTION_LIMIT - len(actions)) :]
         actions += [
             self._settle(
@@ -199,11 +212,16 @@ class TurnWrites(LedgerWrites):
             raise ConcurrentUpdate("memory changed while storing the reply; retry")
 
     def _reply_state(
-        self, pk: str, extra_set: dict[str, Any], event_time: datetime
+        self,
+        pk: str,
+        extra_set: dict[str, Any],
+        event_time: datetime,
+        handoff_since: datetime | None,
     ) -> dict[str, Any]:
         """A reply's transaction, on the state: the flags set and the `awaiting` list dropped,
-        guarded by the erasure mark."""
-        values: dict[str, Any] = {":event_time": iso(event_time)}
+        guarded by the erasure mark and by the handoff the turn read."""
+        unchanged, values = _no_handoff_since(handoff_since)
+        values[":event_time"] = iso(event_time)
         sets = []
         for index, (name, value) in enumerate(extra_set.items()):
             sets.append(f"{name} = :x{index}")
@@ -217,6 +235,7 @@ class TurnWrites(LedgerWrites):
                 "ConditionExpression": (
                     "attribute_exists(last_seq)"
                     " AND (attribute_not_exists(erased_at) OR erased_at < :event_time)"
+                    f" AND ({unchanged})"
                 ),
                 "ExpressionAttributeValues": values,
             }
@@ -230,3 +249,13 @@ class TurnWrites(LedgerWrites):
             UpdateExpression="REMOVE awaiting",
             ConditionExpression="attribute_exists(last_seq)",
         )
+
+
+def _no_handoff_since(since: datetime | None) -> tuple[str, dict[str, Any]]:
+    """The condition that no human took the chat after the handoff a turn read (`since`, its
+    start; None: the turn read none), and its values."""
+    if since is None:
+        return "attribute_not_exists(handoff_since)", {}
+    return "attribute_not_exists(handoff_since) OR handoff_since <= :handoff_read", {
+        ":handoff_read": iso(since)
+    }

@@ -573,6 +573,61 @@ def test_a_message_awaiting_its_reply_when_the_operator_takes_over_is_not_answer
     assert (ledger["status"], ledger["reason"]) == ("skipped", "handed_to_human")
 
 
+@pytest.mark.parametrize("lines", [1, 2], ids=["a message", "a burst"])
+def test_a_reply_the_model_was_writing_when_the_operator_took_over_is_never_sent(
+    lines, agent, admin, openai, whasp, store, lambda_context, monkeypatch
+):
+    import types
+
+    import memagent.turn
+    from devstack.fake_openai import offline_model
+
+    # the turn's pause before retrying a lost race, recorded instead of waited
+    pauses: list[float] = []
+    monkeypatch.setattr(memagent.turn, "time", types.SimpleNamespace(sleep=pauses.append))
+    # given Maya has talked to the agent
+    say(agent, lambda_context, "Hi, I'm Maya", minutes_ago=10)
+    taken = []
+
+    def take_over_while_the_model_writes(request: dict[str, Any]) -> Any:
+        if not taken:  # the operator takes the chat over while the reply is being written
+            taken.append(call(admin, lambda_context, "POST", f"{person()}/handoff")[0])
+        return offline_model(request)
+
+    # when Maya writes (a message, or a burst answered by one reply: its transaction), and
+    # the operator takes over during the model call for its reply
+    openai.responder = take_over_while_the_model_writes
+    said = ["My parcel arrived smashed", "The box was soaked too"][:lines]
+    events = [
+        whasp_message(
+            text,
+            chat=MAYA,
+            created_at=(datetime.now(UTC) - timedelta(minutes=5 - i)).isoformat(),
+            event_id=f"evt_smashed_{i}",
+        )
+        for i, text in enumerate(said)
+    ]
+    assert agent.handler(sqs_batch(*events), lambda_context)["batchItemFailures"] == []
+    # then the agent's reply never reaches her: the human has the messages, waiting for them
+    assert taken == [200]
+    assert len(whasp.sent) == 1
+    _, conversation = call(admin, lambda_context, "GET", f"{person()}/conversation")
+    assert [m["text"] for m in conversation["messages"]][-lines:] == said
+    assert conversation["handoff"]["waiting"] == lines
+    # when the operator hands back, the last record comes again (a crash after the refused
+    # write), and Maya writes again
+    openai.responder = offline_model
+    call(admin, lambda_context, "DELETE", f"{person()}/handoff")
+    assert agent.handler(sqs_batch(events[-1]), lambda_context)["batchItemFailures"] == []
+    say(agent, lambda_context, "Thanks for the call!", minutes_ago=0)
+    # then the agent never answered what the human had: one reply, to the new message
+    assert len(whasp.sent) == 2 and "Thanks for the call!" in whasp.sent[-1]["text"]
+    for i in range(lines):
+        ledger = store.ledger(person_key(AGENT, MAYA), f"evt_smashed_{i}")
+        assert (ledger["status"], ledger["reason"]) == ("skipped", "handed_to_human")
+    assert len(pauses) == 1  # the one retry of the refused write, from a fresh read
+
+
 def test_after_the_timeout_without_an_operator_reply_the_agent_answers_again(
     agent, admin, openai, whasp, bus, store, lambda_context
 ):
