@@ -76,7 +76,8 @@ def _dependency_fails(stack: harness.Stack, agent: Any, step: str) -> None:
     if step == "remember_inbound":
         _dynamodb_fails(client, "TransactWriteItems", 1)
     elif step == "remember_reply":
-        _dynamodb_fails(client, "PutItem", 1)  # the reply goes alone into its reserved slot
+        # the reply, in its reserved slot: the turn's second transaction
+        _dynamodb_fails(client, "TransactWriteItems", 2)
     elif step == "finish_event":
         _dynamodb_fails(client, "UpdateItem", 1)
     elif step == "model reply":
