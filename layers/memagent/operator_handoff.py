@@ -58,29 +58,35 @@ def handoff_view(handoff: Handoff | None, timeout: timedelta, now: datetime) -> 
 
 class ChatHandoff(Seat):
     def take_over(self, who: str) -> dict[str, Any]:
-        """Hand the chat to a human (idempotent: a handoff in force stays as it is)."""
-        pk, memory = self.person(who)
-        handoff = memory.state.handoff
-        now = datetime.now(UTC)
-        if handoff is not None and not handoff.expired(now, self.timeout):
-            return {"person": pk, "handoff": handoff_view(handoff, self.timeout, now)}
-        previous = handoff.since if handoff else None
-        if not self.store.take_over(
-            pk,
-            agent=self.settings.agent_id,
-            reason="operator",
-            at=now,
-            previous=previous,
-            address=identifier(who),
-            awaiting=memory.state.awaiting,  # the human's to answer now, not the agent's
-            ledger_ttl=timedelta(days=self.settings.ledger_ttl_days),
-        ):
-            _pk, memory = self.person(who)  # someone else took it meanwhile: theirs stands
-            return {"person": pk, "handoff": handoff_view(memory.state.handoff, self.timeout, now)}
-        self.events.emit(HANDOFF_STARTED, pk, reason="operator", since=now)
-        logger.info("chat handed to a human", extra={"reason": "operator"})
-        _pk, memory = self.person(who)
-        return {"person": pk, "handoff": handoff_view(memory.state.handoff, self.timeout, now)}
+        """Hand the chat to a human (idempotent: a handoff in force stays as it is). Written
+        only if the person stored nothing since it was read (else read again), so it hands
+        over every message awaiting a reply, even one stored as the operator clicked."""
+        for _attempt in range(RACE_ATTEMPTS):
+            pk, memory = self.person(who)
+            handoff = memory.state.handoff
+            now = datetime.now(UTC)
+            if handoff is not None and not handoff.expired(now, self.timeout):
+                # someone else took it meanwhile, or it was taken already: theirs stands
+                return {"person": pk, "handoff": handoff_view(handoff, self.timeout, now)}
+            if self.store.take_over(
+                pk,
+                agent=self.settings.agent_id,
+                reason="operator",
+                at=now,
+                previous=handoff.since if handoff else None,
+                address=identifier(who),
+                last_seq=memory.state.last_seq,
+                awaiting=memory.state.awaiting,  # the human's to answer now, not the agent's
+                ledger_ttl=timedelta(days=self.settings.ledger_ttl_days),
+            ):
+                self.events.emit(HANDOFF_STARTED, pk, reason="operator", since=now)
+                logger.info("chat handed to a human", extra={"reason": "operator"})
+                _pk, memory = self.person(who)
+                return {
+                    "person": pk,
+                    "handoff": handoff_view(memory.state.handoff, self.timeout, now),
+                }
+        raise ConcurrentUpdate("the person kept writing while the chat was taken over; retry")
 
     def hand_back(self, who: str) -> dict[str, Any]:
         """Give the chat back to the agent (idempotent)."""

@@ -41,6 +41,7 @@ class HandoffWrites(TurnWrites, CompactionWrites):
         at: datetime,
         previous: datetime | None,
         address: str,
+        last_seq: int,
         awaiting: Sequence[str] = (),
         ledger_ttl: timedelta,
     ) -> bool:
@@ -48,9 +49,12 @@ class HandoffWrites(TurnWrites, CompactionWrites):
         still `awaiting` a reply are the human's now: their ledger entries end `skipped`
         (reason `handed_to_human`) and the state's list is dropped, in the same transaction,
         so the agent never answers them, during the handoff or after it; they count as
-        waiting. False: the person is gone, or someone else started a handoff meanwhile."""
-        condition = "attribute_exists(last_seq) AND "
+        waiting. `last_seq`: the state's as read with `awaiting`; a message stored since
+        refuses the write (it awaits a reply too: read again). False: the person is gone, or
+        wrote since, or someone else started a handoff meanwhile."""
+        condition = "last_seq = :seq AND "
         values: dict[str, Any] = {
+            ":seq": last_seq,
             ":address": address,
             ":agent": agent,
             ":since": _iso(at),

@@ -628,6 +628,62 @@ def test_a_reply_the_model_was_writing_when_the_operator_took_over_is_never_sent
     assert len(pauses) == 1  # the one retry of the refused write, from a fresh read
 
 
+def test_a_take_over_that_read_the_chat_just_before_a_message_was_stored_hands_it_over_too(
+    agent, admin, openai, whasp, store, lambda_context, monkeypatch
+):
+    import threading
+    import types
+
+    import memagent.turn
+    from devstack.fake_openai import offline_model
+
+    monkeypatch.setattr(memagent.turn, "time", types.SimpleNamespace(sleep=lambda _s: None))
+    say(agent, lambda_context, "Hi, I'm Maya", minutes_ago=10)
+    stored, taken = threading.Event(), threading.Event()
+    smashed = whasp_message(
+        "My parcel arrived smashed",
+        chat=MAYA,
+        created_at=(datetime.now(UTC) - timedelta(minutes=5)).isoformat(),
+        event_id="evt_smashed",
+    )
+    turn = threading.Thread(target=agent.handler, args=(sqs_batch(smashed), lambda_context))
+
+    def the_message_comes_in(**_: Any) -> None:  # after the take-over's reads, before its write
+        if not turn.is_alive() and not stored.is_set():
+            turn.start()
+            assert stored.wait(10)
+
+    def answered_once_taken(request: dict[str, Any]) -> Any:
+        assert taken.wait(10)  # the model answers after the take-over is written
+        return offline_model(request)
+
+    admin_events = admin.store.table.meta.client.meta.events
+    admin_events.register("before-call.dynamodb.TransactWriteItems", the_message_comes_in)
+    agent.consumer.agent.store.table.meta.client.meta.events.register(
+        "after-call.dynamodb.TransactWriteItems", lambda **_: stored.set()
+    )
+    openai.responder = answered_once_taken
+    # given the operator's take-over reads Maya's chat, then her message is stored and its
+    # reply asked of the model, then the take-over is written
+    status = call(admin, lambda_context, "POST", f"{person()}/handoff")[0]
+    taken.set()
+    turn.join(10)
+    admin_events.unregister("before-call.dynamodb.TransactWriteItems", the_message_comes_in)
+    # then the agent's reply is not sent, and the message is the human's: waiting for them,
+    # settled as theirs, so neither a redelivery nor the hand-back gets the agent to answer it
+    assert status == 200 and not turn.is_alive()
+    assert len(whasp.sent) == 1
+    _, conversation = call(admin, lambda_context, "GET", f"{person()}/conversation")
+    assert conversation["messages"][-1]["text"] == "My parcel arrived smashed"
+    assert conversation["handoff"]["waiting"] == 1
+    ledger = store.ledger(person_key(AGENT, MAYA), "evt_smashed")
+    assert (ledger["status"], ledger["reason"]) == ("skipped", "handed_to_human")
+    openai.responder = offline_model
+    call(admin, lambda_context, "DELETE", f"{person()}/handoff")
+    assert agent.handler(sqs_batch(smashed), lambda_context)["batchItemFailures"] == []
+    assert len(whasp.sent) == 1
+
+
 def test_after_the_timeout_without_an_operator_reply_the_agent_answers_again(
     agent, admin, openai, whasp, bus, store, lambda_context
 ):
