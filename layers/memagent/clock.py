@@ -96,5 +96,8 @@ def day(at: datetime, zone_name: str) -> str:
 
 
 def moment(at: datetime, zone_name: str) -> str:
-    """A date and time: "Tue 3 Mar 2026, 14:05 (Europe/London)"."""
-    return f"{day(at, zone_name)}, {at.astimezone(zone(zone_name)):%H:%M} ({zone_name})"
+    """A date and time: "Tue 3 Mar 2026, 14:05 (Europe/London)", labelled with the zone the
+    time is in: "UTC" when `zone_name` has no database entry here (see `zone`)."""
+    used = zone(zone_name)
+    label = "UTC" if used is UTC else zone_name
+    return f"{day(at, zone_name)}, {at.astimezone(used):%H:%M} ({label})"
