@@ -76,10 +76,6 @@ def load_function(name: str, env: dict[str, str]) -> Any:
 # ---------------------------------------------------------------------- events
 
 
-def signed_headers(body: bytes, event_id: str, *, secret: str = SECRET) -> dict[str, str]:
-    return events.signed_headers(body, event_id, secret=secret)
-
-
 def iso_now(minutes_ago: float = 0.0) -> str:
     """An event time, recent enough for the consumer (it skips events older than its ledger)."""
     at = datetime.now(UTC) - timedelta(minutes=minutes_ago)
@@ -88,7 +84,7 @@ def iso_now(minutes_ago: float = 0.0) -> str:
 
 def signed_request(event: dict[str, Any]) -> dict[str, Any]:
     body = json.dumps(event).encode()
-    return http_event(body, signed_headers(body, event["id"]))
+    return http_event(body, events.signed_headers(body, event["id"], secret=SECRET))
 
 
 def pk(phone: str) -> str:

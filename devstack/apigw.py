@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qs
 
 from devstack import LoopbackServer, Reply, Request
 from devstack.aws import REGION
@@ -87,11 +87,9 @@ def http_api_event(
     }
     if body:
         event["body"] = text if text is not None else base64.b64encode(body).decode()
-    if query:
-        params: dict[str, str] = {}
-        for name, value in parse_qsl(query, keep_blank_values=True):
-            params[name] = f"{params[name]},{value}" if name in params else value
-        event["queryStringParameters"] = params
+    if query:  # a repeated parameter's values joined with commas
+        params = parse_qs(query, keep_blank_values=True).items()
+        event["queryStringParameters"] = {name: ",".join(values) for name, values in params}
     if path_parameters:
         event["pathParameters"] = path_parameters
     if "cookie" in headers:
