@@ -72,10 +72,6 @@ class MotoServer:
         with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
             response.read()
 
-    def env(self) -> dict[str, str]:
-        """`aws_env(self.url)`."""
-        return aws_env(self.url)
-
     def __enter__(self) -> Self:
         return self.start()
 
