@@ -13,7 +13,6 @@ from typing import Any, TextIO
 RESET = "\033[0m"
 STYLES = {
     "bold": "1",
-    "dim": "2",
     "italic": "3",
     "red": "31",
     "green": "32",
@@ -30,11 +29,6 @@ TAG_STYLES = {
     "webhook": "blue",
     "consumer": "magenta",
     "compactor": "yellow",
-    "whasp": "green",
-    "admin": "cyan",
-    "warn": "red",
-    "ok": "green",
-    "fail": "red",
 }
 LEVELS = {"quiet": 0, "normal": 1, "verbose": 2}
 
