@@ -159,8 +159,6 @@ class DevStack:
     agent_id            the AgentId parameter (memory is keyed by agent and phone)
     model               a model name (else OPENAI_MODEL, else the template's default)
     env                 where to look for OPENAI_BASE_URL / OPENAI_API_KEY (default os.environ)
-    compact_threshold   COMPACT_THRESHOLD / COMPACT_KEEP for the functions (default: settings')
-    compact_keep
     consumer_concurrency  environments of the consumer (different people in parallel)
     webhook_concurrency   environments of the webhook
     time_scale          how much faster than AWS the queue's clock runs (devstack.clock): a failed
@@ -171,7 +169,7 @@ class DevStack:
                         a real model that is down, `make chat` would otherwise run through every
                         retry in seconds; at 60x, the 15-minute cap is 15 s
     parameters          more template parameter overrides (SystemPrompt, OptOutPolicy ...)
-    extra_env           more environment variables for every function
+    extra_env           more environment variables for every function (COMPACT_THRESHOLD ...)
     template            a parsed template (default: template.yaml)
     provider            "whasp" or "meta" (default: PROVIDER, else whasp)
     console / level     where progress goes: "quiet", "normal" or "verbose"
@@ -184,8 +182,6 @@ class DevStack:
         agent_id: str = "coach",
         model: str | None = None,
         env: Mapping[str, str] | None = None,
-        compact_threshold: int | None = None,
-        compact_keep: int | None = None,
         consumer_concurrency: int = 3,
         webhook_concurrency: int = 2,
         time_scale: float = 60.0,
@@ -206,8 +202,6 @@ class DevStack:
             raise ValueError(f"provider must be whasp or meta, not {self.provider!r}")
         self.template = template if template is not None else load_template()
         self.model = choose_model(env, model, template=self.template)
-        self.compact_threshold = compact_threshold
-        self.compact_keep = compact_keep
         self.consumer_concurrency = consumer_concurrency
         self.webhook_concurrency = webhook_concurrency
         self.time_scale = time_scale
@@ -507,10 +501,6 @@ class DevStack:
         }
         if self.lambda_api is not None:
             env["AWS_ENDPOINT_URL_LAMBDA"] = self.lambda_api.url
-        if self.compact_threshold is not None:
-            env["COMPACT_THRESHOLD"] = str(self.compact_threshold)
-        if self.compact_keep is not None:
-            env["COMPACT_KEEP"] = str(self.compact_keep)
         env.update(self.extra_env)
         return env
 

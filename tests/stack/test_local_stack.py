@@ -72,13 +72,13 @@ def test_many_people_many_messages_each_with_duplicates(tmp_path, people, messag
     # given the local stack with the offline model and that compaction (threshold / keep)
     # One reply per message (COALESCE_BURSTS=false): this run checks that each message is
     # answered once and in order; a burst answered once is checked in tests/integration.
-    one_each = {"COALESCE_BURSTS": "false"}
     threshold, keep = compaction
+    settings = {"COALESCE_BURSTS": "false"}
+    if threshold is not None:  # else the functions' own defaults (40 / keep 20)
+        settings |= {"COMPACT_THRESHOLD": str(threshold), "COMPACT_KEEP": str(keep)}
     with DevStack(
         env={},
-        extra_env=one_each,
-        compact_threshold=threshold,
-        compact_keep=keep,
+        extra_env=settings,
         level="quiet",
         log_path=tmp_path / "stack.log",
     ) as stack:
@@ -167,14 +167,13 @@ def stand_in_stack(stand_in, tmp_path_factory):
         env=env,
         template=template,
         level="quiet",
-        compact_threshold=6,
-        compact_keep=2,
         # the poison message comes back after the consumer's backoff (10, 20, 40, 80, 160 s of
         # AWS time, ~5 s at 60x) until its sixth receive parks it: the queue's clock jumps to
         # each return when nothing else is left to do, instead of the test waiting for it
         idle_jump=True,
-        # the tests below count one reply per message
-        extra_env={"OPENAI_MAX_RETRIES": "0", "COALESCE_BURSTS": "false"},
+        # compaction early; the tests below count one reply per message
+        extra_env={"OPENAI_MAX_RETRIES": "0", "COALESCE_BURSTS": "false"}
+        | {"COMPACT_THRESHOLD": "6", "COMPACT_KEEP": "2"},
         log_path=tmp_path_factory.mktemp("stand-in") / "stack.log",
     ) as stack:
         yield stack
