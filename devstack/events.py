@@ -197,12 +197,9 @@ def meta_notification(
         "messaging_product": "whatsapp",
         "metadata": {"display_phone_number": META_DISPLAY_NUMBER, "phone_number_id": number_id},
     }
-    if contacts:
-        value["contacts"] = list(contacts)
-    if messages:
-        value["messages"] = list(messages)
-    if statuses:
-        value["statuses"] = list(statuses)
+    for name, items in (("contacts", contacts), ("messages", messages), ("statuses", statuses)):
+        if items:
+            value[name] = list(items)
     return {
         "object": "whatsapp_business_account",
         "entry": [{"id": META_WABA_ID, "changes": [{"value": value, "field": field}]}],
