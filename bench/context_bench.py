@@ -225,29 +225,18 @@ def plot(result: dict[str, Any], path: Any) -> None:
 
     rows = result["rows"]
     messages = [r["messages"] for r in rows]
-    key, unit = "tokens", "tokens (o200k_base)"
     figure, axis = plt.subplots(figsize=(9, 5), dpi=110)
-    axis.plot(messages, [r[f"full_{key}"] for r in rows], label="full history (baseline)")
-    axis.plot(messages, [r[f"ours_{key}"] for r in rows], label="ours: summary + facts + recent")
+    axis.plot(messages, [r["full_tokens"] for r in rows], label="full history (baseline)")
+    axis.plot(messages, [r["ours_tokens"] for r in rows], label="ours: summary + facts + recent")
     axis.set_xlabel("messages in the conversation (person's and agent's)")
-    axis.set_ylabel(f"model input per turn, {unit}")
+    axis.set_ylabel("model input per turn, tokens (o200k_base)")
     axis.set_title(f"Model input per turn over a {2 * len(rows):,}-message conversation")
     axis.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     axis.grid(True, alpha=0.3)
     axis.legend(loc="upper left")
-    last = rows[-1]
-    axis.annotate(
-        f"{last[f'ours_{key}']:,}",
-        (messages[-1], last[f"ours_{key}"]),
-        textcoords="offset points",
-        xytext=(-40, 10),
-    )
-    axis.annotate(
-        f"{last[f'full_{key}']:,}",
-        (messages[-1], last[f"full_{key}"]),
-        textcoords="offset points",
-        xytext=(-60, -15),
-    )
+    for curve, offset in (("ours", (-40, 10)), ("full", (-60, -15))):  # each curve's last value
+        last = rows[-1][f"{curve}_tokens"]
+        axis.annotate(f"{last:,}", (messages[-1], last), textcoords="offset points", xytext=offset)
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
