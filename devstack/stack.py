@@ -583,17 +583,10 @@ class DevStack:
         for logical_id, spec in self.functions.items():
             role = self._role(spec)
             if role == "consumer":
-                props = spec.event_of_type("SQS")
-                queue = cfn.logical_id_of(props["Queue"])
-                self.queue_delivery = QueueDelivery(
-                    sqs=sqs,
-                    queue_url=self.resources.queue_urls[queue],
-                    queue_arn=self.resources.queue_arns[queue],
-                    invoke=self.pools[logical_id].invoke,
-                    batch_size=int(resolver.resolve(props.get("BatchSize", 10))),
-                    concurrency=self.pools[logical_id].size,
-                    idle_jump=self.idle_jump,
-                    report=self._report_for("consumer"),
+                report = self._report_for("consumer")
+                size = self.pools[logical_id].size
+                self.queue_delivery = self._queue_delivery(
+                    spec, sqs, resolver, concurrency=size, idle_jump=self.idle_jump, report=report
                 )
             elif role == "compactor":
                 from devstack.streams import StreamTap
@@ -620,17 +613,20 @@ class DevStack:
                     function_arn=self.function_arn(logical_id),
                     report=self._report_for("compactor"),
                 )
-                self.retry_delivery = self._retry_delivery(spec, sqs, resolver)
+                if "SQS" in {event.get("Type") for event in spec.events.values()}:
+                    # its failure queue, whose jobs it does again later
+                    report = self._report_for("compactor")
+                    self.retry_delivery = self._queue_delivery(
+                        spec, sqs, resolver, concurrency=1, report=report, label="compactor-retries"
+                    )
         for delivery in (self.queue_delivery, self.stream_delivery, self.retry_delivery):
             if delivery is not None:
                 delivery.start()
 
-    def _retry_delivery(
-        self, spec: cfn.FunctionSpec, sqs: Any, resolver: cfn.Resolver
-    ) -> QueueDelivery | None:
-        """The compactor's SQS event (its failure queue, whose jobs it does again later)."""
-        if "SQS" not in {event.get("Type") for event in spec.events.values()}:
-            return None
+    def _queue_delivery(
+        self, spec: cfn.FunctionSpec, sqs: Any, resolver: cfn.Resolver, **options: Any
+    ) -> QueueDelivery:
+        """The event source mapping of a function's SQS event: its queue and batch size."""
         assert self.resources is not None
         props = spec.event_of_type("SQS")
         queue = cfn.logical_id_of(props["Queue"])
@@ -640,9 +636,7 @@ class DevStack:
             queue_arn=self.resources.queue_arns[queue],
             invoke=self.pools[spec.logical_id].invoke,
             batch_size=int(resolver.resolve(props.get("BatchSize", 10))),
-            concurrency=1,
-            report=self._report_for("compactor"),
-            label="compactor-retries",
+            **options,
         )
 
     # ------------------------------------------------------------------ progress and logs
