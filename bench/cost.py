@@ -66,10 +66,6 @@ class Line:
         return self.per_message * messages + self.fixed_per_month
 
 
-def cpu_factor(memory_mb: int, assumptions: Assumptions) -> float:
-    return max(1.0, assumptions.full_vcpu_mb / memory_mb)
-
-
 def function_memory(template: dict[str, Any]) -> dict[str, int]:
     default = int(template.get("Globals", {}).get("Function", {}).get("MemorySize", 128))
     memory = {}
@@ -79,17 +75,13 @@ def function_memory(template: dict[str, Any]) -> dict[str, int]:
     return memory
 
 
-def billed_ms(ms: float) -> float:
-    return math.ceil(ms)  # Lambda bills per 1 ms
-
-
 def duration(
     own_ms: float, waits_ms: list[float], memory_mb: int, assumptions: Assumptions
 ) -> tuple[float, float, float]:
     """One invocation's (CPU share factor, billed ms, GB-seconds): our own code runs slower on a
     fraction of a vCPU, the time spent waiting on services does not."""
-    factor = cpu_factor(memory_mb, assumptions)
-    ms = billed_ms(sum(waits_ms, own_ms * factor))
+    factor = max(1.0, assumptions.full_vcpu_mb / memory_mb)
+    ms = math.ceil(sum(waits_ms, own_ms * factor))  # Lambda bills per 1 ms
     return factor, ms, ms / 1000 * memory_mb / 1024
 
 
