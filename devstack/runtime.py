@@ -121,17 +121,14 @@ class Environment:
             self._process.stdin.write(json.dumps(request, default=str).encode() + b"\n")
             self._process.stdin.flush()
             reply = self._replies.get(timeout=self.spec.timeout)
+            ended = None if reply is not None else ("Crashed", "the environment exited")
         except queue.Empty:
-            self.stop()  # Lambda ends an environment whose invocation timed out
-            return Outcome(
-                False, None, "Timeout", f"timed out after {self.spec.timeout} s", _ms(started), cold
-            )
+            ended = ("Timeout", f"timed out after {self.spec.timeout} s")
         except OSError as broken:  # the environment died between invocations
+            ended = ("Crashed", str(broken))
+        if ended is not None:  # Lambda ends an environment that timed out or crashed
             self.stop()
-            return Outcome(False, None, "Crashed", str(broken), _ms(started), cold)
-        if reply is None:
-            self.stop()
-            return Outcome(False, None, "Crashed", "the environment exited", _ms(started), cold)
+            return Outcome(False, None, *ended, _ms(started), cold)
         if "error" in reply:
             failure = reply["error"]
             return Outcome(
