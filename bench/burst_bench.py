@@ -137,14 +137,3 @@ def run(stack: harness.Stack, *, people: int, bursts: int) -> dict[str, Any]:
             on["model_input_chars"] / off["model_input_chars"] if off["model_input_chars"] else None
         ),
     }
-
-
-if __name__ == "__main__":  # just this figure: python bench/burst_bench.py [people] [bursts]
-    import json
-    import sys
-
-    for key, value in harness.POWERTOOLS_ENV.items():
-        os.environ[key] = value
-    people, bursts = (int(a) for a in (sys.argv[1:3] if len(sys.argv) > 2 else (6, 8)))
-    with harness.Stack.running() as stack:
-        print(json.dumps(run(stack, people=people, bursts=bursts), indent=1))

@@ -1,7 +1,5 @@
 """Figure 8: failure timing on AWS's clock, measured through the handlers and the queue.
 
-    python bench/retry_bench.py     # this figure alone, as JSON
-
 1. The delay before the retry of a record that failed once: a message goes through the webhook
    handler into the FIFO queue (moto, from template.yaml); the consumer handler (its template
    settings) meets a model 500 on the first attempt and reports the record failed; the event
@@ -19,10 +17,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
-import sys
 from typing import Any
 
 import boto3
@@ -146,12 +142,3 @@ def run(stack: harness.Stack, *, samples: int = 5) -> dict[str, Any]:
         "baseline": first_retry(stack, backoff=False, samples=max(1, samples // 5)),
         "outage": outage(stack),
     }
-
-
-if __name__ == "__main__":
-    for key, value in harness.POWERTOOLS_ENV.items():
-        os.environ[key] = value
-    with harness.Stack.running() as running:
-        result = run(running, samples=3)
-    json.dump(result, sys.stdout, indent=1, default=str)
-    print()

@@ -1,6 +1,7 @@
 """`make bench`: every benchmark of issue 7 in one run, written to docs/benchmarks.md.
 
     python bench/run.py [--out docs/benchmarks.md] [--quick] [--model-input-price 0.40] ...
+    python bench/run.py --only bursts [--quick]     # one benchmark alone, its numbers as JSON
 
 Writes the results (docs/benchmarks.md), the context plot beside them
 (docs/benchmarks-context.png) and the cost model (docs/cost.md): documents, with the others.
@@ -48,6 +49,23 @@ SIZES = {
 }
 
 
+# The benchmarks on the shared stand-ins, in the order they run: (key, progress line, module),
+# each run as module.run(stack, **its sizes); then figure 5 (e2e) brings up a stack of its own.
+BENCHMARKS = [
+    ("webhook", "1. webhook", webhook_bench),
+    ("turn", "2. a turn's DynamoDB traffic", turn_bench),
+    ("context", "3-4. context and compaction over a long conversation", context_bench),
+    ("hardening", "7. hardening", hardening),
+    (
+        "bursts",
+        "9. bursts: model calls per inbound message, with and without coalescing",
+        burst_bench,
+    ),
+    ("retries", "8. failure timing", retry_bench),
+    ("tools", "10. tool turns: calls per booking turn, and a crash after each step", tool_bench),
+    ("memory", "11. memory over a month: facts that change, dated plans", memory_bench),
+]
+
 # The model's side of the cost model: (option, cost.Assumptions field, what it is)
 MODEL_OPTIONS = [
     ("--model-input-price", "model_input_per_million", "dollars per 1M input tokens"),
@@ -71,6 +89,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cost-doc", type=Path, default=ROOT / "docs" / "cost.md")
     parser.add_argument("--json", type=Path, help="also write every measured number as JSON")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
+    only = [key for key, _, _ in BENCHMARKS] + ["e2e"]
+    parser.add_argument("--only", choices=only, help="one benchmark alone: its numbers as JSON")
     for flag, field, meaning in MODEL_OPTIONS:
         default = getattr(defaults, field)
         parser.add_argument(flag, type=float, dest=field, default=default, help=meaning)
@@ -93,24 +113,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - started:6.1f} s] {name}", file=sys.stderr, flush=True)
 
     with harness.Stack.running() as stack:
-        step("1. webhook")
-        measured["webhook"] = webhook_bench.run(stack, **sizes["webhook"])
-        step("2. a turn's DynamoDB traffic")
-        measured["turn"] = turn_bench.run(stack, **sizes["turn"])
-        step(f"3-4. context and compaction over {2 * sizes['context']['turns']} messages")
-        measured["context"] = context_bench.run(stack, tokenizer=tokenizer, **sizes["context"])
-        step("7. hardening")
-        measured["hardening"] = hardening.run(stack)
-        step("9. bursts: model calls per inbound message, with and without coalescing")
-        measured["bursts"] = burst_bench.run(stack, **sizes["bursts"])
-        step("8. failure timing")
-        measured["retries"] = retry_bench.run(stack, **sizes["retries"])
-        step("10. tool turns: calls per booking turn, and a crash after each step")
-        measured["tools"] = tool_bench.run(stack)
-        step("11. memory over a month: facts that change, dated plans")
-        measured["memory"] = memory_bench.run(stack, **sizes["memory"])
-    step("5. the local stack end to end")
-    measured["e2e"] = e2e_bench.run(**sizes["e2e"])
+        for key, label, bench in BENCHMARKS:
+            if args.only in (None, key):
+                step(label)
+                extra = {"tokenizer": tokenizer} if bench is context_bench else {}
+                measured[key] = bench.run(stack, **sizes.get(key, {}), **extra)
+    if args.only in (None, "e2e"):
+        step("5. the local stack end to end")
+        measured["e2e"] = e2e_bench.run(**sizes["e2e"])
+    if args.only:  # one benchmark alone: its numbers, and no report
+        json.dump(measured[args.only], sys.stdout, indent=1, default=str)
+        return 0
 
     step("6. cost")
     assumptions = cost.Assumptions(**{field: getattr(args, field) for _, field, _ in MODEL_OPTIONS})
