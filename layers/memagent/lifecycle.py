@@ -102,11 +102,25 @@ def _after(when: Any, mark: datetime) -> bool:
     return written is not None and written > mark
 
 
+def _renewed(state: dict[str, Any], mark: datetime) -> bool:
+    """Is this state item a new conversation's (the person wrote after the mark)? The TTL
+    deleted the expired one, so it holds that conversation's last_seq, awaiting, handoff,
+    budget counters and retention: kept as it is. Any other (the mark alone, the links the
+    turn at hand made, which it makes again) is reduced to the mark."""
+    return _after(state.get("last_inbound_at"), mark)
+
+
 def _written_since(items: list[dict[str, Any]], mark: datetime) -> set[str]:
-    """The sort keys of the items written after `mark`. The person's first message written
-    since begins a new conversation: every turn and ledger entry from its seq on is newer (a
-    reply's own time would not do: the reply to an old message may be stored late). Facts and
-    the summary carry their own times; an item without a time (a link) is older."""
+    """The sort keys of the items written after `mark`, once the TTL deleted the state item.
+    The person's first message written since begins a new conversation: every turn and ledger
+    entry from its seq on is newer (a reply's own time would not do: the reply to an old
+    message may be stored late). Facts and the summary carry their own times. A link (ALIAS#)
+    has none: it is the new conversation's when that conversation's state item names it
+    (`phone_key`, `bsuid_key`), the expired memory's otherwise."""
+    state = next((item for item in items if item["sk"] == STATE), {})
+    named = {state.get("phone_key"), state.get("bsuid_key")} - {None}
+    if not _renewed(state, mark):
+        named = set()
     first = min(
         (
             int(i["seq"])
@@ -121,6 +135,8 @@ def _written_since(items: list[dict[str, Any]], mark: datetime) -> set[str]:
         if sk.startswith((MSG, EVT)):
             seq = item.get("seq", item.get("user_seq", item.get("reply_seq")))
             return first is not None and seq is not None and int(seq) >= first
+        if sk.startswith(ALIAS):
+            return sk.removeprefix(ALIAS) in named
         return sk != STATE and _after(item.get("at"), mark)
 
     return {item["sk"] for item in items if newer(item)}
@@ -137,8 +153,8 @@ def forget_key(
     files_before: datetime | None = None,
 ) -> Receipt:
     """Erase one partition; `keep_later`: only what was written up to the mark (`at`), keeping
-    what came after it and the state item, and files kept or archived up to `files_before`
-    (retention: see expire)."""
+    what came after it, the state item and the links it names, and files kept or archived up
+    to `files_before` (retention: see expire)."""
     at = store.mark_erased(pk, at or datetime.now(UTC))
     by_kind: dict[str, int] = {}
     aliases: dict[str, bool] = {}  # the keys of identifiers that reach the person: merged?
@@ -158,8 +174,8 @@ def forget_key(
         state = next((item for item in items if item["sk"] == STATE), {})
         # moved_to stays: it routes the partition's own identifier to whoever has it now
         content = [key for key in state if key not in ("pk", "sk", "erased_at", "moved_to")]
-        if keep_later:  # the TTL deleted the state item: one there now is newer than that
-            content = []
+        if keep_later and _renewed(state, at):
+            content = []  # the new conversation's state stays as it is
         if not doomed and not content:
             break
         for sk in doomed:
@@ -167,7 +183,9 @@ def forget_key(
         store.delete_items(pk, doomed)
         if content:
             by_kind["state"] = 1  # with the summary, where an older version kept it there
-        store.reduce_state_to_mark(pk, at)
+            store.reduce_state_to_mark(pk, at)
+    for sk in kept:  # keep_later: a link the new conversation made, maybe meanwhile, is its own
+        aliases.pop(sk.removeprefix(ALIAS), None)
     if identifiers := _forget_identifiers(store, pk, aliases, at, archive=archive, media=media):
         by_kind["identifiers"] = by_kind.get("identifiers", 0) + identifiers
     before = (files_before or at) if keep_later else None

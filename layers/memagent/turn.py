@@ -81,7 +81,8 @@ class Agent(Crew):
             # the TTL deleted their state (retention) and its stream record has not erased the
             # rest yet: that memory is no one's now (a recycled number's new owner may write)
             expire(self.store, pk, deleted_at=newest, archive=self.archive, media=self.media)
-            memory = self.store.load(pk)
+            # the expiry took the links the person's identifiers had: where they belong now
+            pk, memory = identity.person(self, message.chat, message.aliases, at=message.created_at)
         state = memory.state
         human = state.handed_off(datetime.now(UTC), self.handoff_timeout)
         timed_out = state.handoff is not None and not human

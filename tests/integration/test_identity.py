@@ -279,6 +279,68 @@ def test_a_message_in_flight_when_the_ttl_fired_is_answered_afresh_an_old_one_is
     assert "HIV" not in json.dumps(compactor.compactor.store.everything(pk), default=str)
 
 
+def _silent_past_retention(webhook, queue, consumer, resources, tap, lambda_context):
+    """Maya (phone and BSUID) told the agent something private, then was silent past the
+    retention (365 days by default): DynamoDB's TTL deletes her state item. Returns its stream
+    record, not handled yet (Lambda retries it, or it waits in CompactionFailureQueue)."""
+    from devstack.lambda_harness import passes_filters, stream_filters
+    from devstack.resources import load_template
+
+    private = text_from("my HIV test came back positive", phone=MAYA_PHONE, bsuid=MAYA_BSUID)
+    _exchange(webhook, queue, consumer, lambda_context, private)
+    records = _ttl_sweep(resources, tap, datetime.now(UTC) + timedelta(days=400))
+    expiry = [r for r in records if passes_filters(r, stream_filters(load_template()))]
+    assert [r["dynamodb"]["Keys"]["pk"]["S"] for r in expiry] == [person_key(AGENT, MAYA_BSUID)]
+    return expiry
+
+
+def test_a_late_ttl_expiry_keeps_the_new_conversation_its_state_and_its_phone_link(
+    webhook,
+    queue,
+    consumer,
+    graph,
+    openai,
+    resources,
+    tap,
+    compactor_env,
+    monkeypatch,
+    lambda_context,
+):
+    from memagent.store import MemoryStore
+    from tests.conftest import load_function
+
+    compactor = load_function("compactor", compactor_env, monkeypatch)
+    store, pk = MemoryStore(resources.table_name), person_key(AGENT, MAYA_BSUID)
+    # given Maya's memory expired by the TTL, its stream record not handled yet
+    expiry = _silent_past_retention(webhook, queue, consumer, resources, tap, lambda_context)
+    # when she writes again (the turn runs the expiry itself), then from her phone alone
+    new = int(datetime.now(UTC).timestamp()) + 2  # after everything the old memory holds
+    hello = text_from("Hi! Is this the running club?", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=new)
+    alone = text_from("It's Maya, on my phone", phone=MAYA_PHONE, at=new + 1)
+    _exchange(webhook, queue, consumer, lambda_context, hello, alone)
+    # then her phone still reaches the new conversation (the turn's expiry kept its link)
+    assert _said(openai) == ["Hi! Is this the running club?", "It's Maya, on my phone"]
+    # when she asks for a human, and only then is the TTL's stream record handled
+    human = text_from("talk to a human", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=new + 2)
+    _exchange(webhook, queue, consumer, lambda_context, human)
+    before = store.everything(pk)
+    state = next(item for item in before if item["sk"] == "STATE")
+    assert {"handoff_since", "expires_at", "last_seq", "phone_key", "bsuid_key"} <= set(state)
+    assert compactor.handler({"Records": expiry}, lambda_context) == {"batchItemFailures": []}
+    # then the new conversation stands as it was: its state (the human still has the chat, the
+    # retention counts from her new messages), its messages and its phone link
+    assert store.everything(pk) == before
+    assert store.state(person_key(AGENT, MAYA_PHONE)).alias_of == pk
+    sent = len(graph.sent)
+    waiting = text_from("Are you there?", phone=MAYA_PHONE, at=new + 3)
+    _exchange(webhook, queue, consumer, lambda_context, waiting)
+    assert len(graph.sent) == sent  # stored for the human, not answered by the agent
+    assert [t.text for t in store.load(pk).turns if t.role == "user"][-1] == "Are you there?"
+    # and nothing of the old memory is left, nor was any model call since shown it
+    assert "HIV" not in json.dumps(_table_items(resources), default=str)
+    assert [c for c in openai.calls()[1:] if "HIV" in json.dumps(c)] == []
+
+
 def test_the_retention_filter_passes_only_the_ttls_deletion_of_a_state_item():
     from devstack.lambda_harness import passes_filters, stream_filters
     from devstack.resources import load_template
