@@ -265,6 +265,23 @@ def left_by_ttl(memory: Memory) -> datetime | None:
     return max(times, default=None)
 
 
+def left_half_done(memory: Memory) -> datetime | None:
+    """The mark of an erasure or expiry that stopped between its mark and its deletes (a
+    timeout, a throttle, a crash), while memory still holds something written on or before
+    it; None for any other memory. (Whatever was written after a mark is the person's own.)"""
+    mark = memory.state.erased_at
+    if mark is None:
+        return None
+    summary = memory.summary
+    if (
+        any(turn.at <= mark for turn in memory.turns)
+        or any(fact.at <= mark for fact in memory.facts)
+        or (summary is not None and (summary.at is None or summary.at <= mark))
+    ):
+        return mark
+    return None
+
+
 def _held_until(items: list[dict[str, Any]], up_to: datetime | None) -> datetime | None:
     """The newest time in what a person's partition holds (a message, a reply, a fact, the
     summary), of those written up to `up_to`."""

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from memagent import store_ledger as ledger
 from memagent.delivery import send
+from memagent.lifecycle import left_half_done
 from memagent.observability import count, logger
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def skipped(crew: Crew, pk: str, memory: Memory, message: InboundMessage) -> str
         # sent before the person asked to be forgotten, or handled by a memory that expired
         # (the mark is its newest time): never bring it back. Nothing is
         # written (not even a ledger entry); an erasure a crash left half-done is finished.
-        if _predates(memory, erased):
+        if _predates(memory):
             crew._forget(pk, at=erased)
         if crew.media is not None and message.media is not None:
             crew.media.discard(pk, message.event_id)  # a copy an attempt kept meanwhile
@@ -153,19 +154,13 @@ def _reply_seq(entry: Entry) -> int | None:
     return int(entry["reply_seq"]) if entry.get("reply_seq") is not None else None
 
 
-def _predates(memory: Memory, mark: datetime) -> bool:
-    """Does memory still hold something from before an erasure mark (an erasure a crash left
-    half-done)? What was written after the mark (e.g. after an erasing STOP) is the person's."""
+def _predates(memory: Memory) -> bool:
+    """Does memory still hold something from before its erasure mark (an erasure a crash left
+    half-done: memagent.lifecycle.left_half_done), or a reply whose message is gone (not
+    folded, deleted: it was stored as the erasure ran)? What was written after the mark (e.g.
+    after an erasing STOP) is the person's."""
     held = {turn.seq for turn in memory.turns}
-    return (
-        any(turn.at <= mark for turn in memory.turns)
-        # a reply whose message is gone (not folded, deleted): it was stored as the erasure ran
-        or any(
-            turn.role == "assistant"
-            and turn.seq - 1 > memory.state.marker
-            and turn.seq - 1 not in held
-            for turn in memory.turns
-        )
-        or any(fact.at <= mark for fact in memory.facts)
-        or (memory.summary is not None and (memory.summary.at is None or memory.summary.at <= mark))
+    return left_half_done(memory) is not None or any(
+        turn.role == "assistant" and turn.seq - 1 > memory.state.marker and turn.seq - 1 not in held
+        for turn in memory.turns
     )

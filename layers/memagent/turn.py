@@ -4,7 +4,8 @@ One inbound message, after the webhook has answered 2xx and the person's FIFO gr
 through (`Agent.answer`, every step in the module its name says):
 
     who is it?            memagent/identity.py    the person's key and memory, one Query
-    expired?              memagent/lifecycle.py   what the retention TTL left: erased first
+    expired?              memagent/lifecycle.py   what the retention TTL or an erasure that
+                                                  stopped half-way left: erased first
     already handled?      memagent/redelivery.py  skipped events; a repeat resumes its ledger
     to text               memagent/remember.py    voice notes transcribed, photos described
     remember              memagent/remember.py    message + ledger entry + state, one write
@@ -28,11 +29,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from memagent import events, identity, keywords
+from memagent.audit import ERASE, audit
 from memagent.bursts import answer_awaiting, end_of_burst
 from memagent.crew import Crew
 from memagent.delivery import show_typing
 from memagent.errors import ConcurrentUpdate, MalformedEvent
-from memagent.lifecycle import expire, left_by_ttl
+from memagent.lifecycle import expire, left_by_ttl, left_half_done
 from memagent.notify import HANDOFF_ENDED, HANDOFF_MESSAGE
 from memagent.observability import count, logger
 from memagent.provider import (
@@ -75,14 +77,8 @@ class Agent(Crew):
         raise AssertionError("unreachable")
 
     def answer(self, message: InboundMessage, *, followed: bool = False) -> str:
-        pk, memory = identity.person(self, message.chat, message.aliases, at=message.created_at)
+        pk, memory = self._whose(message)
         logger.append_keys(event_id=message.event_id, person=pk)
-        if (newest := left_by_ttl(memory)) is not None:
-            # the TTL deleted their state (retention) and its stream record has not erased the
-            # rest yet: that memory is no one's now (a recycled number's new owner may write)
-            expire(self.store, pk, deleted_at=newest, archive=self.archive, media=self.media)
-            # the expiry took the links the person's identifiers had: where they belong now
-            pk, memory = identity.person(self, message.chat, message.aliases, at=message.created_at)
         state = memory.state
         human = state.handed_off(datetime.now(UTC), self.handoff_timeout)
         timed_out = state.handoff is not None and not human
@@ -126,6 +122,25 @@ class Agent(Crew):
             logger.info("answer left to the burst's last message")
             return "waiting"
         return answer_awaiting(self, pk, message, memory)
+
+    def _whose(self, message: InboundMessage) -> tuple[str, Memory]:
+        """The person and their memory, never with what an erasure left: a memory the TTL left
+        is expired, an erasure or expiry that stopped half-way is finished, before anything
+        reads it (a recycled number's new owner may be writing)."""
+        pk, memory = identity.person(self, message.chat, message.aliases, at=message.created_at)
+        if (newest := left_by_ttl(memory)) is not None:
+            # the TTL deleted their state (retention); its stream record has not erased the rest
+            expire(self.store, pk, deleted_at=newest, archive=self.archive, media=self.media)
+        elif (mark := left_half_done(memory)) is not None:
+            # its mark is written, its deletes are not (it timed out, was throttled, crashed)
+            count("ErasuresFinishedByTurn")
+            logger.info("erasure left half-done; finished first", extra={"person": pk})
+            self._forget(pk, at=mark)
+            audit(ERASE, caller="consumer (an erasure left half-done)", person=pk, outcome="done")
+        else:
+            return pk, memory
+        # the erasure may have taken the identifiers' links too: where they belong now
+        return identity.person(self, message.chat, message.aliases, at=message.created_at)
 
     def answered_alone(self, message: InboundMessage) -> bool:
         """A keyword that gets its own answer never joins a burst (the consumer's look ahead)."""

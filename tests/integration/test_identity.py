@@ -9,6 +9,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import boto3
+import pytest
 
 import memagent.identity
 from devstack.events import meta_contact, meta_message, meta_notification
@@ -339,6 +340,52 @@ def test_a_late_ttl_expiry_keeps_the_new_conversation_its_state_and_its_phone_li
     # and nothing of the old memory is left, nor was any model call since shown it
     assert "HIV" not in json.dumps(_table_items(resources), default=str)
     assert [c for c in openai.calls()[1:] if "HIV" in json.dumps(c)] == []
+
+
+@pytest.mark.parametrize("where", ["compactor", "turn"])
+def test_an_expiry_that_stopped_half_way_never_reaches_the_next_persons_reply(
+    where,
+    webhook,
+    queue,
+    consumer,
+    openai,
+    resources,
+    tap,
+    compactor_env,
+    monkeypatch,
+    lambda_context,
+):
+    from tests.conftest import load_function
+    from tests.integration.faults import Died, crash_after, crash_before
+
+    compactor = load_function("compactor", compactor_env, monkeypatch)
+    pk = person_key(AGENT, MAYA_BSUID)
+    # given Maya's memory expired by the TTL, and the expiry stopped after its erasure mark,
+    # before its deletes: the compactor's invocation timed out, or the turn that ran it crashed
+    expiry = _silent_past_retention(webhook, queue, consumer, resources, tap, lambda_context)
+    new = int(datetime.now(UTC).timestamp()) + 2
+    hello = text_from("Hi! Is this the running club?", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=new)
+    if where == "compactor":
+        crash_before(compactor.compactor.store, "delete_items", monkeypatch, Died("timeout"))
+        with pytest.raises(Died):
+            compactor.handler({"Records": expiry}, lambda_context)
+        assert "HIV" in json.dumps(compactor.compactor.store.everything(pk), default=str)
+        failed = 0
+    else:
+        crash_after(consumer.consumer.agent.store, "mark_erased", monkeypatch)
+        failed = 1  # the record fails once; the queue delivers it again
+    # when a message is written after the mark (hers, or a recycled number's new owner's)
+    assert post(webhook, hello, lambda_context) == 200
+    assert queue.drain(consumer, lambda_context) == failed
+    # then its reply is built without the old memory, which is gone
+    assert _said(openai) == ["Hi! Is this the running club?"]
+    assert [c for c in openai.calls()[1:] if "HIV" in json.dumps(c)] == []
+    assert "HIV" not in json.dumps(_table_items(resources), default=str)
+    # and when the stream record comes (again), the new conversation stands
+    assert compactor.handler({"Records": expiry}, lambda_context) == {"batchItemFailures": []}
+    later = text_from("Great, Tuesdays suit me", phone=MAYA_PHONE, at=new + 1)
+    _exchange(webhook, queue, consumer, lambda_context, later)
+    assert _said(openai) == ["Hi! Is this the running club?", "Great, Tuesdays suit me"]
 
 
 def test_the_retention_filter_passes_only_the_ttls_deletion_of_a_state_item():

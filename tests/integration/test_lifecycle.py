@@ -249,6 +249,28 @@ def test_admin_delete_erases_media_kept_under_another_identifier(
     assert boto3.client("s3").list_objects_v2(Bucket=bucket).get("KeyCount") == 0
 
 
+def test_an_operators_erasure_that_stopped_half_way_never_reaches_a_later_reply(
+    admin, consumer, resources, whasp, openai, monkeypatch, lambda_context
+):
+    from tests.integration.faults import Died
+
+    # given Maya told the agent where she lives, and the admin's erasure of her timed out
+    # after writing its mark, before deleting anything
+    old = whasp_message("I live at 1 Private Road", created_at="2026-11-29T09:00:00Z")
+    assert failures(consumer.handler(sqs_batch(old), lambda_context)) == []
+    crash_before(admin.store, "delete_items", monkeypatch, Died("timeout"))
+    with pytest.raises(Died):
+        admin.handler(admin_event("DELETE", MAYA), lambda_context)
+    assert "Private Road" in json.dumps(mine(scan(resources.table_name), MAYA), default=str)
+    # when she writes again, afterwards
+    later = (datetime.now(UTC) + timedelta(minutes=1)).isoformat()
+    consumer.handler(sqs_batch(whasp_message("Hello again", created_at=later)), lambda_context)
+    # then she is answered from a fresh memory, and the erasure is finished
+    assert len(whasp.sent) == 2
+    assert [text for _, text in turns_of(openai.calls()[-1])] == ["Hello again"]
+    assert "Private Road" not in json.dumps(scan(resources.table_name), default=str)
+
+
 @pytest.mark.parametrize("phone", ["447700900123", "+0447700900123", "hello", "+44 7700 900123"])
 def test_admin_refuses_a_phone_that_is_not_e164(admin, lambda_context, phone):
     for method in ("GET", "DELETE"):
