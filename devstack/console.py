@@ -51,6 +51,8 @@ class Console:
         self.color = bool(color)
         self._lock = threading.Lock()
         self._started = time.monotonic()
+        self.passed = 0  # the checks shown (`check`): how many passed
+        self.failed: list[str] = []  # and which failed
 
     def style(self, text: str, *styles: str) -> str:
         if not self.color or not styles:
@@ -90,8 +92,13 @@ class Console:
             self.print(self.style(f"    {line}", style))
 
     def check(self, ok: bool, text: str) -> None:
+        """An expectation, marked ok or FAIL, and counted (`passed`, `failed`)."""
         mark = self.style("  ok  ", "green", "bold") if ok else self.style(" FAIL ", "red", "bold")
         self.print(f"{mark}{text}")
+        if ok:
+            self.passed += 1
+        else:
+            self.failed.append(text)
 
     def banner(self, lines: list[str], *, style: str = "on_yellow") -> None:
         width = max(len(line) for line in lines) + 4

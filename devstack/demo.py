@@ -73,26 +73,11 @@ BURST_OPENER = "Oh, one more thing about Saturday."
 BURST = ["hey", "so about the park run tomorrow", "I can't make it at 9, can we do 10?"]
 
 
-class Checks:
-    def __init__(self, console: Console):
-        self.console = console
-        self.failed: list[str] = []
-        self.passed = 0
-
-    def __call__(self, ok: bool, text: str) -> bool:
-        self.console.check(ok, text)
-        if ok:
-            self.passed += 1
-        else:
-            self.failed.append(text)
-        return ok
-
-
 class Demo:
-    def __init__(self, stack: DevStack, console: Console, check: Checks):
+    def __init__(self, stack: DevStack, console: Console):
         self.stack = stack
         self.console = console
-        self.check = check
+        self.check = console.check
         self.offline = stack.model.offline
         self.meta = stack.meta
         self.phone: str | None = MAYA  # who Maya is in the payloads (Meta: phone and/or BSUID)
@@ -498,7 +483,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     console = Console(level=args.level)
-    checks = Checks(console)
     began = time.monotonic()
     console.heading(f"The local stack: the whole pipeline on this machine ({args.provider})")
     # the example booking tool is on: scene 5 books through it
@@ -507,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         console=console, log_path=args.log, provider=args.provider, parameters=parameters
     ) as stack:
         console.model_banner(stack.model)
-        Demo(stack, console, checks).run()
+        Demo(stack, console).run()
         stats = {name: (pool.invocations, pool.cold_starts) for name, pool in stack.pools.items()}
     console.heading("Done")
     for name, (invocations, cold) in stats.items():
@@ -515,17 +499,17 @@ def main(argv: list[str] | None = None) -> int:
             console.note(f"{name}: {invocations} invocations, {cold} cold start(s)")
     console.note(f"detailed log (the functions' JSON logs and metrics): {args.log}")
     elapsed = time.monotonic() - began
-    if checks.failed:
+    if console.failed:
         console.print(
             console.style(
-                f"  {len(checks.failed)} check(s) failed in {elapsed:.0f} s:", "red", "bold"
+                f"  {len(console.failed)} check(s) failed in {elapsed:.0f} s:", "red", "bold"
             )
         )
-        for text in checks.failed:
+        for text in console.failed:
             console.print(f"    - {text}")
         return 1
     console.print(
-        console.style(f"  all {checks.passed} checks passed in {elapsed:.0f} s", "green", "bold")
+        console.style(f"  all {console.passed} checks passed in {elapsed:.0f} s", "green", "bold")
     )
     return 0
 
