@@ -125,8 +125,8 @@ def make_dynamodb_thread_safe() -> None:
     ):
         for name in names:
             if hasattr(cls, name):
-                _patch(cls, name, _locked(getattr(cls, name)))
-    _patch(DynamoDBBackend, "transact_write_items", _locked(_transact_write_items))
+                setattr(cls, name, _locked(getattr(cls, name)))
+    DynamoDBBackend.transact_write_items = _locked(_transact_write_items)
 
 
 @_once
@@ -135,10 +135,10 @@ def make_dynamodb_faster() -> None:
     from moto.dynamodb.models.table import Table
     from moto.dynamodb.responses import DynamoResult
 
-    _patch(Table, "query", _partition_query(Table.query))
+    Table.query = _partition_query(Table.query)
     generic = ActionResult.execute_result
-    _patch(DynamoResult, "execute_result", _plain_json_result(generic))
-    _patch(ActionResult, "execute_result", _plain_json_result(generic))
+    DynamoResult.execute_result = _plain_json_result(generic)
+    ActionResult.execute_result = _plain_json_result(generic)
 
 
 def apply() -> None:
@@ -156,10 +156,10 @@ def make_server_dispatch_faster() -> None:
     import moto.core.responses
 
     modules = tuple(moto.backends.list_of_moto_modules())  # moto's own folders: fixed
-    _patch(moto.backends, "list_of_moto_modules", lambda: modules)
+    moto.backends.list_of_moto_modules = lambda: modules
     # keyed by response class; moto (and this module) never adds methods to those at run time
     methods = functools.cache(moto.core.responses.method_names_from_class)
-    _patch(moto.core.responses, "method_names_from_class", methods)
+    moto.core.responses.method_names_from_class = methods
 
 
 @_once
@@ -184,14 +184,10 @@ def make_sqs_faithful() -> None:
 
     models.unix_time, models.unix_time_millis = unix_time, unix_time_millis
     backend = models.SQSBackend
-    _patch(
-        backend,
-        "is_message_valid_based_on_retention_period",
-        is_message_valid_based_on_retention_period,
-    )
-    _patch(backend, "receive_message", _in_group_order(backend.receive_message))
-    _patch(models.Message, "mark_received", _noting_receipt(models.Message.mark_received))
-    _patch(backend, "change_message_visibility", _change_message_visibility)
+    backend.is_message_valid_based_on_retention_period = is_message_valid_based_on_retention_period
+    backend.receive_message = _in_group_order(backend.receive_message)
+    models.Message.mark_received = _noting_receipt(models.Message.mark_received)
+    backend.change_message_visibility = _change_message_visibility
 
 
 def _noting_receipt(mark_received: Any) -> Any:
@@ -247,10 +243,6 @@ def _in_group_order(receive_message: Any) -> Any:
             return receive_message(backend, queue_name, *args, **kwargs)
 
     return receive_in_order
-
-
-def _patch(owner: Any, name: str, value: Any) -> None:
-    setattr(owner, name, value)
 
 
 def _locked(method: Any) -> Any:
