@@ -59,7 +59,17 @@ class Reply:
         )
 
 
-class LoopbackServer:
+class Started:
+    """`with X() as x:` starts x (its start returns it) and stops it however the block ends."""
+
+    def __enter__(self) -> Self:
+        return self.start()  # type: ignore[attr-defined]
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()  # type: ignore[attr-defined]
+
+
+class LoopbackServer(Started):
     """A ThreadingHTTPServer on 127.0.0.1:<free port>, served from a daemon thread.
 
     Subclasses implement `handle(request) -> Reply`; it runs on the server's request threads,
@@ -103,12 +113,6 @@ class LoopbackServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 class RecordingServer(LoopbackServer):

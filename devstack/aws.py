@@ -14,6 +14,8 @@ import logging
 import urllib.request
 from typing import TYPE_CHECKING, Self
 
+from devstack import Started
+
 if TYPE_CHECKING:
     from moto.server import ThreadedMotoServer
 
@@ -36,7 +38,7 @@ def aws_env(url: str) -> dict[str, str]:
     }
 
 
-class MotoServer:
+class MotoServer(Started):
     """moto's ThreadedMotoServer on 127.0.0.1:<free port>."""
 
     def __init__(self, *, quiet: bool = True) -> None:
@@ -71,9 +73,3 @@ class MotoServer:
         request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")  # noqa: S310
         with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
             response.read()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()

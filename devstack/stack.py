@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Self
 from urllib.parse import quote
 
-from devstack import cfn, in_parallel, moto_fixes
+from devstack import Started, cfn, in_parallel, moto_fixes
 from devstack.apigw import LocalHttpApi, Route
 from devstack.aws import REGION, MotoServer, aws_env
 from devstack.clock import SQS_CLOCK
@@ -153,7 +153,7 @@ class PersonView:
 # --------------------------------------------------------------------------- the stack
 
 
-class DevStack:
+class DevStack(Started):
     """See the module docstring. Options:
 
     agent_id            the AgentId parameter (memory is keyed by agent and phone)
@@ -349,12 +349,6 @@ class DevStack:
         if self._log is not None:
             self._log.close()
             self._log = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     # ------------------------------------------------------------------ wiring
 
