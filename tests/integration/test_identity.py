@@ -342,6 +342,87 @@ def test_a_late_ttl_expiry_keeps_the_new_conversation_its_state_and_its_phone_li
     assert [c for c in openai.calls()[1:] if "HIV" in json.dumps(c)] == []
 
 
+def test_an_expiry_racing_the_persons_new_message_keeps_the_new_conversation(
+    consumer_env, compactor_env, resources, tap, whasp, openai, monkeypatch, lambda_context
+):
+    from devstack.fake_openai import turns_of
+    from devstack.lambda_harness import passes_filters, stream_filters
+    from devstack.resources import load_template
+    from tests.conftest import MAYA, load_function, sqs_batch, whasp_message
+
+    consumer = load_function("consumer", consumer_env, monkeypatch)
+    compactor = load_function("compactor", compactor_env, monkeypatch)
+    pk = person_key(AGENT, MAYA)
+    table = boto3.resource("dynamodb").Table(resources.table_name)
+    # given Maya's memory of a year ago, folded down to its newest turns and a summary (seqs 41
+    # to 44: the expiry deletes the keys it read, and a new conversation starts at seq 1), and
+    # DynamoDB's TTL deleting her state item now
+    then = datetime.now(UTC) - timedelta(days=400)
+    for seq in range(41, 45):
+        role, text = ("user", "my HIV test came back positive") if seq % 2 else ("assistant", "ok")
+        at = (then + timedelta(minutes=seq)).isoformat()
+        table.put_item(
+            Item={
+                "pk": pk,
+                "sk": f"MSG#{seq:012d}",
+                "seq": seq,
+                "role": role,
+                "text": text,
+                "at": at,
+                "number": "+14155550100",
+            }
+        )
+    table.put_item(
+        Item={
+            "pk": pk,
+            "sk": "SUMMARY",
+            "text": "Maya's HIV test.",
+            "marker": 40,
+            "at": (then + timedelta(minutes=45)).isoformat(),
+        }
+    )
+    table.put_item(
+        Item={
+            "pk": pk,
+            "sk": "STATE",
+            "last_seq": 44,
+            "marker": 40,
+            "expires_at": int((then + timedelta(days=365)).timestamp()),
+        }
+    )
+    records = _ttl_sweep(resources, tap, datetime.now(UTC))
+    expiry = [r for r in records if passes_filters(r, stream_filters(load_template()))]
+    assert [r["dynamodb"]["Keys"]["pk"]["S"] for r in expiry] == [pk]
+    erasing = compactor.compactor.store
+    deletes = erasing.delete_items
+
+    def writes(text: str) -> None:
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        batch = sqs_batch(whasp_message(text, chat=MAYA, created_at=stamp))
+        assert consumer.handler(batch, lambda_context) == {"batchItemFailures": []}
+
+    def after_her_turn(*args):
+        monkeypatch.setattr(erasing, "delete_items", deletes)
+        writes("Hi! Is this the running club?")
+        return deletes(*args)
+
+    # when the record's expiry has read her partition, and she writes (answered at once)
+    # before it deletes what it read
+    monkeypatch.setattr(erasing, "delete_items", after_her_turn)
+    assert compactor.handler({"Records": expiry}, lambda_context) == {"batchItemFailures": []}
+    # then her new conversation keeps its state (the retention counts from it)
+    state = next(r for r in compactor.compactor.store.everything(pk) if r["sk"] == "STATE")
+    assert {"last_seq", "expires_at", "last_inbound_at"} <= set(state)
+    # and her next message is answered with it in front of the model, and nothing older
+    writes("Great, Tuesdays suit me")
+    assert len(whasp.sent) == 2
+    seen = [text for _, text in turns_of(openai.calls()[-1])]
+    assert seen[0] == "Hi! Is this the running club?" and seen[-1] == "Great, Tuesdays suit me"
+    assert "HIV" not in json.dumps(openai.calls()) + json.dumps(
+        _table_items(resources), default=str
+    )
+
+
 @pytest.mark.parametrize("where", ["compactor", "turn"])
 def test_an_expiry_that_stopped_half_way_never_reaches_the_next_persons_reply(
     where,
