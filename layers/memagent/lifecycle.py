@@ -163,7 +163,8 @@ def forget_key(
     for _ in range(_MAX_PASSES):
         items = store.everything(pk)
         kept = {STATE} | (_written_since(items, at) if keep_later else set())
-        doomed = [item["sk"] for item in items if item["sk"] not in kept]
+        doomed_items = [item for item in items if item["sk"] not in kept]
+        doomed = [item["sk"] for item in doomed_items]
         aliases.update(
             {
                 i["sk"].removeprefix(ALIAS): bool(i.get("merged"))
@@ -180,7 +181,10 @@ def forget_key(
             break
         for sk in doomed:
             by_kind[_kind(sk)] = by_kind.get(_kind(sk), 0) + 1
-        store.delete_items(pk, doomed)
+        if keep_later:  # the new conversation may be writing the same keys meanwhile
+            store.delete_items_as_read(pk, doomed_items)
+        else:  # the mark refuses every write from now on
+            store.delete_items(pk, doomed)
         if content:
             by_kind["state"] = 1  # with the summary, where an older version kept it there
             store.reduce_state_to_mark(pk, at)

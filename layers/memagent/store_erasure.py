@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from memagent.store_table import HANDOFF_ATTRIBUTES, STATE, Table, from_iso, iso
 
 # every state attribute but the erasure mark: what forget() strips from the state item
@@ -71,6 +73,27 @@ class ErasureWrites(Table):
                 batch.delete_item(Key={"pk": pk, "sk": sk})
                 count += 1
         return count
+
+    def delete_items_as_read(self, pk: str, items: Iterable[dict[str, Any]]) -> int:
+        """Delete each item only if it is still the one that was read (its `at` unchanged): a
+        retention expiry's deletes, while the person's new conversation may be writing the same
+        keys (it restarts at seq 1 when nothing was folded). One request per item, rarely many:
+        an expiry is once per person. Returns how many were deleted."""
+        deleted = 0
+        for item in items:
+            delete: dict[str, Any] = {"Key": {"pk": pk, "sk": item["sk"]}}
+            if "at" in item:  # turns, facts, the summary; a link (ALIAS#) has no time
+                delete["ConditionExpression"] = "#at = :at"
+                delete["ExpressionAttributeNames"] = {"#at": "at"}
+                delete["ExpressionAttributeValues"] = {":at": item["at"]}
+            try:
+                self.table.delete_item(**delete)
+            except ClientError as error:
+                if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                    raise
+                continue  # written anew (or gone) since the read: not the expired memory's
+            deleted += 1
+        return deleted
 
     def reduce_state_to_mark(self, pk: str, at: datetime) -> None:
         """Strip the state item down to the content-free erasure mark (pk, sk, erased_at),

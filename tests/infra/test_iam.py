@@ -248,6 +248,8 @@ def test_the_operators_grants_name_the_bus_the_handoff_index_and_the_table(shape
     # the admin API deletes one fact at a time, in the memory table only
     assert "Admin:MemoryTable.Arn" in by_action["dynamodb:DeleteItem"]
     assert {r.split(":", 1)[1] for r in by_action["dynamodb:DeleteItem"]} == {"MemoryTable.Arn"}
+    # and a retention expiry, in the compactor or finished by a turn, deletes item by item
+    assert {"Consu:MemoryTable.Arn", "Compa:MemoryTable.Arn"} <= by_action["dynamodb:DeleteItem"]
     # the operator's replies read the provider's key, and only that secret
     admin_parameters = {r for r in by_action["ssm:GetParameter"] if r.startswith("Admin")}
     key = "meta-access-token" if parameters.get("Provider") == "meta" else "whasp-api-key"

@@ -342,8 +342,9 @@ def test_a_late_ttl_expiry_keeps_the_new_conversation_its_state_and_its_phone_li
     assert [c for c in openai.calls()[1:] if "HIV" in json.dumps(c)] == []
 
 
+@pytest.mark.parametrize("first", [41, 1], ids=["folded", "never-folded"])
 def test_an_expiry_racing_the_persons_new_message_keeps_the_new_conversation(
-    consumer_env, compactor_env, resources, tap, whasp, openai, monkeypatch, lambda_context
+    first, consumer_env, compactor_env, resources, tap, whasp, openai, monkeypatch, lambda_context
 ):
     from devstack.fake_openai import turns_of
     from devstack.lambda_harness import passes_filters, stream_filters
@@ -355,10 +356,10 @@ def test_an_expiry_racing_the_persons_new_message_keeps_the_new_conversation(
     pk = person_key(AGENT, MAYA)
     table = boto3.resource("dynamodb").Table(resources.table_name)
     # given Maya's memory of a year ago, folded down to its newest turns and a summary (seqs 41
-    # to 44: the expiry deletes the keys it read, and a new conversation starts at seq 1), and
-    # DynamoDB's TTL deleting her state item now
+    # to 44), or never folded (seqs 1 to 4: the keys her new conversation, which starts at seq
+    # 1, writes), and DynamoDB's TTL deleting her state item now
     then = datetime.now(UTC) - timedelta(days=400)
-    for seq in range(41, 45):
+    for seq in range(first, first + 4):
         role, text = ("user", "my HIV test came back positive") if seq % 2 else ("assistant", "ok")
         at = (then + timedelta(minutes=seq)).isoformat()
         table.put_item(
@@ -372,21 +373,22 @@ def test_an_expiry_racing_the_persons_new_message_keeps_the_new_conversation(
                 "number": "+14155550100",
             }
         )
-    table.put_item(
-        Item={
-            "pk": pk,
-            "sk": "SUMMARY",
-            "text": "Maya's HIV test.",
-            "marker": 40,
-            "at": (then + timedelta(minutes=45)).isoformat(),
-        }
-    )
+    if first > 1:
+        table.put_item(
+            Item={
+                "pk": pk,
+                "sk": "SUMMARY",
+                "text": "Maya's HIV test.",
+                "marker": first - 1,
+                "at": (then + timedelta(minutes=45)).isoformat(),
+            }
+        )
     table.put_item(
         Item={
             "pk": pk,
             "sk": "STATE",
-            "last_seq": 44,
-            "marker": 40,
+            "last_seq": first + 3,
+            "marker": first - 1,
             "expires_at": int((then + timedelta(days=365)).timestamp()),
         }
     )
@@ -394,7 +396,7 @@ def test_an_expiry_racing_the_persons_new_message_keeps_the_new_conversation(
     expiry = [r for r in records if passes_filters(r, stream_filters(load_template()))]
     assert [r["dynamodb"]["Keys"]["pk"]["S"] for r in expiry] == [pk]
     erasing = compactor.compactor.store
-    deletes = erasing.delete_items
+    deletes = erasing.delete_items_as_read
 
     def writes(text: str) -> None:
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -402,13 +404,13 @@ def test_an_expiry_racing_the_persons_new_message_keeps_the_new_conversation(
         assert consumer.handler(batch, lambda_context) == {"batchItemFailures": []}
 
     def after_her_turn(*args):
-        monkeypatch.setattr(erasing, "delete_items", deletes)
+        monkeypatch.setattr(erasing, "delete_items_as_read", deletes)
         writes("Hi! Is this the running club?")
         return deletes(*args)
 
     # when the record's expiry has read her partition, and she writes (answered at once)
     # before it deletes what it read
-    monkeypatch.setattr(erasing, "delete_items", after_her_turn)
+    monkeypatch.setattr(erasing, "delete_items_as_read", after_her_turn)
     assert compactor.handler({"Records": expiry}, lambda_context) == {"batchItemFailures": []}
     # then her new conversation keeps its state (the retention counts from it)
     state = next(r for r in compactor.compactor.store.everything(pk) if r["sk"] == "STATE")
@@ -447,7 +449,7 @@ def test_an_expiry_that_stopped_half_way_never_reaches_the_next_persons_reply(
     new = int(datetime.now(UTC).timestamp()) + 2
     hello = text_from("Hi! Is this the running club?", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=new)
     if where == "compactor":
-        crash_before(compactor.compactor.store, "delete_items", monkeypatch, Died("timeout"))
+        crash_before(compactor.compactor.store, "delete_items_as_read", monkeypatch, Died("timeout"))
         with pytest.raises(Died):
             compactor.handler({"Records": expiry}, lambda_context)
         assert "HIV" in json.dumps(compactor.compactor.store.everything(pk), default=str)
