@@ -7,16 +7,17 @@ compactor reads that queue too, and a message is one of two things:
 
     Lambda's on-failure record -> read the batch back from the stream (memagent.stream: the
         records stay 24 hours), keep what the compactor's two filters take, and queue one job
-        per person, delayed by RETRY_DELAY_SECONDS: fold their memory, or forget them (the TTL
+        per person, delayed by RETRY_BASE_SECONDS: fold their memory, or forget them (the TTL
         ended their retention). A job holds the person's key, a keyed hash: no phone number.
     a job                      -> do it now (the same `run` the stream's records go through).
 
 A job that fails again comes back on a backoff set on its visibility (memagent.backoff: 15
-minutes, doubling up to 12 hours), so a model down for hours costs one attempt per person per
-backoff, never a hot loop. After the queue's maxReceiveCount (a day of attempts: a 12-hour outage
-never gets there) it moves to CompactionRetryDeadLetterQueue, alarmed, where an operator
-redrives it once the cause is fixed. The person's memory is safe meanwhile: nothing folded is
-deleted before the commit, and their next message raises the flag again anyway.
+minutes, doubling up to RETRY_MAX_SECONDS, 11 h 40 min in the template), so a model down for
+hours costs one attempt per person per backoff, never a hot loop. After the queue's
+maxReceiveCount (a day of attempts: a 12-hour outage never gets there) it moves to
+CompactionRetryDeadLetterQueue, alarmed, where an operator redrives it once the cause is fixed.
+The person's memory is safe meanwhile: nothing folded is deleted before the commit, and their
+next message raises the flag again anyway.
 
 Why a consumer of the failure queue and not a scheduled sweep over a sparse index of flagged
 people: it retries exactly what failed, needs no new index (its writes on every turn that raises

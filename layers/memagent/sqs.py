@@ -1,6 +1,6 @@
 """SendMessage and SendMessageBatch without a boto3 client: the webhook's cold start.
 
-`boto3.client("sqs")` costs a cold start about 130 ms on top of `import boto3` (botocore loads
+`boto3.client("sqs")` costs a cold start 0.41x `import boto3` on top of it (botocore loads
 its 1.25 MB endpoint table, the SQS service model and the endpoint ruleset), and the webhook,
 whose cold start a person waits on, needs two operations of it. So the webhook speaks SQS's
 AWS JSON 1.0 protocol itself: a POST with `X-Amz-Target: AmazonSQS.<Operation>` and the
@@ -11,8 +11,8 @@ exceptions, so callers catch BotoCoreError and ClientError exactly as with a cli
 The consumer and the other functions keep boto3.
 
 Measured by `make bench` (figure 1 in docs/benchmarks.md, Lambda-like environment): the webhook's
-cold import + init 206 ms against 190 ms for `import boto3` (1.08x); with the client it was
-1.80x, and `import boto3` plus one SQS client alone is 1.71x.
+cold import + init 87 ms against 89 ms for `import boto3` (0.97x), where `import boto3` plus
+one SQS client alone is 1.41x.
 """
 
 from __future__ import annotations
