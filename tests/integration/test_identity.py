@@ -449,7 +449,9 @@ def test_an_expiry_that_stopped_half_way_never_reaches_the_next_persons_reply(
     new = int(datetime.now(UTC).timestamp()) + 2
     hello = text_from("Hi! Is this the running club?", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=new)
     if where == "compactor":
-        crash_before(compactor.compactor.store, "delete_items_as_read", monkeypatch, Died("timeout"))
+        crash_before(
+            compactor.compactor.store, "delete_items_as_read", monkeypatch, Died("timeout")
+        )
         with pytest.raises(Died):
             compactor.handler({"Records": expiry}, lambda_context)
         assert "HIV" in json.dumps(compactor.compactor.store.everything(pk), default=str)
