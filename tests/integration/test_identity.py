@@ -171,13 +171,22 @@ def test_a_person_silent_past_the_retention_is_forgotten_one_who_wrote_on_day_29
     ]
 
 
+def _maya_writes(consumer, lambda_context, text: str, at: datetime, event_id: str | None) -> None:
+    """Maya's whasp message written at `at`, handled by the consumer, nothing left to retry."""
+    from tests.conftest import MAYA, sqs_batch, whasp_message
+
+    stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    batch = sqs_batch(whasp_message(text, chat=MAYA, created_at=stamp, event_id=event_id))
+    assert consumer.handler(batch, lambda_context) == {"batchItemFailures": []}
+
+
 def test_a_message_that_arrives_after_the_ttl_deletion_survives_the_expiry_and_is_remembered(
     consumer_env, compactor_env, resources, tap, whasp, openai, monkeypatch, lambda_context
 ):
     from devstack.fake_openai import turns_of
     from devstack.lambda_harness import passes_filters, stream_filters
     from devstack.resources import load_template
-    from tests.conftest import MAYA, load_function, sqs_batch, whasp_message
+    from tests.conftest import MAYA, load_function
 
     consumer = load_function(
         "consumer", {**consumer_env, "INACTIVE_RETENTION_DAYS": "30"}, monkeypatch
@@ -186,9 +195,7 @@ def test_a_message_that_arrives_after_the_ttl_deletion_survives_the_expiry_and_i
     pk = person_key(AGENT, MAYA)
 
     def writes(text: str, at: datetime, event_id: str | None = None) -> None:
-        stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
-        batch = sqs_batch(whasp_message(text, chat=MAYA, created_at=stamp, event_id=event_id))
-        assert consumer.handler(batch, lambda_context) == {"batchItemFailures": []}
+        _maya_writes(consumer, lambda_context, text, at, event_id)
 
     # given Maya wrote 31 days ago (30 days' retention), and DynamoDB's TTL has just deleted
     # her state item; its stream record (the deletion's time in it) is not handled yet
@@ -228,7 +235,7 @@ def test_a_message_in_flight_when_the_ttl_fired_is_answered_afresh_an_old_one_is
     from devstack.fake_openai import turns_of
     from devstack.lambda_harness import passes_filters, stream_filters
     from devstack.resources import load_template
-    from tests.conftest import MAYA, load_function, seed_turns, sqs_batch, whasp_message
+    from tests.conftest import MAYA, load_function, seed_turns
 
     # 7 days' retention, inside the ledger's 30 days: only the expiry's mark can tell an old
     # message's redelivery from a new one
@@ -239,9 +246,7 @@ def test_a_message_in_flight_when_the_ttl_fired_is_answered_afresh_an_old_one_is
     pk = person_key(AGENT, MAYA)
 
     def writes(text: str, at: datetime, event_id: str | None = None) -> None:
-        stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
-        batch = sqs_batch(whasp_message(text, chat=MAYA, created_at=stamp, event_id=event_id))
-        assert consumer.handler(batch, lambda_context) == {"batchItemFailures": []}
+        _maya_writes(consumer, lambda_context, text, at, event_id)
 
     # given Maya's conversation of 8 days ago, answered then, and DynamoDB's TTL deleting her
     # state item now; the stream record's handler runs before her newest message is handled
