@@ -7,8 +7,6 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from memagent.store_table import HANDOFF_ATTRIBUTES, STATE, Table, from_iso, iso
 
 # every state attribute but the erasure mark: what forget() strips from the state item
@@ -86,13 +84,8 @@ class ErasureWrites(Table):
                 delete["ConditionExpression"] = "#at = :at"
                 delete["ExpressionAttributeNames"] = {"#at": "at"}
                 delete["ExpressionAttributeValues"] = {":at": item["at"]}
-            try:
-                self.table.delete_item(**delete)
-            except ClientError as error:
-                if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                    raise
-                continue  # written anew (or gone) since the read: not the expired memory's
-            deleted += 1
+            # False when written anew (or gone) since the read: not the expired memory's
+            deleted += self._delete_if(**delete)
         return deleted
 
     def reduce_state_to_mark(self, pk: str, at: datetime) -> None:

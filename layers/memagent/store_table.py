@@ -47,6 +47,17 @@ def from_iso(value: Any) -> datetime | None:
     return datetime.fromisoformat(value) if isinstance(value, str) and value else None
 
 
+def _held(write: Any, request: dict[str, Any]) -> bool:
+    """`write(**request)`; False, and nothing written, when its condition does not hold."""
+    try:
+        write(**request)
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            raise
+        return False
+    return True
+
+
 def _cancel_codes(error: ClientError) -> list[str]:
     return [reason.get("Code", "None") for reason in error.response.get("CancellationReasons", [])]
 
@@ -83,13 +94,11 @@ class Table:
     def _update_if(self, **update: Any) -> bool:
         """update_item guarded by its ConditionExpression: False, and nothing written, when the
         condition does not hold (the usual outcome of a lost race or a repeat, not an error)."""
-        try:
-            self.table.update_item(**update)
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
-            return False
-        return True
+        return _held(self.table.update_item, update)
+
+    def _delete_if(self, **delete: Any) -> bool:
+        """delete_item guarded by its ConditionExpression (if any), as `_update_if`."""
+        return _held(self.table.delete_item, delete)
 
     def _transact(self, actions: list[dict[str, Any]]) -> list[str] | None:
         """Write `actions` in one transaction. None when it committed; when DynamoDB cancelled
