@@ -43,8 +43,13 @@ def slug(heading: str) -> str:
     """A heading's id before de-duplication, from its markdown source."""
     text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link renders as its text
     text = re.sub(r"<[^>]+>", "", text)  # inline HTML renders no text of its own
-    text = CODE_SPAN.sub(r"\2", text)
-    text = re.sub(r"(\*+|(?<!\w)_+|_+(?!\w))", "", text)  # emphasis markers
+    # emphasis markers go, outside code spans only (`_PARAM` keeps its underscore)
+    parts = CODE_SPAN.split(text)  # prose, fence, code, prose, fence, code, ...
+    text = "".join(
+        part if index % 3 == 2 else re.sub(r"(\*+|(?<!\w)_+|_+(?!\w))", "", part)
+        for index, part in enumerate(parts)
+        if index % 3 != 1
+    )
     text = text.strip().lower()
     text = re.sub(r"[^\w\- ]", "", text)
     return text.replace(" ", "-")
@@ -104,14 +109,15 @@ def test_every_relative_link_and_anchor_resolves(document):
 def test_a_missing_page_and_a_reworded_heading_are_caught(tmp_path):
     # given a page whose links name a missing page, a reworded heading, and a repeated heading
     (tmp_path / "target.md").write_text(
-        "# Deploy: your stack\n\n## The model's price (`ModelProvider`)\n\n## Notes\n\n## Notes\n"
-        "\n```\n# not a heading\n```\n",
+        "# Deploy: your stack\n\n## The model's price (`ModelProvider`)\n\n"
+        "## The `_PARAM` *names*\n\n## Notes\n\n## Notes\n\n```\n# not a heading\n```\n",
         encoding="utf-8",
     )
     page = tmp_path / "page.md"
     page.write_text(
         "[ok](target.md#deploy-your-stack) [ok](target.md#the-models-price-modelprovider)\n"
-        "[second notes](target.md#notes-1) [web](https://example.com/x#y) `[code](gone.md)`\n"
+        "[param](target.md#the-_param-names) [second notes](target.md#notes-1)\n"
+        "[web](https://example.com/x#y) `[code](gone.md)`\n"
         "[gone](missing.md) [stale](target.md#deploy) [in code](target.md#not-a-heading)\n"
         "[self](#nowhere)\n",
         encoding="utf-8",
