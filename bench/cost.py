@@ -61,6 +61,12 @@ class Line:
     source: str  # which benchmark measured the counts
     fixed_per_month: float = 0.0
     group: str = "AWS"
+    # dollars per message with no prompt cache, where a cache changes the line (the model input)
+    uncached_per_message: float | None = None
+
+    @property
+    def without_cache(self) -> float:
+        return self.per_message if self.uncached_per_message is None else self.uncached_per_message
 
     def monthly(self, messages: int) -> float:
         return self.per_message * messages + self.fixed_per_month
@@ -213,16 +219,26 @@ def lines(
     folds = costing["folds_per_turn"]
     fold_in = compaction.get("input_tokens_per_fold", 0)  # none when nothing was folded
     fold_out = compaction.get("output_tokens_per_fold", 0)
-    tokens_in = reply_in + folds * fold_in
+    tokens_in, cached = model_input_tokens(measured)
     tokens_out = reply_out + folds * fold_out
+    share = cache_share(measured)
     out.append(
         Line(
             "Model: input tokens",
-            tokens_in * a.model_input_per_million / 1e6,
+            (
+                (tokens_in - cached) * a.model_input_per_million
+                + cached * a.model_cached_input_per_million
+            )
+            / 1e6,
             f"({reply_in:.0f} per reply + {folds:.3f} folds x {fold_in:.0f}) = {tokens_in:.0f} "
-            f"o200k_base tokens x ${a.model_input_per_million:g}/M",
-            "figure 3 (mean model input per turn over 1,000 messages) and figure 4",
+            f"o200k_base tokens, of which {cached:.0f} ({share:.0%} of a reply's) served by a "
+            f"prompt cache x ${a.model_cached_input_per_million:g}/M and {tokens_in - cached:.0f}"
+            f" x ${a.model_input_per_million:g}/M (no cache: "
+            f"${tokens_in * a.model_input_per_million / 1e6 * 1000:.4f} per 1,000)",
+            "figure 3 (mean model input per turn over 1,000 messages), figure 4, and figure 12 "
+            "(the share of reply input a prompt cache can serve)",
             group="Model",
+            uncached_per_message=tokens_in * a.model_input_per_million / 1e6,
         )
     )
     out.append(
@@ -284,6 +300,32 @@ def lines(
         )
     )
     return out
+
+
+def model_input_tokens(measured: dict[str, Any]) -> tuple[float, float]:
+    """Model input tokens per message (a reply's, and the folds' spread over the turns), and how
+    many of them a prompt cache serves: figure 12's share of the reply's. A fold's input is
+    mostly turns no earlier request sent, so none of it is counted as cached."""
+    costing = measured["context"]["costing"]
+    fold_in = measured["context"]["compaction"].get("input_tokens_per_fold", 0)
+    reply_in = costing["reply_input_tokens"]
+    tokens_in = reply_in + costing["folds_per_turn"] * fold_in
+    return tokens_in, reply_in * cache_share(measured)
+
+
+def cache_share(measured: dict[str, Any]) -> float:
+    """The share of reply input tokens a provider's prompt cache can serve (figure 12, our
+    order), assumed served at the cached-input price. OpenAI caches a repeated prefix of 1,024
+    tokens or more automatically, in 128-token increments, with no extra fee (OpenAI cookbook,
+    "Prompt Caching 201"); a hit is likely, never promised, so cost.md shows the uncached price
+    beside it."""
+    return measured["context"]["cache"]["ours"]["share"]
+
+
+def total(lines: list[Line], *, cache: bool = True) -> float:
+    """Dollars per message over the lines, with the prompt cache's share priced as cached, or
+    every input token at the full price."""
+    return sum(line.per_message if cache else line.without_cache for line in lines)
 
 
 def full_history_model_input(measured: dict[str, Any], assumptions: Assumptions) -> float:

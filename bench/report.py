@@ -84,19 +84,22 @@ def results(
     args: Any,
 ) -> str:
     c = measured["context"]
-    total_cost = sum(line.per_message for line in lines) * 1000
+    total_cost = cost.total(lines) * 1000
     model_in = next(line for line in lines if line.name == "Model: input tokens")
     full_in = cost.full_history_model_input(measured, assumptions) * 1000
-    baseline_cost = total_cost - model_in.per_message * 1000 + full_in
+    # figure 6 compares like with like: no prompt cache on either side (the full history's
+    # cacheable share is not measured)
+    uncached = cost.total(lines, cache=False) * 1000
+    baseline_cost = uncached - model_in.without_cache * 1000 + full_in
     sections = [
         _header(measured, env, args),
-        _summary(measured, total_cost, baseline_cost),
+        _summary(measured, uncached, baseline_cost),
         _webhook_section(measured["webhook"]),
         _turn_section(measured["turn"]),
         _context_section(c, args),
         _compaction_section(c["compaction"]),
         _e2e_section(measured["e2e"]),
-        _cost_section(lines, total_cost, full_in, model_in, assumptions),
+        _cost_section(measured, lines, total_cost, full_in, model_in, assumptions),
         _hardening_section(measured["hardening"]),
         _retry_section(measured["retries"]),
         _burst_section(measured["bursts"]),
@@ -205,7 +208,7 @@ def _summary(measured: dict[str, Any], total_cost: float, baseline_cost: float) 
 {_n(lb["p50"])} / {_n(lb["p95"])} | {_x(lp["p50"], lb["p50"])} (p50) |
 | 5 | ordering violations / duplicates sent / unanswered | \
 {problems(ep)} (must be 0 / 0 / 0) | {problems(eb)} |  |
-| 6 | $ per 1,000 messages (AWS + model + observability) | \
+| 6 | $ per 1,000 messages (AWS + model + observability; no prompt cache) | \
 {compared(total_cost, baseline_cost, 4, "(same, full history to the model)")} |
 | 7 | crash injection: replies sent per inbound message ({cr["inbound"]} cells) | \
 {cr["replies_sent"] / cr["inbound"]:.2f} (must be 1.00; cells not exactly one: \
@@ -452,6 +455,7 @@ same CPU, so throughput is this machine's, not Lambda's (which scales out per pe
 
 
 def _cost_section(
+    measured: dict[str, Any],
     lines: list[cost.Line],
     total: float,
     full_in: float,
@@ -466,6 +470,8 @@ def _cost_section(
     ]
     monthly = sum(line.fixed_per_month for line in lines)
     dollars.append(["**total**", f"**{total:.4f}** + ${monthly:.2f}/month"])
+    uncached = cost.total(lines, cache=False) * 1000
+    dollars.append(["total without a prompt cache", f"{uncached:.4f} + ${monthly:.2f}/month"])
     a = assumptions
     return f"""## 6. Cost
 
@@ -475,10 +481,15 @@ prices as known in {cost.PRICES_AS_OF}, to be checked; every line's formula is i
 
 {table(["line", "$ per 1,000 messages"], dollars, "lr")}
 
+The total prices the {cost.cache_share(measured):.0%} of reply input that figure 12 finds a
+prompt cache can serve at the cached-input price (${a.model_cached_input_per_million:g} per 1M);
+the row below it prices every input token in full.
+
 Sending the full history instead would make the model input alone ${full_in:.4f} per 1,000
-messages over this conversation, against ${model_in.per_message * 1000:.4f} (model at
-${a.model_input_per_million:g} / ${a.model_output_per_million:g} per 1M input / output tokens;
-`--model-input-price` and `--model-output-price` change it).
+messages over this conversation (no prompt cache), against ${model_in.without_cache * 1000:.4f}
+(model at ${a.model_input_per_million:g} / ${a.model_output_per_million:g} per 1M input / output
+tokens; `--model-input-price`, `--model-cached-input-price` and `--model-output-price` change
+it).
 """
 
 
@@ -684,12 +695,13 @@ METHOD = """## Method
 BOUNDS = """## What one person can cost
 
 Anyone can write to a business number, so each person's cost is capped (template parameters,
-README): a reply is at most `MaxReplyTokens` output tokens and `MaxReplyParts` messages, a voice
-note over `MaxAudioSeconds` is not transcribed, and a day holds at most `PersonDailyTurns` model
-turns and `PersonDailyTokens` tokens per person. At the defaults (150 turns, 750,000 tokens) one
-person's worst day is about 750,000 x $0.4/M + 150 x 1,024 x $1.6/M = $0.55 of model tokens.
-The whole stack's day is alarmed at `StackDailyTokenBudget` (`StackTokenBudgetAlarm`); with
-`StackDailyTokensHardLimit` set, reply calls stop past it (one UpdateItem per reply, 1 WRU).
+[deploy.md](deploy.md#parameters)): a reply is at most `MaxReplyTokens` output tokens and
+`MaxReplyParts` messages, a voice note over `MaxAudioSeconds` is not transcribed, and a day holds
+at most `PersonDailyTurns` model turns and `PersonDailyTokens` tokens per person. At the defaults
+(150 turns, 750,000 tokens) one person's worst day is about 750,000 x $0.4/M + 150 x 1,024 x
+$1.6/M = $0.55 of model tokens. The whole stack's day is alarmed at `StackDailyTokenBudget`
+(`StackTokenBudgetAlarm`); with `StackDailyTokensHardLimit` set, reply calls stop past it (one
+UpdateItem per reply, 1 WRU).
 
 ## An unsigned flood
 
@@ -774,12 +786,21 @@ bill:
 GPT_6_LUNA = {"input": 0.10, "cached input": 0.01, "output": 0.50}
 
 
-def _model_homes(lines: list[cost.Line], a: cost.Assumptions) -> str:
+def _model_homes(measured: dict[str, Any], lines: list[cost.Line], a: cost.Assumptions) -> str:
     """The default model at OpenAI's price, and what is (not) known of Bedrock's."""
-    by_name = {line.name: line.per_message for line in lines}
-    per_1000 = 1000 * (
-        by_name["Model: input tokens"] * GPT_6_LUNA["input"] / a.model_input_per_million
-        + by_name["Model: output tokens"] * GPT_6_LUNA["output"] / a.model_output_per_million
+    by_name = {line.name: line for line in lines}
+    tokens_in, cached = cost.model_input_tokens(measured)  # per message
+    tokens_out = by_name["Model: output tokens"].per_message / a.model_output_per_million * 1e6
+    output = tokens_out * GPT_6_LUNA["output"]
+    uncached_1000 = 1000 * (tokens_in * GPT_6_LUNA["input"] + output) / 1e6
+    per_1000 = (
+        1000
+        * (
+            (tokens_in - cached) * GPT_6_LUNA["input"]
+            + cached * GPT_6_LUNA["cached input"]
+            + output
+        )
+        / 1e6
     )
     luna = " / ".join(f"${v:.2f}" for v in GPT_6_LUNA.values())
     return f"""## The model's price: OpenAI or Amazon Bedrock (`ModelProvider`)
@@ -796,8 +817,10 @@ OpenAI's list. Check the page for your Region and profile (for some models AWS p
 `global.` profile about 10% below a geographic one).
 
 At OpenAI's price and the token counts above, the default model costs about ${per_1000:.2f} per
-1,000 messages (prompt caching not counted). On Bedrock it is billed on the AWS invoice, by the
-Region the request is sent from; the bearer token costs nothing (it is signed locally).
+1,000 messages with the prompt cache serving figure 12's share of each reply's input at the
+cached-input price, ${uncached_1000:.2f} without it. On Bedrock it is billed on the AWS
+invoice, by the Region the request is sent from; the bearer token costs nothing (it is signed
+locally).
 """
 
 
@@ -805,11 +828,18 @@ def _monthly(lines: list[cost.Line]) -> str:
     """docs/cost.md's first table: each line, a subtotal per group, then the total, per 1,000
     messages and per month at each of VOLUMES."""
 
-    def row(name: str, members: list[cost.Line], bold: bool, fixed_always: bool = False) -> list:
+    def row(
+        name: str,
+        members: list[cost.Line],
+        bold: bool,
+        fixed_always: bool = False,
+        cache: bool = True,
+    ) -> list:
         fixed = sum(line.fixed_per_month for line in members)
-        per = f"${sum(line.per_message for line in members) * 1000:.4f}"
+        per_message = cost.total(members, cache=cache)
+        per = f"${per_message * 1000:.4f}"
         per += f" + ${fixed:.2f}/mo" if fixed or fixed_always else ""
-        money = [per, *(f"${sum(line.monthly(v) for line in members):,.2f}" for v in VOLUMES)]
+        money = [per, *(f"${per_message * v + fixed:,.2f}" for v in VOLUMES)]
         return [f"**{name}**", *(f"**{m}**" for m in money)] if bold else [name, *money]
 
     groups = [
@@ -818,6 +848,9 @@ def _monthly(lines: list[cost.Line]) -> str:
     rows = [row(line.name, [line], bold=False) for line in lines]
     rows += [row(f"subtotal {g}", members, bold=True) for g, members in groups]
     rows.append(row("total", lines, bold=True, fixed_always=True))
+    rows.append(
+        row("total without a prompt cache", lines, bold=False, fixed_always=True, cache=False)
+    )
     header = ["line", "per 1,000 messages", *(f"{v:,} msgs/month" for v in VOLUMES)]
     return table(header, rows, "l" + "r" * (1 + len(VOLUMES)))
 
@@ -845,6 +878,7 @@ def cost_doc(
     template: dict[str, Any],
 ) -> str:
     a = assumptions
+    share = cost.cache_share(measured)
     memory = cost.function_memory(template)
     full_in = cost.full_history_model_input(measured, assumptions)
     partition = measured["turn"]["memory"]["partition_bytes_after"]
@@ -852,8 +886,9 @@ def cost_doc(
     prices = [
         [item, f"${cost.PRICES[key] * per:.{digits}f}"] for item, key, per, digits in PRICE_LIST
     ]
-    model = f"${a.model_input_per_million:g} / ${a.model_output_per_million:g}"
-    prices.append(["model input / output, per 1M tokens (configurable)", model])
+    model = f"${a.model_input_per_million:g} / ${a.model_cached_input_per_million:g} / "
+    model += f"${a.model_output_per_million:g}"
+    prices.append(["model input / cached input / output, per 1M tokens (configurable)", model])
     formulas = [[line.name, line.formula, line.source] for line in lines]
     formulas_header = ["line", "formula (measured counts x prices)", "counts measured by"]
     return unwrap(f"""# What it costs
@@ -861,7 +896,13 @@ def cost_doc(
 Generated by `make bench` (bench/run.py, bench/cost.py) on {env["date"]} from the counts that
 run measured; do not edit by hand, re-run it. A **message** is one message from a person,
 answered with one reply. The model's price is yours to set: `python bench/run.py
---model-input-price 0.40 --model-output-price 1.60 --model-latency 1.5`.
+--model-input-price 0.40 --model-cached-input-price 0.10 --model-output-price 1.60
+--model-latency 1.5`.
+
+The total assumes the model provider's prompt cache serves the {share:.0%} of each reply's input
+that [figure 12](benchmarks.md#12-the-prompt-cache-what-a-provider-could-serve-from-its-cache)
+finds cacheable, at the cached-input price. The row below it, "total without a prompt cache",
+prices every input token in full: what a month costs if the cache never hits.
 
 ## Per month
 
@@ -894,17 +935,23 @@ against the AWS pricing pages before relying on this. No free tier is applied.
 - Tokens: counted with o200k_base where available, else characters / 4; the model input per
   message is the mean over a 1,000-message conversation (it grows in the first ~40 messages, then
   stays bounded by compaction).
+- Prompt cache: the provider serves the {share:.0%} of each reply's input that figure 12 finds
+  cacheable (the prefix a request shares with the same person's previous ones within
+  `prompt_cache_retention`'s 24 hours, from 1,024 tokens, in 128-token blocks) at
+  ${a.model_cached_input_per_million:g} per 1M tokens instead of ${a.model_input_per_million:g}.
+  A cache hit is likely, never promised (a provider may evict a prefix sooner); a fold's input is
+  counted uncached. Without any hit, the month costs the "total without a prompt cache" row.
 - Observability: X-Ray counted at {a.traces_per_message:g} traces per message (webhook and
   consumer) as an upper bound; Lambda's own log lines at {a.platform_log_bytes_per_invocation}
   bytes per invocation.
 
 {_snapstart_cost(measured, memory)}
-{_model_homes(lines, a)}
+{_model_homes(measured, lines, a)}
 {BOUNDS}## Not in the table
 
 - **The full history instead**: sending every message to the model would cost
-  ${full_in * 1000:.4f} per 1,000 messages in input tokens alone over this 1,000-message
-  conversation, and keeps growing with the conversation.
+  ${full_in * 1000:.4f} per 1,000 messages in input tokens alone (no prompt cache) over this
+  1,000-message conversation, and keeps growing with the conversation.
 - **DynamoDB storage** is per person, not per message: after compaction a person's partition held
   {partition:,} bytes in the benchmark (20-40 raw turns, the summary, facts, the state and the
   ledger entries of the last LEDGER_TTL_DAYS), i.e. about ${storage:.4f} a month per 1,000

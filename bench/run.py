@@ -69,6 +69,11 @@ BENCHMARKS = [
 # The model's side of the cost model: (option, cost.Assumptions field, what it is)
 MODEL_OPTIONS = [
     ("--model-input-price", "model_input_per_million", "dollars per 1M input tokens"),
+    (
+        "--model-cached-input-price",
+        "model_cached_input_per_million",
+        "dollars per 1M cached input tokens",
+    ),
     ("--model-output-price", "model_output_per_million", "dollars per 1M output tokens"),
     ("--model-latency", "model_reply_seconds", "seconds per reply (Lambda bills the wait)"),
 ]

@@ -64,6 +64,14 @@ def test_quick_bench_writes_every_figure(tmp_path):
     assert plot.read_bytes().startswith(b"\x89PNG")
     assert "| **total** |" in cost.read_text()
     assert "## SnapStart" in cost.read_text()
+    # the total prices the prompt cache's share as cached, the uncached total beside it, no less
+    per_1000 = {
+        row.split("|")[1].strip(" *"): float(row.split("|")[2].strip(" *$").split()[0])
+        for row in cost.read_text().splitlines()
+        if row.startswith(("| **total** |", "| total without a prompt cache |"))
+    }
+    assert per_1000["total"] <= per_1000["total without a prompt cache"]
+    assert "Prompt cache: the provider serves the" in cost.read_text()
     # every function's cold start against its baselines
     for function in ("webhook", "consumer", "compactor"):
         assert f"functions/{function}/app.py" in report
