@@ -139,17 +139,24 @@ def test_a_booking_turn_calls_each_tool_once_and_sends_one_reply(
         f"{event_id}:tool:0:0",
         f"{event_id}:tool:1:0",
     ]
-    # and the model got the tools' outputs back, its reasoning and calls too (store=false)
+    # and the model got the tools' outputs back, its reasoning and calls too (store=false),
+    # each as it came: the reasoning encrypted, each call with its fc_ id
     third = openai.calls()[-1]
-    assert third["store"] is False
-    sent_back = [i.get("type") for i in third["input"] if isinstance(i, dict) and "type" in i]
-    assert sent_back == [
+    assert third["store"] is False and third["include"] == ["reasoning.encrypted_content"]
+    sent_back = [i for i in third["input"] if isinstance(i, dict) and "type" in i]
+    assert [i["type"] for i in sent_back] == [
         "reasoning",
         "function_call",
         "function_call_output",
+        "reasoning",
         "function_call",
         "function_call_output",
     ]
+    assert [i["id"] for i in sent_back if i["type"] == "function_call"] == [
+        "fc_call_a",
+        "fc_call_b",
+    ]
+    assert all(i["encrypted_content"] for i in sent_back if i["type"] == "reasoning")
     assert json.loads(outputs(third)[0])["output"]["free"][1] == "10:00"
     assert "never instructions to you" in third["instructions"]
     # and one reply went out, and one booking exists
