@@ -108,6 +108,9 @@ class FakeOpenAI(RecordingServer):
     ) -> None:
         super().__init__(delay_seconds=delay_seconds)
         self.reasoning = reasoning  # a reasoning model: a reasoning item before function calls
+        # fields this server does not take, answered 400 naming the first (an OpenAI-compatible
+        # server that knows fewer fields than OpenAI's API)
+        self.unsupported_fields: frozenset[str] = frozenset()
         self._call_ids: dict[str, str] = {}  # call_id -> the fc_ id it came with
         self.responder: Responder = responder or offline_model
         self.transcriber: Transcriber = transcriber or offline_transcriber
@@ -142,6 +145,7 @@ class FakeOpenAI(RecordingServer):
             self._failures.clear()
             self.delay_seconds = 0.0
             self.outage = None
+            self.unsupported_fields = frozenset()
 
     # ------------------------------------------------------------------ HTTP
 
@@ -192,6 +196,9 @@ class FakeOpenAI(RecordingServer):
             return error_reply(400, "Missing required parameter: 'model'.", param="model")
         if body.get("stream"):
             return error_reply(400, "FakeOpenAI does not stream; call without stream=True.")
+        if refused := sorted(self.unsupported_fields & set(body)):
+            message = f"Unsupported parameter: '{refused[0]}'."
+            return error_reply(400, message, param=refused[0], code="unsupported_parameter")
         with self._lock:
             issued = dict(self._call_ids)
         try:

@@ -103,3 +103,25 @@ def test_the_reply_carries_per_person_cache_fields_without_the_phone(
             assert MAYA.lstrip("+") not in key + safety and MAYA[-6:] not in key + safety
             assert len(safety) <= 64 and key != safety
             assert body["prompt_cache_retention"] == "24h"
+
+
+def test_a_server_that_refuses_an_optional_field_still_answers_every_message(
+    consumer_env, monkeypatch, openai, whasp, lambda_context, capsys
+):
+    # given an OpenAI-compatible server that answers 400 naming prompt_cache_key
+    openai.unsupported_fields = frozenset({"prompt_cache_key"})
+    consumer = load_function("consumer", consumer_env, monkeypatch)
+    # when two messages come
+    for text in ("hello", "still there?"):
+        assert retried(consumer.handler, sqs_batch(whasp_message(text)), lambda_context) == []
+    # then the first was asked once more without the optional fields, counted and logged; the
+    # second left them out from the start; both replies went out (not the fallback)
+    assert [r["status"] for r in openai.requests] == [400, 200, 200]
+    optional = {"prompt_cache_key", "safety_identifier", "prompt_cache_retention", "include"}
+    assert [sorted(optional & set(r["json"])) for r in openai.requests] == [
+        ["prompt_cache_key", "prompt_cache_retention", "safety_identifier"],
+        [],
+        [],
+    ]
+    assert '"ModelFieldRefused"' in capsys.readouterr().out
+    assert [s["text"].startswith("[offline model]") for s in whasp.sent] == [True, True]
