@@ -185,6 +185,19 @@ def sent_back(request: dict[str, Any]) -> list[dict[str, Any]]:
     return [i for i in request["input"] if i.get("type") not in (None, "message")]
 
 
+def booked_with_calls_alone(openai, whasp) -> None:
+    """The booking turn ended with its calls (not its reasoning) sent back, one booking made
+    and one reply sent."""
+    assert [i["type"] for i in sent_back(openai.calls()[-1])] == [
+        "function_call",
+        "function_call_output",
+        "function_call",
+        "function_call_output",
+    ]
+    assert booking.booked == {(DAY, "10:00"): "Maya"}
+    assert [s["text"] for s in whasp.sent] == [f"All set: {DAY} 10:00."]
+
+
 def test_a_reasoning_models_tool_turn_is_answered_not_refused(tools, openai, whasp, lambda_context):
     # given the stand-in as OpenAI's reasoning models are with store=false: it refuses a round
     # whose items did not come back as they went out (an fc_ id dropped, reasoning unencrypted)
@@ -219,15 +232,7 @@ def test_a_server_that_refuses_include_still_books_once_without_the_reasoning(
     assert '"ModelFieldRefused"' in capsys.readouterr().out
     assert not any("include" in c or "prompt_cache_key" in c for c in openai.calls()[1:])
     # and the reasoning, not encrypted, was not sent back; the calls were, with their ids
-    assert [i["type"] for i in sent_back(openai.calls()[-1])] == [
-        "function_call",
-        "function_call_output",
-        "function_call",
-        "function_call_output",
-    ]
-    # and one booking, one reply
-    assert booking.booked == {(DAY, "10:00"): "Maya"}
-    assert [s["text"] for s in whasp.sent] == [f"All set: {DAY} 10:00."]
+    booked_with_calls_alone(openai, whasp)
 
 
 def test_a_tool_turn_on_bedrock_sends_only_what_bedrock_runtime_takes(
@@ -250,14 +255,7 @@ def test_a_tool_turn_on_bedrock_sends_only_what_bedrock_runtime_takes(
     # without include) was not sent back, the calls were, with their ids
     assert [r["status"] for r in openai.requests] == [200, 200, 200]
     assert all("include" not in c and "prompt_cache_key" not in c for c in openai.calls())
-    assert [i["type"] for i in sent_back(openai.calls()[-1])] == [
-        "function_call",
-        "function_call_output",
-        "function_call",
-        "function_call_output",
-    ]
-    assert booking.booked == {(DAY, "10:00"): "Maya"}
-    assert [s["text"] for s in whasp.sent] == [f"All set: {DAY} 10:00."]
+    booked_with_calls_alone(openai, whasp)
 
 
 def test_a_round_too_large_to_record_resumes_with_its_calls_alone(
