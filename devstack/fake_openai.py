@@ -276,10 +276,24 @@ class FakeOpenAI(RecordingServer):
         audio = _multipart(request).get("file", (None, None, b""))[2]
         if not form.get("model") or "file_name" not in form:
             return error_reply(400, "Missing required parameters: 'file' and 'model'.")
+        from devstack.openai_schema import problems
+
+        # the form's fields as the schema names them (multipart values are text: a numeric
+        # field such as temperature would need reading as a number first; we send none)
+        if found := problems("CreateTranscriptionRequest", upload_fields(form)):
+            param, message = found[0]
+            return error_reply(400, message, param=param)
         text = self.transcriber(audio)
         if form.get("response_format") in ("text", "srt", "vtt"):
             return Reply(200, text.encode(), {"Content-Type": "text/plain; charset=utf-8"})
         return Reply.json(200, {"text": text})
+
+
+def upload_fields(form: dict[str, Any]) -> dict[str, Any]:
+    """A recorded upload (`_form_summary`) as CreateTranscriptionRequest names its fields: the
+    form's fields, and the file as its name."""
+    fields = {key: value for key, value in form.items() if not key.startswith("file_")}
+    return fields | ({"file": form["file_name"]} if "file_name" in form else {})
 
 
 def _message(number: int, text: str) -> dict[str, Any]:

@@ -99,6 +99,9 @@ def _cause(error: Any) -> Any:
     return max((_cause(e) for e in branch), key=lambda e: len(e.absolute_path))
 
 
+UNKNOWN = ("unevaluatedProperties", "additionalProperties")  # a field the schema does not name
+
+
 def problems(name: str, body: Any) -> list[tuple[str, str]]:
     """(parameter, message) for each way `body` breaks the schema `name` (CreateResponse,
     CreateTranscriptionRequest), worded as OpenAI words them; [] when OpenAI's API would take
@@ -106,24 +109,25 @@ def problems(name: str, body: Any) -> list[tuple[str, str]]:
     errors = list(_validator(name).iter_errors(body))
     found = []
     for error in errors:
-        if error.validator == "unevaluatedProperties":
+        if error.validator in UNKNOWN:
             continue
         cause = _cause(error)
-        if cause.validator == "unevaluatedProperties":
+        if cause.validator in UNKNOWN:
             found.extend(_unknown(cause))
         else:
             where = _param(cause.absolute_path)
             found.append((where, f"Invalid value for '{where}': {cause.message[:300]}"))
     wrong = {where for where, _ in found}
     for error in errors:
-        if error.validator == "unevaluatedProperties":
+        if error.validator in UNKNOWN:
             # a field whose value failed is not "evaluated" either: report it once, as invalid
             found.extend(u for u in _unknown(error) if not _within(u[0], wrong))
     return found
 
 
 def _unknown(error: Any) -> list[tuple[str, str]]:
-    """Each field an unevaluatedProperties error names, as OpenAI's "Unknown parameter"."""
+    """Each field an unevaluated/additionalProperties error names, as OpenAI's "Unknown
+    parameter"."""
     named = [key for key in error.instance if f"'{key}'" in error.message]
     params = [_param([*error.absolute_path, key]) for key in sorted(named)]
     return [(param, f"Unknown parameter: '{param}'.") for param in params]

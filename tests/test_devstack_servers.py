@@ -349,6 +349,14 @@ def test_transcription_through_the_real_client(openai_server, client):
     assert call["file_content_type"] == "audio/ogg"
 
 
+def test_an_upload_field_outside_the_schema_is_refused(client):
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.audio.transcriptions.create(
+            model="gpt-transcribe", file=("v.ogg", b"OggS", "audio/ogg"), extra_body={"voice": "x"}
+        )
+    assert refused.value.body["message"] == "Unknown parameter: 'voice'."
+
+
 # --------------------------------------------------------------------------- FakeWhasp
 
 
