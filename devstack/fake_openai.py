@@ -13,6 +13,16 @@ Endpoints:
   only a short-term Bedrock API key, unexpired and signed by `bedrock_key_id` (any key if None),
   and only what bedrock-runtime takes (`bedrock_problems`): 401 or 400 otherwise.
 
+As strict as the real API (/work/shared/STANDINS.md): every Responses request is checked against
+OpenAI's published schema, closed as the API reads it (devstack.openai_schema: an unknown field
+is a 400), and against the stateless (store=false) rules of a reasoning model. By default
+(`reasoning=True`) the model reasons before it calls a function, as OpenAI's reasoning models do:
+a `reasoning` item (`rs_` id, its `encrypted_content` only when the request's `include` asks for
+"reasoning.encrypted_content") comes before the `function_call` items. A request that continues
+a turn must send those items back as they came (`request_problems`): a reasoning item needs its
+encrypted_content and the very item that followed it; a function call its `fc_` id; a
+function_call_output a function_call in the same input. Otherwise: 400, in OpenAI's words.
+
 Every request is recorded in `.requests` (failed ones too); `.calls(path)` gives the JSON bodies
 sent to one path. `.fail_next(n, status)` and `.delay_seconds` inject failures and slowness;
 `.outage`, a callable returning an HTTP status (or None), fails every request while it says so
@@ -56,11 +66,31 @@ _ERROR_TYPES = {
 }
 
 
-def error_reply(status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
+def error_reply(
+    status: int,
+    message: str,
+    headers: dict[str, str] | None = None,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+) -> Reply:
     """An error in the shape the OpenAI API uses, which the client turns into APIStatusError."""
-    kind, code = _ERROR_TYPES.get(status, ("server_error", None))
-    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    kind, default_code = _ERROR_TYPES.get(status, ("server_error", None))
+    body = {
+        "error": {"message": message, "type": kind, "param": param, "code": code or default_code}
+    }
     return Reply.json(status, body, headers)
+
+
+class Refused(Exception):
+    """A request the API answers 400, with the parameter it names and OpenAI's error code."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message, self.param, self.code = message, param, code
+
+    def reply(self) -> Reply:
+        return error_reply(400, self.message, param=self.param, code=self.code)
 
 
 class FakeOpenAI(RecordingServer):
@@ -74,8 +104,14 @@ class FakeOpenAI(RecordingServer):
         delay_seconds: float = 0.0,
         retry_after_ms: int | None = 10,
         bedrock_key_id: str | None = None,
+        reasoning: bool = True,
     ) -> None:
         super().__init__(delay_seconds=delay_seconds)
+        self.reasoning = reasoning  # a reasoning model: a reasoning item before function calls
+        # fields this server does not take, answered 400 naming the first (an OpenAI-compatible
+        # server that knows fewer fields than OpenAI's API)
+        self.unsupported_fields: frozenset[str] = frozenset()
+        self._call_ids: dict[str, str] = {}  # call_id -> the fc_ id it came with
         self.responder: Responder = responder or offline_model
         self.transcriber: Transcriber = transcriber or offline_transcriber
         self.outage: Callable[[], int | None] | None = None
@@ -109,6 +145,7 @@ class FakeOpenAI(RecordingServer):
             self._failures.clear()
             self.delay_seconds = 0.0
             self.outage = None
+            self.unsupported_fields = frozenset()
 
     # ------------------------------------------------------------------ HTTP
 
@@ -128,15 +165,17 @@ class FakeOpenAI(RecordingServer):
             if injected is not None:
                 reply = self._injected(injected)
             elif request.method == "POST" and request.path == RESPONSES:
-                reply = self._respond(record["json"])
+                reply = self._checked(record["json"])
             elif request.method == "POST" and request.path == BEDROCK_RESPONSES:
                 token = request.headers.get("authorization", "").removeprefix("Bearer ")
                 if refused := bedrock_token_problem(token, self.bedrock_key_id):
                     reply = error_reply(401, refused)
                 elif problems := bedrock_problems(record["json"], request.headers):
-                    reply = error_reply(400, "; ".join(problems))
+                    field = next(iter(undocumented_fields(record["json"])), None)
+                    code = "unsupported_parameter" if field else None
+                    reply = error_reply(400, "; ".join(problems), param=field, code=code)
                 else:
-                    reply = self._respond(record["json"])
+                    reply = self._checked(record["json"])
             elif request.method == "POST" and request.path == TRANSCRIPTIONS:
                 reply = self._transcribe(request, record["json"])
             else:
@@ -151,15 +190,28 @@ class FakeOpenAI(RecordingServer):
             headers["retry-after-ms"] = str(self.retry_after_ms)
         return error_reply(status, f"Injected failure (HTTP {status}) from FakeOpenAI.", headers)
 
-    def _respond(self, body: Any) -> Reply:
+    def _checked(self, body: Any) -> Reply:
+        """The answer to a Responses request, or the 400 the API gives it."""
         if not isinstance(body, dict) or not body.get("model"):
-            return error_reply(400, "Missing required parameter: 'model'.")
+            return error_reply(400, "Missing required parameter: 'model'.", param="model")
         if body.get("stream"):
             return error_reply(400, "FakeOpenAI does not stream; call without stream=True.")
+        if refused := sorted(self.unsupported_fields & set(body)):
+            message = f"Unsupported parameter: '{refused[0]}'."
+            return error_reply(400, message, param=refused[0], code="unsupported_parameter")
+        with self._lock:
+            issued = dict(self._call_ids)
+        try:
+            request_problems(body, issued)
+        except Refused as refused:
+            return refused.reply()
+        return self._respond(body)
+
+    def _respond(self, body: dict[str, Any]) -> Reply:
         answer = self.responder(body)  # a text, or {"output": [items]} (e.g. function calls)
         number = next(self._ids)
         if isinstance(answer, dict):
-            output = answer["output"]
+            output = self._as_reasoning_model(body, answer["output"], number)
             text = "".join(
                 c.get("text", "") for i in output if i["type"] == "message" for c in i["content"]
             )
@@ -189,14 +241,59 @@ class FakeOpenAI(RecordingServer):
         }
         return Reply.json(200, response, {"x-request-id": f"req_{number:024x}"})
 
+    def _as_reasoning_model(
+        self, body: dict[str, Any], output: list[dict[str, Any]], number: int
+    ) -> list[dict[str, Any]]:
+        """The responder's items as the API returns them: every function call with its fc_ id,
+        a reasoning item before the first (when `reasoning` and the responder gave none), and
+        each reasoning item's encrypted_content only when the request included it (naming
+        the item that follows it, which is what the API checks when it comes back)."""
+        items = [dict(item) for item in output]
+        for n, item in enumerate(items):
+            if item["type"] == "function_call":
+                item.setdefault("id", f"fc_{number:020x}{n:04x}")
+                item.setdefault("status", "completed")
+        first_call = next((n for n, i in enumerate(items) if i["type"] == "function_call"), None)
+        reasoned = any(i["type"] == "reasoning" for i in items)
+        if self.reasoning and first_call is not None and not reasoned:
+            items.insert(
+                first_call, {"type": "reasoning", "id": f"rs_{number:024x}", "summary": []}
+            )
+        included = "reasoning.encrypted_content" in (body.get("include") or [])
+        for n, item in enumerate(items):
+            if item["type"] == "reasoning":
+                item.pop("encrypted_content", None)
+                following = items[n + 1].get("id") if n + 1 < len(items) else None
+                if included:
+                    item["encrypted_content"] = _sealed(item["id"], following)
+        with self._lock:
+            self._call_ids.update(
+                {i["call_id"]: i["id"] for i in items if i["type"] == "function_call"}
+            )
+        return items
+
     def _transcribe(self, request: Request, form: dict[str, Any]) -> Reply:
         audio = _multipart(request).get("file", (None, None, b""))[2]
         if not form.get("model") or "file_name" not in form:
             return error_reply(400, "Missing required parameters: 'file' and 'model'.")
+        from devstack.openai_schema import problems
+
+        # the form's fields as the schema names them (multipart values are text: a numeric
+        # field such as temperature would need reading as a number first; we send none)
+        if found := problems("CreateTranscriptionRequest", upload_fields(form)):
+            param, message = found[0]
+            return error_reply(400, message, param=param)
         text = self.transcriber(audio)
         if form.get("response_format") in ("text", "srt", "vtt"):
             return Reply(200, text.encode(), {"Content-Type": "text/plain; charset=utf-8"})
         return Reply.json(200, {"text": text})
+
+
+def upload_fields(form: dict[str, Any]) -> dict[str, Any]:
+    """A recorded upload (`_form_summary`) as CreateTranscriptionRequest names its fields: the
+    form's fields, and the file as its name."""
+    fields = {key: value for key, value in form.items() if not key.startswith("file_")}
+    return fields | ({"file": form["file_name"]} if "file_name" in form else {})
 
 
 def _message(number: int, text: str) -> dict[str, Any]:
@@ -205,8 +302,72 @@ def _message(number: int, text: str) -> dict[str, Any]:
         "id": f"msg_{number:024x}",
         "status": "completed",
         "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
     }
+
+
+# ---------------------------------------------------------------------- what the API refuses
+
+NOT_PERSISTED = (
+    "Item with id '{id}' not found. Items are not persisted when `store` is set to false. Try "
+    "again with `store` set to true, or remove this item from your input."
+)
+WITHOUT_FOLLOWING = (
+    "Item '{id}' of type 'reasoning' was provided without its required following item."
+)
+NO_CALL = "No tool call found for function call output with call_id {call_id}."
+WITHOUT_ID = (
+    "Item of type 'function_call' with call_id '{call_id}' was provided without its id '{id}'."
+)
+
+
+def _sealed(reasoning_id: str, following: str | None) -> str:
+    """A reasoning item's encrypted_content: opaque to the caller (Fernet-like), and carrying
+    what the API checks when it comes back: the item that followed it."""
+    sealed = json.dumps({"rs": reasoning_id, "next": following}).encode()
+    return "gAAAAA" + base64.urlsafe_b64encode(sealed).decode()
+
+
+def _unsealed(content: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(base64.urlsafe_b64decode(content.removeprefix("gAAAAA")))
+    except (binascii.Error, ValueError):
+        return None
+
+
+def request_problems(body: dict[str, Any], issued: dict[str, str] | None = None) -> None:
+    """Raise Refused for what OpenAI's Responses API answers 400: a field or value outside its
+    published schema, and a continued turn whose items did not come back as they went out
+    (STANDINS.md: store=false with a reasoning model). `issued`: call_id -> the fc_ id the
+    function call came with."""
+    from devstack.openai_schema import problems
+
+    if found := problems("CreateResponse", body):
+        param, message = found[0]
+        unknown = message.startswith("Unknown parameter")
+        raise Refused(message, param, "unknown_parameter" if unknown else "invalid_value")
+    items = body.get("input")
+    if not isinstance(items, list):
+        return
+    stateless = body.get("store") is False
+    calls = {i.get("call_id") for i in items if i.get("type") == "function_call"}
+    for n, item in enumerate(items):
+        kind, where = item.get("type"), f"input[{n}]"
+        if kind == "reasoning":
+            content = item.get("encrypted_content")
+            if stateless and not content:
+                raise Refused(NOT_PERSISTED.format(id=item["id"]), where)
+            sealed = _unsealed(content) if content else None
+            following = items[n + 1] if n + 1 < len(items) else {}
+            expected = sealed.get("next") if sealed else None
+            if not following.get("id") or (expected and following.get("id") != expected):
+                raise Refused(WITHOUT_FOLLOWING.format(id=item["id"]), where)
+        elif kind == "function_call":
+            came_with = (issued or {}).get(item.get("call_id", ""))
+            if came_with and item.get("id") != came_with:
+                raise Refused(WITHOUT_ID.format(call_id=item["call_id"], id=came_with), where)
+        elif kind == "function_call_output" and item.get("call_id") not in calls:
+            raise Refused(NO_CALL.format(call_id=item.get("call_id")), where)
 
 
 # ---------------------------------------------------------------------- Bedrock
@@ -238,13 +399,22 @@ def bedrock_token_problem(token: str, key_id: str | None) -> str | None:
     return None
 
 
+def undocumented_fields(body: dict[str, Any]) -> list[str]:
+    """The request's fields AWS does not document bedrock-runtime's Responses API as taking
+    (memagent.model.BEDROCK_FIELDS says which it does, and where AWS says so)."""
+    from memagent.model import BEDROCK_FIELDS
+
+    return sorted(set(body) - BEDROCK_FIELDS)
+
+
 def bedrock_problems(body: Any, headers: dict[str, str]) -> list[str]:
     """What bedrock-runtime's Responses API rejects in a request (AWS's list of its
     differences): background mode, server-side tools, a project other than the default one, an
-    application inference profile as the model, a missing model."""
-    problems = []
+    application inference profile as the model, a missing model; and any field AWS does not
+    document it as taking (STANDINS.md: a risk we do not take)."""
     if not isinstance(body, dict) or not body.get("model"):
         return ["model is required on every request"]
+    problems = [f"Unsupported parameter: '{field}'." for field in undocumented_fields(body)]
     if body.get("background"):
         problems.append("background=true: requests are always synchronous")
     if any(t.get("type") not in ("function", "custom") for t in body.get("tools") or []):

@@ -157,6 +157,133 @@ def test_json_schema_request_gets_summary_and_facts(openai_server, client):
     ]
 
 
+# ---------------------------------------------------------------- a reasoning model, store=false
+
+BOOK = {
+    "type": "function",
+    "name": "book",
+    "description": "Book a slot",
+    "parameters": {"type": "object", "properties": {}},
+    "strict": False,
+}
+
+
+def first_round(openai_server, client, **include):
+    """A tool round from the stand-in's reasoning model: its output items as the client got
+    them."""
+    openai_server.responder = lambda request: (
+        {
+            "output": [
+                {"type": "function_call", "call_id": "call_1", "name": "book", "arguments": "{}"}
+            ]
+        }
+        if not any(i.get("type") == "function_call_output" for i in request["input"])
+        else "booked"
+    )
+    said = [{"role": "user", "content": "book it"}]
+    response = client.responses.create(
+        model="gpt-6-luna", input=said, tools=[BOOK], store=False, **include
+    )
+    return said, [item.to_dict() for item in response.output]
+
+
+def refusal(client, **request) -> openai.BadRequestError:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="gpt-6-luna", store=False, **request)
+    return refused.value
+
+
+ANSWER = {"type": "function_call_output", "call_id": "call_1", "output": "{}"}
+
+
+def test_a_reasoning_model_reasons_before_it_calls_and_encrypts_only_when_asked(
+    openai_server, client
+):
+    # when a tool round is asked for, without and then with the encrypted reasoning included
+    _, plain = first_round(openai_server, client)
+    _, included = first_round(openai_server, client, include=["reasoning.encrypted_content"])
+    # then a reasoning item (rs_) comes before the call (fc_), encrypted only when included
+    assert [(i["type"], i["id"][:3]) for i in included] == [
+        ("reasoning", "rs_"),
+        ("function_call", "fc_"),
+    ]
+    assert "encrypted_content" not in plain[0] and included[0]["encrypted_content"]
+
+
+def test_items_sent_back_as_they_came_continue_the_turn(openai_server, client):
+    said, items = first_round(openai_server, client, include=["reasoning.encrypted_content"])
+    response = client.responses.create(
+        model="gpt-6-luna",
+        input=[*said, *items, ANSWER],
+        tools=[BOOK],
+        store=False,
+        include=["reasoning.encrypted_content"],
+    )
+    assert response.output_text == "booked"
+
+
+def test_a_call_sent_back_without_its_id_is_refused(openai_server, client):
+    said, items = first_round(openai_server, client, include=["reasoning.encrypted_content"])
+    reasoning, call = items
+    stripped = {k: v for k, v in call.items() if k in ("type", "call_id", "name", "arguments")}
+    # with its reasoning before it: the reasoning lost the item that followed it
+    error = refusal(client, input=[*said, reasoning, stripped, ANSWER], tools=[BOOK])
+    assert error.body["message"] == (
+        f"Item '{reasoning['id']}' of type 'reasoning' was provided without its required "
+        "following item."
+    )
+    assert error.body["type"] == "invalid_request_error" and error.param == "input[1]"
+    # without it: the call came with an id it no longer carries
+    error = refusal(client, input=[*said, stripped, ANSWER], tools=[BOOK])
+    assert call["id"] in error.body["message"] and error.param == "input[1]"
+
+
+def test_a_reasoning_item_without_its_encrypted_content_is_refused_under_store_false(
+    openai_server, client
+):
+    said, items = first_round(openai_server, client)  # not included
+    error = refusal(client, input=[*said, *items, ANSWER], tools=[BOOK])
+    assert error.body["message"].startswith(
+        f"Item with id '{items[0]['id']}' not found. Items are not"
+    )
+
+
+def test_an_output_answering_no_call_is_refused(client):
+    error = refusal(client, input=[{"role": "user", "content": "hi"}, ANSWER])
+    assert (
+        error.body["message"] == "No tool call found for function call output with call_id call_1."
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"prompt_cache_keys": "x"}, "prompt_cache_keys"),
+        ({"include": ["reasoning.encrypted"]}, "include[0]"),
+        ({"input": [{"role": "user", "content": "hi", "name": "Maya"}]}, "input[0].name"),
+    ],
+    ids=["unknown-field", "unknown-value", "unknown-nested-field"],
+)
+def test_a_field_or_value_outside_the_published_schema_is_refused(client, extra, param):
+    error = refusal(client, input="hi", extra_body=extra)  # sent as it is
+    assert error.param == param and error.status_code == 400
+
+
+def test_bedrock_runtime_refuses_a_field_aws_does_not_document(openai_server):
+    # given the stand-in's bedrock-runtime path, with any well-formed bearer token
+    from botocore.credentials import Credentials
+
+    from memagent.bedrock import bearer_token
+
+    token = bearer_token(Credentials("AKIDEXAMPLE", "secret"), "us-east-1")
+    bedrock = OpenAI(base_url=f"{openai_server.url}/openai/v1", api_key=token, max_retries=0)
+    # when a request carries a field OpenAI takes but AWS does not document (the cache key)
+    error = refusal(bedrock, input="hi", prompt_cache_key="k")
+    # then it is refused naming it; without it, it is answered
+    assert error.param == "prompt_cache_key" and "Unsupported parameter" in error.body["message"]
+    assert bedrock.responses.create(model="gpt-6-luna", input="hi", store=False).output_text
+
+
 def test_a_500_then_success_is_absorbed_by_the_client_retries(openai_server, client):
     # Given the next request fails with HTTP 500
     openai_server.fail_next(1, status=500)
@@ -190,7 +317,11 @@ def test_image_input_gets_a_picture_placeholder(client):
                 "role": "user",
                 "content": [
                     {"type": "input_text", "text": "Describe this photo."},
-                    {"type": "input_image", "image_url": "data:image/jpeg;base64,QUJD"},
+                    {
+                        "type": "input_image",
+                        "image_url": "data:image/jpeg;base64,QUJD",
+                        "detail": "auto",  # required by OpenAI's schema, as the stand-in checks
+                    },
                 ],
             }
         ],
@@ -216,6 +347,14 @@ def test_transcription_through_the_real_client(openai_server, client):
     assert call["model"] == "gpt-4o-transcribe"
     assert call["file_size"] == len(audio)
     assert call["file_content_type"] == "audio/ogg"
+
+
+def test_an_upload_field_outside_the_schema_is_refused(client):
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.audio.transcriptions.create(
+            model="gpt-transcribe", file=("v.ogg", b"OggS", "audio/ogg"), extra_body={"voice": "x"}
+        )
+    assert refused.value.body["message"] == "Unknown parameter: 'voice'."
 
 
 # --------------------------------------------------------------------------- FakeWhasp

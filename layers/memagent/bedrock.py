@@ -16,9 +16,11 @@ signed and for how long, which renewing it before it expires needs.
 from __future__ import annotations
 
 import base64
+import re
 import threading
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from botocore import auth
 from botocore.awsrequest import AWSRequest
@@ -31,6 +33,19 @@ TOKEN_SECONDS = 3600
 # A token with less left than this is signed again: past any model call's timeout and its retries
 # (the consumer's budget is minutes), so no request ever leaves with a token about to lapse.
 RENEW_BEFORE = timedelta(minutes=15)
+
+
+# bedrock-runtime's hosts: the regional endpoint, its FIPS twin, an interface VPC endpoint's
+# names (vpce-...bedrock-runtime.<region>.vpce.amazonaws.com), the China partition's domain
+RUNTIME_HOST = re.compile(
+    r"^(?:[a-z0-9-]+\.)*bedrock-runtime(?:-fips)?\.[a-z0-9-]+\.(?:vpce\.)?amazonaws\.com(?:\.cn)?$"
+)
+
+
+def is_bedrock_runtime(url: str) -> bool:
+    """True for an https URL on a bedrock-runtime host (where a bearer token may go)."""
+    parts = urlsplit(url)
+    return parts.scheme == "https" and bool(RUNTIME_HOST.match(parts.hostname or ""))
 
 
 def runtime_url(region: str) -> str:

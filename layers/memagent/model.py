@@ -3,8 +3,11 @@
 Any OpenAI-compatible endpoint works through OPENAI_BASE_URL, with an API key; with
 MODEL_PROVIDER=bedrock the endpoint is bedrock-runtime's (memagent.bedrock) and the key is the
 function role's short-term bearer token. One request builder (`_respond`) serves both; for
-Bedrock its output goes through `bedrock_subset`, which drops what bedrock-runtime does not
-take. Retries with backoff on 429, 5xx
+Bedrock its output goes through `bedrock_subset`, which keeps only what AWS documents
+bedrock-runtime as taking. A 400 that names one of the optional fields (OPTIONAL_FIELDS: a
+server that does not take them) is answered by sending the request again once without them,
+counted (ModelFieldRefused) and alarmed; the client leaves them out from then on. Retries with
+backoff on 429, 5xx
 and connection errors are the openai client's own (max_retries); timeouts stay well under the
 Lambda timeout so a slow model fails the attempt and the queue retries it.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -76,17 +80,14 @@ COMPACTION_SCHEMA = {
 @dataclass(frozen=True)
 class Acted:
     """One round of a turn with tools: the model's text, or the calls it asks for; `items` is
-    what the next round sends back (its reasoning, encrypted, and its calls: store=false)."""
+    what the next round sends back: with store=false, every output item exactly as it came
+    (ids included; a reasoning item with its encrypted_content, followed by the item that
+    followed it), else the API refuses the next round (STANDINS.md; OpenAI's cookbook,
+    "Better performance from reasoning models using the Responses API")."""
 
     text: str
     calls: list[dict[str, Any]]
     items: list[dict[str, Any]]
-
-
-SENT_BACK = {
-    "function_call": ("type", "call_id", "name", "arguments"),
-    "reasoning": ("type", "id", "summary", "encrypted_content"),
-}
 
 
 @dataclass(frozen=True)
@@ -100,23 +101,76 @@ class Folded:
     confirmed: list[int] = field(default_factory=list)
 
 
+class FieldRefused(ModelRejected):
+    """A 400 that names one of the optional fields we sent: the server does not take it."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+
 def _classified(error: Exception, what: str) -> Exception:
     """Permanent refusals (a bad or unsupported input) vs everything a retry may fix: 429, 5xx,
     timeouts, Bedrock's throttling and service errors (its 424 model error and 503 too)."""
     status = getattr(error, "status_code", None)
     message = f"{what} failed: {type(error).__name__} {status or ''}".strip()
+    if status == 400 and (field := _named_field(error)):
+        return FieldRefused(f"{message}: {field} refused", field)
     if status in PERMANENT_STATUSES:
         return ModelRejected(message)
     return TransientError(message)
 
 
+def _named_field(error: Exception) -> str | None:
+    """The optional field a 400 names: in its `param` (OpenAI's error shape: "include",
+    "include[0]"), or quoted in its message (other servers: vLLM's "Extra inputs are not
+    permitted" names ('body', 'prompt_cache_key'); OpenAI's "Unsupported parameter: 'x'")."""
+    param = str(getattr(error, "param", None) or "")
+    if (root := re.split(r"[.\[]", param)[0]) in OPTIONAL_FIELDS:
+        return root
+    message = str(getattr(error, "message", "") or "")
+    return next(
+        (f for f in sorted(OPTIONAL_FIELDS) if re.search(rf"['\"`]{f}['\"`]", message)), None
+    )
+
+
 PERMANENT_STATUSES = frozenset({400, 404, 413, 415, 422})
 
-# What bedrock-runtime's Responses API does not take (AWS's "Using the Responses API on the
-# bedrock-runtime endpoint"): requests are always synchronous (background=true is a 400),
-# server-side tools (web search and the other hosted ones) are unavailable, and with store=false
-# nothing is kept, so previous_response_id cannot continue anything. Only client-side tools stay.
-BEDROCK_DROPS = frozenset({"background", "previous_response_id"})
+# What we send that a request does without: the per-person cache and safety fields, and the
+# reasoning's encrypted content (without it a reasoning model's items are not sent back: act).
+# An OpenAI-compatible server that does not take one answers 400 naming it (FieldRefused).
+OPTIONAL_FIELDS = frozenset(
+    {"prompt_cache_key", "safety_identifier", "prompt_cache_retention", "include"}
+)
+
+# What bedrock-runtime's Responses API is documented to take; nothing else is sent there.
+# AWS's user guide, "Responses API" (docs.aws.amazon.com/bedrock/latest/userguide/
+# inference-responses-api.html), says what it does not take: requests are always synchronous
+# (no background), server-side tools are unavailable (only client-side ones stay), only the
+# default project. OpenAI's "Responses API support on Amazon Bedrock" (help.openai.com/en/
+# articles/20001254) lists what AWS's implementation supports: text input and output (model,
+# input, instructions, max_output_tokens), structured outputs, JSON mode and verbosity (text),
+# reasoning effort (reasoning), service tier, function calling (tools, tool_choice), parallel
+# tool calls, stateless continuation (store=false, the items sent back in input). It lists
+# prompt caching among what is unavailable or limited, and no source names prompt_cache_key,
+# prompt_cache_retention, safety_identifier or include as taken there, so they are not sent
+# (its "encrypted reasoning" is "supported or expected", not documented as the include field).
+# Without include, a reasoning item comes back without encrypted_content and is not sent back.
+BEDROCK_FIELDS = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "store",
+        "text",
+        "reasoning",
+        "service_tier",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+    }
+)
 CLIENT_SIDE_TOOLS = frozenset({"function", "custom"})
 
 
@@ -127,7 +181,7 @@ def _derived(purpose: str, person: str) -> str:
 
 def bedrock_subset(request: dict[str, Any]) -> dict[str, Any]:
     """The request as bedrock-runtime takes it: the one builder's output, filtered."""
-    kept = {key: value for key, value in request.items() if key not in BEDROCK_DROPS}
+    kept = {key: value for key, value in request.items() if key in BEDROCK_FIELDS}
     if "tools" in kept:
         kept["tools"] = [t for t in kept["tools"] if t.get("type") in CLIENT_SIDE_TOOLS]
         if not kept["tools"]:
@@ -184,6 +238,7 @@ class ModelClient:
         self._settings = settings
         self._transcription_model = transcription_model
         self.tokens_used = 0  # input and output tokens of every call so far
+        self.refused_fields: set[str] = set()  # optional fields the endpoint said it does not take
         self.bedrock = settings.model_provider == "bedrock"
         if self.bedrock:
             from memagent.bedrock import BearerToken
@@ -257,10 +312,26 @@ class ModelClient:
         request = {"model": self._settings.openai_model, "store": False, **fields}
         if self.bedrock:
             request = bedrock_subset(request)
+        request = {k: v for k, v in request.items() if k not in self.refused_fields}
         started = time.monotonic()
-        response = self._call(
-            self._model, "model call", lambda client: client.responses.create(**request)
-        )
+        try:
+            response = self._create(request)
+        except FieldRefused as refused:
+            # one field the server does not take should not make every reply the fallback:
+            # ask once more without the optional ones, and leave them out from now on
+            optional = OPTIONAL_FIELDS & set(request)
+            self.refused_fields |= optional
+            metrics.add_metric(name="ModelFieldRefused", unit=MetricUnit.Count, value=1)
+            logger.warning(
+                "the model's endpoint refused an optional field; asking again without them",
+                extra={
+                    "provider": self._settings.model_provider,
+                    "purpose": purpose,
+                    "field": refused.field,
+                    "dropped": sorted(optional),
+                },
+            )
+            response = self._create({k: v for k, v in request.items() if k not in optional})
         metrics.add_metric(  # the dashboard's model latency (client retries included)
             name="ModelLatency",
             unit=MetricUnit.Milliseconds,
@@ -278,6 +349,11 @@ class ModelClient:
                 name="ModelOutputTokens", unit=MetricUnit.Count, value=usage.output_tokens or 0
             )
         return response
+
+    def _create(self, request: dict[str, Any]) -> Any:
+        return self._call(
+            self._model, "model call", lambda client: client.responses.create(**request)
+        )
 
     def cache_fields(self, person: str | None) -> dict[str, Any]:
         """OpenAI's per-person cache and safety fields, derived from the person's key (never
@@ -329,10 +405,14 @@ class ModelClient:
         )
         items = []
         for item in response.output or []:
-            data = item.model_dump(exclude_none=True) if hasattr(item, "model_dump") else item
-            kept = SENT_BACK.get(data.get("type"))
-            if kept:
-                items.append({key: data[key] for key in kept if key in data})
+            # exactly the fields that came (the client's model, unset fields left out)
+            data = item.to_dict() if hasattr(item, "to_dict") else dict(item)
+            if data.get("type") == "reasoning" and not data.get("encrypted_content"):
+                # not included (a server that refused `include`, or bedrock-runtime, which
+                # is not sent it): with store=false such an item cannot be sent back (400
+                # "Items are not persisted"); the call it led to can, without it
+                continue
+            items.append(data)
         calls = [item for item in items if item["type"] == "function_call"]
         text = (response.output_text or "").strip()
         if not calls and not text:

@@ -437,9 +437,21 @@ class ModelSettings(MemorySettings):
         base_url = read.optional("OPENAI_BASE_URL")
         region = None
         if provider == "bedrock":
-            from memagent.bedrock import runtime_url
+            from memagent.bedrock import is_bedrock_runtime, runtime_url
 
             region = read.optional("AWS_REGION") or read.text("AWS_DEFAULT_REGION")
+            if (
+                base_url
+                and not is_bedrock_runtime(base_url)
+                and not is_local_stack(read.environment)
+            ):
+                # the role's bearer token goes wherever this points: only to bedrock-runtime,
+                # over TLS (a local stand-in only in a local run)
+                read.problems.append(
+                    "OPENAI_BASE_URL: with MODEL_PROVIDER=bedrock it must be bedrock-runtime's "
+                    f"https URL ({runtime_url(region)}) or be left unset; the function role's "
+                    "bearer token is sent there"
+                )
             base_url = base_url or runtime_url(region)
             if ":application-inference-profile/" in model:  # bedrock-runtime answers 400
                 read.problems.append(

@@ -812,6 +812,13 @@ def test_a_refused_model_key_or_bedrock_access_is_alarmed(cfn: Template) -> None
     assert alarm["Threshold"] == 0 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
 
 
+def test_an_optional_field_the_model_refuses_is_alarmed(cfn: Template) -> None:
+    # memagent.model counts ModelFieldRefused when a 400 names an optional field it then drops
+    alarms = [a["Properties"] for a in resources(cfn, "AWS::CloudWatch::Alarm").values()]
+    (alarm,) = [a for a in alarms if a.get("MetricName") == "ModelFieldRefused"]
+    assert alarm["Threshold"] == 0 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
+
+
 # --------------------------------------------------------------------------- SnapStart
 
 

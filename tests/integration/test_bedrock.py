@@ -157,3 +157,41 @@ def test_a_voice_note_is_not_sent_out_of_the_account_unless_configured(
         "[voice note] [offline transcription of 100 bytes]",
     )
     assert at(1)  # the same conversation
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://bedrock-runtime.us-east-1.amazonaws.com/openai/v1",  # the token in clear
+        "https://bedrock-runtime.us-east-1.amazonaws.com.example.net/openai/v1",  # not AWS's
+        "https://api.openai.com/v1",  # a Bedrock token sent to another service
+    ],
+    ids=["not-https", "look-alike-host", "another-service"],
+)
+def test_a_bearer_token_goes_only_to_bedrock_runtime_over_https(bedrock_env, monkeypatch, url):
+    from memagent.errors import ConfigurationError
+
+    # given a deployed function (no local-run flag) whose OPENAI_BASE_URL is not bedrock-runtime
+    for flag in ("MEMAGENT_LOCAL_STACK", "AWS_SAM_LOCAL"):
+        monkeypatch.delenv(flag, raising=False)
+    env = {k: v for k, v in bedrock_env.items() if k != "MEMAGENT_LOCAL_STACK"}
+    # when it starts, then it refuses, naming the setting (before any token is signed)
+    with pytest.raises(ConfigurationError, match="OPENAI_BASE_URL: with MODEL_PROVIDER=bedrock"):
+        load_function("consumer", {**env, "OPENAI_BASE_URL": url}, monkeypatch)
+
+
+def test_bedrock_runtimes_own_url_needs_no_local_flag(bedrock_env, monkeypatch):
+    from memagent.errors import ConfigurationError
+    from memagent.settings import ConsumerSettings
+
+    env = {k: v for k, v in bedrock_env.items() if k != "MEMAGENT_LOCAL_STACK"}
+    for url in (None, "https://bedrock-runtime.us-east-1.amazonaws.com/openai/v1"):
+        given = (
+            {**env, "OPENAI_BASE_URL": url}
+            if url
+            else {k: v for k, v in env.items() if k != "OPENAI_BASE_URL"}
+        )
+        try:
+            ConsumerSettings.from_env(given)
+        except ConfigurationError as error:  # other settings may want the local flag
+            assert "OPENAI_BASE_URL" not in str(error)

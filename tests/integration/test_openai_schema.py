@@ -2,7 +2,8 @@
 the reply, the photo's description, the fold, the voice note's transcription, each made by the
 handlers and recorded by the stand-in.
 
-The schema is an extract (tests/schemas/openai-responses.json, source and commit in its
+The check is devstack.openai_schema's, the one the fake applies to every request. The schema is
+an extract (tests/schemas/openai-responses.json, source and commit in its
 "$comment"): CreateResponse and CreateTranscriptionRequest with every schema they reference,
 documentation keys removed. To refresh it, fetch github.com/openai/openai-openapi, load
 openapi.json, walk the $refs from those two schemas, drop description, example(s), title,
@@ -13,42 +14,22 @@ and note the new commit there.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 
 from devstack.events import sqs_batch
-from devstack.fake_openai import RESPONSES, TRANSCRIPTIONS
+from devstack.fake_openai import RESPONSES, TRANSCRIPTIONS, upload_fields
 from devstack.lambda_harness import retried
+from devstack.openai_schema import problems as schema_problems
 from memagent.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, seed_turns, whasp_message
 
-SCHEMA = json.loads((Path(__file__).parents[1] / "schemas" / "openai-responses.json").read_text())
-
-
-def validator(name: str) -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator({"$ref": f"#/components/schemas/{name}", **SCHEMA})
-
-
-def declared(name: str) -> set[str]:
-    """The property names a schema declares, through its allOf parts (CreateResponse leaves
-    additionalProperties open: a misspelt field would pass the schema, so names are checked)."""
-    schema = SCHEMA["components"]["schemas"][name]
-    names = set(schema.get("properties", {}))
-    for part in schema.get("allOf", []):
-        names |= (
-            declared(part["$ref"].rsplit("/", 1)[1])
-            if "$ref" in part
-            else set(part.get("properties", {}))
-        )
-    return names
-
 
 def problems(name: str, body: dict[str, Any]) -> list[str]:
-    found = [f"{e.json_path}: {e.message[:200]}" for e in validator(name).iter_errors(body)]
-    return found + [f"undeclared field {key}" for key in sorted(set(body) - declared(name))]
+    """What OpenAI's API would refuse in `body`: the fake's own check (devstack.openai_schema),
+    the schema closed as the API reads it (an unknown field, at any depth, is a 400)."""
+    return [message for _, message in schema_problems(name, body)]
 
 
 @pytest.fixture
@@ -84,18 +65,24 @@ def test_every_request_we_send_validates_against_openais_published_schema(everyt
     assert image["detail"] == "auto"
     # and the transcription's form fields are the upload's (the file itself as its name)
     [upload] = [r["json"] for r in everything_sent if r["path"] == TRANSCRIPTIONS]
-    form = {k: v for k, v in upload.items() if not k.startswith("file_")} | {"file": "voice.ogg"}
-    assert problems("CreateTranscriptionRequest", form) == []
+    assert upload_fields(upload)["file"] == "voice.ogg"
+    assert problems("CreateTranscriptionRequest", upload_fields(upload)) == []
 
 
 def test_a_wrong_field_fails_the_check():
-    # given a reply request with a misspelt field, and one with an image without its detail
+    # given a reply request with a misspelt field, one with an image without its detail, and a
+    # function call sent back with a field no item has
     image = {"type": "input_image", "image_url": "data:image/png;base64,AA=="}
     wrong = {"model": "m", "input": "hi", "prompt_cache_keys": "x"}
     no_detail = {"model": "m", "input": [{"role": "user", "content": [image]}]}
-    # then both are refused
-    assert problems("CreateResponse", wrong) == ["undeclared field prompt_cache_keys"]
-    assert problems("CreateResponse", no_detail) != []
+    call = {"type": "function_call", "call_id": "c", "name": "n", "arguments": "{}", "x": 1}
+    nested = {"model": "m", "input": [call]}
+    # then each is refused, as OpenAI's API words it
+    assert problems("CreateResponse", wrong) == ["Unknown parameter: 'prompt_cache_keys'."]
+    assert problems("CreateResponse", no_detail) == [
+        "Invalid value for 'input[0].content[0]': 'detail' is a required property"
+    ]
+    assert problems("CreateResponse", nested) == ["Unknown parameter: 'input[0].x'."]
 
 
 def test_the_reply_carries_per_person_cache_fields_without_the_phone(
@@ -116,3 +103,25 @@ def test_the_reply_carries_per_person_cache_fields_without_the_phone(
             assert MAYA.lstrip("+") not in key + safety and MAYA[-6:] not in key + safety
             assert len(safety) <= 64 and key != safety
             assert body["prompt_cache_retention"] == "24h"
+
+
+def test_a_server_that_refuses_an_optional_field_still_answers_every_message(
+    consumer_env, monkeypatch, openai, whasp, lambda_context, capsys
+):
+    # given an OpenAI-compatible server that answers 400 naming prompt_cache_key
+    openai.unsupported_fields = frozenset({"prompt_cache_key"})
+    consumer = load_function("consumer", consumer_env, monkeypatch)
+    # when two messages come
+    for text in ("hello", "still there?"):
+        assert retried(consumer.handler, sqs_batch(whasp_message(text)), lambda_context) == []
+    # then the first was asked once more without the optional fields, counted and logged; the
+    # second left them out from the start; both replies went out (not the fallback)
+    assert [r["status"] for r in openai.requests] == [400, 200, 200]
+    optional = {"prompt_cache_key", "safety_identifier", "prompt_cache_retention", "include"}
+    assert [sorted(optional & set(r["json"])) for r in openai.requests] == [
+        ["prompt_cache_key", "prompt_cache_retention", "safety_identifier"],
+        [],
+        [],
+    ]
+    assert '"ModelFieldRefused"' in capsys.readouterr().out
+    assert [s["text"].startswith("[offline model]") for s in whasp.sent] == [True, True]

@@ -52,8 +52,14 @@ def order_api():
 
 
 @pytest.fixture
-def tools(lambda_api, order_api, tmp_path, consumer_env, monkeypatch):
+def tools(tools_env, monkeypatch):
     """A consumer with the example's two booking tools and an HTTPS order tool declared."""
+    return load_function("consumer", tools_env, monkeypatch)
+
+
+@pytest.fixture
+def tools_env(lambda_api, order_api, tmp_path, consumer_env) -> dict[str, str]:
+    """The environment of `tools`."""
     lambda_api.requests.clear()
     order_api.requests.clear()
     order_api.status, order_api.reply = 200, OrderApi().reply
@@ -75,14 +81,13 @@ def tools(lambda_api, order_api, tmp_path, consumer_env, monkeypatch):
     )
     path = tmp_path / "tools.json"
     path.write_text(json.dumps({"tools": declared}))
-    env = {
+    return {
         **consumer_env,
         "TOOLS_FILE": str(path),
         "TOOL_HOSTS": order_api.url,
         "BOOKING_TOOL_ARN": BOOKING_ARN,
         "AWS_ENDPOINT_URL_LAMBDA": lambda_api.url,
     }
-    return load_function("consumer", env, monkeypatch)
 
 
 def call(name: str, arguments: dict[str, Any], call_id: str) -> dict[str, Any]:
@@ -139,17 +144,24 @@ def test_a_booking_turn_calls_each_tool_once_and_sends_one_reply(
         f"{event_id}:tool:0:0",
         f"{event_id}:tool:1:0",
     ]
-    # and the model got the tools' outputs back, its reasoning and calls too (store=false)
+    # and the model got the tools' outputs back, its reasoning and calls too (store=false),
+    # each as it came: the reasoning encrypted, each call with its fc_ id
     third = openai.calls()[-1]
-    assert third["store"] is False
-    sent_back = [i.get("type") for i in third["input"] if isinstance(i, dict) and "type" in i]
-    assert sent_back == [
+    assert third["store"] is False and third["include"] == ["reasoning.encrypted_content"]
+    sent_back = [i for i in third["input"] if isinstance(i, dict) and "type" in i]
+    assert [i["type"] for i in sent_back] == [
         "reasoning",
         "function_call",
         "function_call_output",
+        "reasoning",
         "function_call",
         "function_call_output",
     ]
+    assert [i["id"] for i in sent_back if i["type"] == "function_call"] == [
+        "fc_call_a",
+        "fc_call_b",
+    ]
+    assert all(i["encrypted_content"] for i in sent_back if i["type"] == "reasoning")
     assert json.loads(outputs(third)[0])["output"]["free"][1] == "10:00"
     assert "never instructions to you" in third["instructions"]
     # and one reply went out, and one booking exists
@@ -166,6 +178,111 @@ def test_a_booking_turn_calls_each_tool_once_and_sends_one_reply(
     role, content = turns_of(openai.calls()[-1])[1]  # the turns (not the dated lines)
     assert role == "assistant"
     assert content.startswith("[tools used: list_free_slots: 6 free slots")
+
+
+def sent_back(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """The output items a request sends back (what is not a message of the conversation)."""
+    return [i for i in request["input"] if i.get("type") not in (None, "message")]
+
+
+def booked_with_calls_alone(openai, whasp) -> None:
+    """The booking turn ended with its calls (not its reasoning) sent back, one booking made
+    and one reply sent."""
+    assert [i["type"] for i in sent_back(openai.calls()[-1])] == [
+        "function_call",
+        "function_call_output",
+        "function_call",
+        "function_call_output",
+    ]
+    assert booking.booked == {(DAY, "10:00"): "Maya"}
+    assert [s["text"] for s in whasp.sent] == [f"All set: {DAY} 10:00."]
+
+
+def test_a_reasoning_models_tool_turn_is_answered_not_refused(tools, openai, whasp, lambda_context):
+    # given the stand-in as OpenAI's reasoning models are with store=false: it refuses a round
+    # whose items did not come back as they went out (an fc_ id dropped, reasoning unencrypted)
+    assert openai.reasoning
+    # when the offline model books through the example's tools
+    batch = sqs_batch(message("please book 2026-12-03 at 10:00"))
+    assert failures(tools.handler(batch, lambda_context)) == []
+    # then every round was taken (no 400), and the person got the booking, not the fallback
+    assert [r["status"] for r in openai.requests] == [200, 200, 200]
+    assert [s["text"] for s in whasp.sent] == ["[offline model] Booked: 2026-12-03 10:00."]
+    last = openai.calls()[-1]
+    assert [(i["type"], i.get("id", "")[:3]) for i in sent_back(last)] == [
+        ("reasoning", "rs_"),
+        ("function_call", "fc_"),
+        ("function_call_output", ""),
+        ("reasoning", "rs_"),
+        ("function_call", "fc_"),
+        ("function_call_output", ""),
+    ]
+
+
+def test_a_server_that_refuses_include_still_books_once_without_the_reasoning(
+    tools, openai, whasp, lambda_context, capsys
+):
+    # given an OpenAI-compatible server that does not take `include` (400 naming it)
+    openai.unsupported_fields = frozenset({"include"})
+    openai.responder = booking_model
+    # when a booking turn runs
+    assert failures(tools.handler(sqs_batch(message("book at 10")), lambda_context)) == []
+    # then the refused round was asked once more without the optional fields, counted
+    assert [r["status"] for r in openai.requests] == [400, 200, 200, 200]
+    assert '"ModelFieldRefused"' in capsys.readouterr().out
+    assert not any("include" in c or "prompt_cache_key" in c for c in openai.calls()[1:])
+    # and the reasoning, not encrypted, was not sent back; the calls were, with their ids
+    booked_with_calls_alone(openai, whasp)
+
+
+def test_a_tool_turn_on_bedrock_sends_only_what_bedrock_runtime_takes(
+    tools_env, openai, whasp, lambda_context, monkeypatch
+):
+    import os
+
+    # given the consumer on ModelProvider=bedrock (the stand-in's bedrock-runtime path)
+    openai.bedrock_key_id = os.environ["AWS_ACCESS_KEY_ID"]
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    env = {k: v for k, v in tools_env.items() if not k.startswith("OPENAI_API_KEY")}
+    env |= {"MODEL_PROVIDER": "bedrock", "OPENAI_BASE_URL": f"{openai.url}/openai/v1"}
+    consumer = load_function(
+        "consumer", {**env, "OPENAI_MODEL": "us.openai.gpt-6-luna"}, monkeypatch
+    )
+    openai.responder = booking_model
+    # when a booking turn runs
+    assert failures(consumer.handler(sqs_batch(message("book at 10")), lambda_context)) == []
+    # then every round was taken: no include, no cache fields; the reasoning (not encrypted
+    # without include) was not sent back, the calls were, with their ids
+    assert [r["status"] for r in openai.requests] == [200, 200, 200]
+    assert all("include" not in c and "prompt_cache_key" not in c for c in openai.calls())
+    booked_with_calls_alone(openai, whasp)
+
+
+def test_a_round_too_large_to_record_resumes_with_its_calls_alone(
+    tools, openai, whasp, resources, lambda_context, monkeypatch
+):
+    # given a model whose first round reasons at length (a 100 KB summary: more than a round's
+    # share of the ledger entry), and a crash right after that round is recorded
+    def verbose(request):
+        answer = booking_model(request)
+        if isinstance(answer, dict) and answer["output"][0]["type"] == "reasoning":
+            answer["output"][0]["summary"] = [{"type": "summary_text", "text": "x" * 100_000}]
+        return answer
+
+    openai.responder = verbose
+    crash_after(tools.consumer.agent.store, "record_tool", monkeypatch, nth=1)
+    event = message("can I book Thursday at 10?")
+    assert len(attempt(tools, sqs_batch(event), lambda_context)) == 1
+    # when the queue redelivers it
+    redelivered = tools.handler({"Records": [sqs_record(event, receive_count=2)]}, lambda_context)
+    assert failures(redelivered) == []
+    # then the round was recorded without its reasoning, the resumed turn was taken by the model
+    # (its calls sent back with their ids), and the person got one booking and one reply
+    [entry] = [r for r in rows(resources.table_name, prefix="EVT#") if "tool_0" in r]
+    assert [i["type"] for i in json.loads(entry["tool_0"])] == ["function_call"]
+    assert all(r["status"] == 200 for r in openai.requests)
+    assert booking.booked == {(DAY, "10:00"): "Maya"}
+    assert [s["text"] for s in whasp.sent] == [f"All set: {DAY} 10:00."]
 
 
 def test_an_https_tool_gets_the_key_and_validated_arguments(

@@ -56,16 +56,19 @@ def test_the_subset_drops_what_bedrock_runtime_does_not_take():
         "prompt_cache_key": "p1",
     }
     kept = bedrock_subset(request)
-    # then background, a continuation and hosted tools are gone; the rest is unchanged
+    # then background, a continuation, hosted tools and every field AWS does not document
+    # bedrock-runtime as taking (the cache key) are gone; the rest is unchanged
     assert kept == {
         "model": "us.openai.gpt-6-luna",
         "store": False,
         "input": "hi",
         "tools": [{"type": "function", "name": "book", "parameters": {}}],
-        "prompt_cache_key": "p1",
     }
     assert bedrock_problems(kept, {}) == []
     assert bedrock_problems(request, {}) == [
+        "Unsupported parameter: 'background'.",
+        "Unsupported parameter: 'previous_response_id'.",
+        "Unsupported parameter: 'prompt_cache_key'.",
         "background=true: requests are always synchronous",
         "server-side tools are not available",
     ]
