@@ -22,6 +22,7 @@ wrong, an unknown person or fact a 404, a refused edit a 409, Meta's closed 24-h
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
 
@@ -215,7 +216,13 @@ def hand_back(phone: str):
 @app.post("/people/<phone>/messages")
 def reply(phone: str):
     key = app.current_event.headers.get("idempotency-key")
-    return _audited(actions.REPLY, phone, lambda who: operator.reply(who, _body(), key))
+    # the reply's claim on its send holds until this invocation ends (a request that dies
+    # holds it no longer: a retry then takes it over)
+    left = timedelta(milliseconds=app.lambda_context.get_remaining_time_in_millis())
+    deadline = datetime.now(UTC) + left
+    return _audited(
+        actions.REPLY, phone, lambda who: operator.reply(who, _body(), key, deadline=deadline)
+    )
 
 
 @app.get("/handoffs")
