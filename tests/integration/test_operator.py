@@ -404,6 +404,8 @@ def test_a_reply_without_taking_over_or_to_an_opted_out_person_is_a_409(
         admin, lambda_context, "POST", f"{person()}/messages", {"text": "Hi"}, **key
     )
     assert status == 409 and "take the chat over first" in answer["error"]
+    _, conversation = call(admin, lambda_context, "GET", f"{person()}/conversation")
+    assert "Hi" not in [m["text"] for m in conversation["messages"]]  # nothing stored either
     call(admin, lambda_context, "POST", f"{person()}/handoff")
     whasp.opted_out.add(MAYA)
     status, answer = call(
