@@ -83,7 +83,8 @@ class AdminApi:
 
 def handler_for(api: AdminApi, port: int, token: str) -> type[BaseHTTPRequestHandler]:
     """The console's request handler: the page (with `token` in it) and the forwarding."""
-    hosts = {f"127.0.0.1:{port}", f"localhost:{port}"}
+    names = ("127.0.0.1", "localhost")
+    hosts = {f"{name}:{port}" for name in names} | (set(names) if port == 80 else set())
     origins = {f"http://{host}" for host in hosts}
 
     class Handler(BaseHTTPRequestHandler):
