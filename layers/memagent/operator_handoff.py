@@ -213,18 +213,11 @@ class ChatHandoff(Seat):
         409 while its claim holds (taken over after it); stored -> send what is not sent yet;
         refused or opted out -> the same refusal."""
         seq = int(entry.get("reply_seq", 0))
-        status = entry.get("status")
-        if status == SENT:
-            parts = sent_parts(entry)
-            return {"person": pk, "seq": seq, "parts": len(parts), "repeat": True}
-        if status == SENDING and claim_holds(entry, datetime.now(UTC)):
-            raise InFlight()
         turn = next((t for t in memory.turns if t.seq == seq), None)
-        if status not in (STORED, SENDING) or turn is None:
-            code = entry.get("error_code")
-            if code is not None and int(code) == WindowClosed().code:
-                raise WindowClosed()
-            raise EditConflict(f"this reply was not sent ({status}); send it with a new key")
+        if turn is None or entry.get("status") not in (STORED, SENDING):
+            return _ended(pk, entry)
+        if entry["status"] == SENDING and claim_holds(entry, datetime.now(UTC)):
+            raise InFlight()
         return self._send(pk, who, event_key, turn, sent_parts(entry), until, repeat=True)
 
     def _send(
@@ -244,10 +237,9 @@ class ChatHandoff(Seat):
             self._client = self._provider()
         if not self.store.claim_send(pk, event_key, until=until, now=datetime.now(UTC)):
             entry = self.store.ledger(pk, event_key) or {}
-            if entry.get("status") == SENT:  # the other request finished meanwhile
-                parts = len(sent_parts(entry))
-                return {"person": pk, "seq": turn.seq, "parts": parts, "repeat": True}
-            raise InFlight()
+            if entry.get("status") in (STORED, SENDING):
+                raise InFlight()  # another request claimed it just now
+            return _ended(pk, entry)  # ... and finished meanwhile
         try:
             return self._send_claimed(pk, who, event_key, turn, sent, repeat=repeat)
         except AgentError:
@@ -295,3 +287,16 @@ class ChatHandoff(Seat):
         self.store.finish_event(pk, event_key, SENT, **{f"{PART}{p}": i for p, i in sent.items()})
         logger.info("operator reply sent", extra={"parts": len(parts), "repeat": repeat})
         return {"person": pk, "seq": turn.seq, "parts": len(parts), "repeat": repeat}
+
+
+def _ended(pk: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """The answer to a repeat of a reply request that ended: sent (its result), or refused
+    (the same refusal: Meta's closed window, an opt-out, a reply withdrawn)."""
+    status = entry.get("status")
+    if status == SENT:
+        seq, parts = int(entry.get("reply_seq", 0)), sent_parts(entry)
+        return {"person": pk, "seq": seq, "parts": len(parts), "repeat": True}
+    code = entry.get("error_code")
+    if code is not None and int(code) == WindowClosed().code:
+        raise WindowClosed()
+    raise EditConflict(f"this reply was not sent ({status}); send it with a new key")
