@@ -6,15 +6,23 @@
 
 The page (console/index.html: plain HTML and JavaScript, no build step) talks only to this
 server, which forwards `/api/<route>` to the admin API and signs each request with SigV4 on the
-server side (botocore, your usual credentials), so no secret ever reaches the browser. It
-listens on 127.0.0.1 only, and forwards only requests that carry its own header and come from
-its own origin (another site open in your browser cannot drive it).
+server side (botocore, your usual credentials), so no secret ever reaches the browser.
+
+Who can drive it (docs/security.md, "The operator console"): it listens on 127.0.0.1 only, and
+forwards a request only if its `Host` is the server's own (127.0.0.1 or localhost at its port:
+a page whose host name was rebound to 127.0.0.1 still sends its own name), its `Origin`, when
+sent, is the server's own, and it carries this run's token, which only the page this server
+serves knows (a random value made at start, written into that page, sent back in a header:
+another site can neither read the page nor guess it). Other users of the same machine are not
+kept out: they can reach 127.0.0.1 and read the process's memory or the page.
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
+import secrets
 import signal
 import sys
 import threading
@@ -26,7 +34,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 PAGE = Path(__file__).with_name("index.html")
-HEADER = "X-Operator-Console"  # a custom header: a cross-site form or fetch cannot send it
+HEADER = "X-Operator-Console"  # this run's token: a cross-site form or fetch cannot send it
+TOKEN_SLOT = "{{CONSOLE_TOKEN}}"  # noqa: S105 (where index.html receives the run's token)
 FORWARDED = ("content-type", "idempotency-key")
 
 
@@ -72,7 +81,12 @@ class AdminApi:
         return dict(request.headers.items())
 
 
-def handler_for(api: AdminApi) -> type[BaseHTTPRequestHandler]:
+def handler_for(api: AdminApi, port: int, token: str) -> type[BaseHTTPRequestHandler]:
+    """The console's request handler: the page (with `token` in it) and the forwarding."""
+    names = ("127.0.0.1", "localhost")
+    hosts = {f"{name}:{port}" for name in names} | (set(names) if port == 80 else set())
+    origins = {f"http://{host}" for host in hosts}
+
     class Handler(BaseHTTPRequestHandler):
         server_version = "operator-console"
 
@@ -93,10 +107,19 @@ def handler_for(api: AdminApi) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
+        def _ours(self) -> bool:
+            """Sent to this server by its own name (not a host name rebound to 127.0.0.1)."""
+            if self.headers.get("Host", "").lower() in hosts:
+                return True
+            self._reply(403, b'{"error": "not this server\'s name"}', "application/json")
+            return False
+
         def _forward(self) -> None:
-            host = self.headers.get("Host", "")
+            if not self._ours():
+                return
             origin = self.headers.get("Origin")
-            if self.headers.get(HEADER) != "1" or (origin and origin != f"http://{host}"):
+            sent = self.headers.get(HEADER, "").encode()
+            if not hmac.compare_digest(sent, token.encode()) or (origin and origin not in origins):
                 self._reply(403, b'{"error": "not from the console"}', "application/json")
                 return
             length = int(self.headers.get("Content-Length") or 0)
@@ -106,10 +129,13 @@ def handler_for(api: AdminApi) -> type[BaseHTTPRequestHandler]:
             self._reply(status, answer, "application/json")
 
         def do_GET(self) -> None:
-            if self.path in ("/", "/index.html"):
-                self._reply(200, PAGE.read_bytes(), "text/html; charset=utf-8")
-            elif self.path.startswith("/api/"):
+            if self.path.startswith("/api/"):
                 self._forward()
+            elif not self._ours():  # a rebound page must not read the token either
+                return
+            elif self.path in ("/", "/index.html"):
+                page = PAGE.read_text().replace(TOKEN_SLOT, token)
+                self._reply(200, page.encode(), "text/html; charset=utf-8")
             else:
                 self._reply(404, b"not found", "text/plain")
 
@@ -122,8 +148,11 @@ class Console:
     """The console's HTTP server, on 127.0.0.1 (port 0: any free one)."""
 
     def __init__(self, api: AdminApi, port: int = 0):
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler_for(api))
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        # the server binds first: the handler needs its port (port 0 picks a free one)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), BaseHTTPRequestHandler)
+        bound = self.httpd.server_address[1]
+        self.httpd.RequestHandlerClass = handler_for(api, bound, secrets.token_urlsafe(32))
+        self.url = f"http://127.0.0.1:{bound}/"
         self._thread: threading.Thread | None = None
 
     def start(self) -> Console:

@@ -18,10 +18,17 @@ person's hashed key, the time and the outcome; never content. Bad input is a 400
 wrong, an unknown person or fact a 404, a refused edit a 409, Meta's closed 24-hour window 422.
 
 `{phone}` is any of the person's identifiers: a phone in E.164, or a Meta business-scoped user id.
+
+A reply needs a take-over first: POST .../messages while no handoff is in force (never taken, handed
+back, or HandoffTimeoutHours passed without an operator reply) is a 409 "take the chat over first",
+and nothing is stored or sent; a retry of a reply already stored (same person, same Idempotency-Key)
+still finishes it. Two requests with one key at once: one sends, the other is a 409 "being sent"
+(retried, it answers the first's result). See memagent/operator_handoff.py.
 """
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
 
@@ -215,7 +222,13 @@ def hand_back(phone: str):
 @app.post("/people/<phone>/messages")
 def reply(phone: str):
     key = app.current_event.headers.get("idempotency-key")
-    return _audited(actions.REPLY, phone, lambda who: operator.reply(who, _body(), key))
+    # the reply's claim on its send holds until this invocation ends (a request that dies
+    # holds it no longer: a retry then takes it over)
+    left = timedelta(milliseconds=app.lambda_context.get_remaining_time_in_millis())
+    deadline = datetime.now(UTC) + left
+    return _audited(
+        actions.REPLY, phone, lambda who: operator.reply(who, _body(), key, deadline=deadline)
+    )
 
 
 @app.get("/handoffs")

@@ -20,16 +20,22 @@ MAX_SUMMARY_CHARS = 2_000
 FACT_ID = re.compile(r"[0-9a-f]{1,64}\Z")
 
 
+def screened(text: str, what: str) -> str:
+    """An operator's fact or summary, refused if any sentence reads as an order to the agent:
+    both stand in the model's instructions, as the facts and summaries a fold writes, which
+    are screened the same way (memagent.facts.screen_facts, screen_summary)."""
+    if looks_like_instruction(text):
+        raise InvalidEdit(
+            f"a {what} is data about the person, not an instruction to the agent "
+            "(instructions belong in the system prompt)"
+        )
+    return text
+
+
 class MemoryEdits(Seat):
     def _fact_text(self, body: dict[str, Any]) -> str:
         limit = self.settings.max_fact_chars
-        text = " ".join(required_text(body.get("text"), "text", limit).split())
-        if looks_like_instruction(text):
-            raise InvalidEdit(
-                "a fact is data about the person, not an instruction to the agent "
-                "(instructions belong in the system prompt)"
-            )
-        return text
+        return screened(" ".join(required_text(body.get("text"), "text", limit).split()), "fact")
 
     def _fact_id(self, raw: str) -> str:
         if not FACT_ID.match(raw):
@@ -65,7 +71,7 @@ class MemoryEdits(Seat):
     def replace_summary(self, who: str, body: dict[str, Any]) -> dict[str, Any]:
         """Replace the summary. `based_on`: the summary's `at` as the operator read it (null
         when there was none); without it, the summary as it stands now."""
-        text = required_text(body.get("text"), "text", MAX_SUMMARY_CHARS)
+        text = screened(required_text(body.get("text"), "text", MAX_SUMMARY_CHARS), "summary")
         pk, memory = self.person(who)
         if "based_on" in body:
             seen = body["based_on"]

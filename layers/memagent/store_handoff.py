@@ -2,7 +2,9 @@
 item, the operator's reply, the hand-back, and who is waiting.
 
 The operator's reply takes the next seq with the state's last_seq condition, like a turn, and
-is stored with a ledger entry keyed by the request's idempotency key.
+is stored with a ledger entry keyed by the request's idempotency key and the person. Before its
+parts go out, one request claims the entry (`stored` -> `sending`, until the claimant's deadline):
+two concurrent requests with one key send once, even on Meta, which has no idempotency key.
 
 Who is waiting for a human is read from the sparse index HandoffIndex (template.yaml): only the
 state items of people handed off carry its keys (`handoff_agent`, `handoff_since`), so the list
@@ -20,7 +22,7 @@ from boto3.dynamodb.conditions import Key
 from memagent.errors import ConcurrentUpdate
 from memagent.memory import PersonState, Turn
 from memagent.store_compaction import CompactionWrites
-from memagent.store_ledger import ANSWERED, OPTED_OUT, SKIPPED, STORED, ledger_sk
+from memagent.store_ledger import ANSWERED, OPTED_OUT, SENDING, SKIPPED, STORED, ledger_sk
 from memagent.store_table import HANDOFF_ATTRIBUTES, STATE, TRANSACTION_LIMIT
 from memagent.store_table import iso as _iso
 from memagent.store_turn import TurnWrites
@@ -173,6 +175,44 @@ class HandoffWrites(TurnWrites, CompactionWrites):
             return False
         raise ConcurrentUpdate("memory changed while storing the operator's reply; retry")
 
+    def claim_send(self, pk: str, key: str, *, until: datetime, now: datetime) -> bool:
+        """Claim the sending of a stored reply until `until` (the claimant's deadline): only
+        the claimant sends. A claim whose deadline passed (its request died after claiming)
+        is taken over, by one request only. False: another request holds it, or the reply
+        was sent or withdrawn meanwhile (read the entry again). Powertools' idempotency
+        utility does the same with its INPROGRESS records (`in_progress_expiry_timestamp`,
+        the invocation's remaining time)."""
+        return self._send_status(
+            pk,
+            key,
+            "SET #s = :sending, sending_until = :until",
+            "#s = :stored OR (#s = :sending AND sending_until < :now)",
+            {":until": _millis(until), ":now": _millis(now)},
+        )
+
+    def release_send(self, pk: str, key: str, *, until: datetime) -> bool:
+        """Give a claim back (`sending` -> `stored`): its request ended without sending every
+        part, and a retry may resume at once. Only the claim made with `until` is released."""
+        return self._send_status(
+            pk,
+            key,
+            "SET #s = :stored REMOVE sending_until",
+            "#s = :sending AND sending_until = :until",
+            {":until": _millis(until)},
+        )
+
+    def _send_status(
+        self, pk: str, key: str, update: str, condition: str, values: dict[str, Any]
+    ) -> bool:
+        """Move a reply's ledger entry between `stored` and `sending` (conditionally)."""
+        return self._update_if(
+            Key={"pk": pk, "sk": ledger_sk(key)},
+            UpdateExpression=update,
+            ConditionExpression=condition,
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":sending": SENDING, ":stored": STORED, **values},
+        )
+
     def withdraw_reply(self, pk: str, key: str, seq: int, **details: Any) -> None:
         """A reply the provider refused before any part went out: out of memory, and its
         ledger entry says why (a retry of the same request answers the same refusal)."""
@@ -180,3 +220,12 @@ class HandoffWrites(TurnWrites, CompactionWrites):
         self.finish_event(
             pk, key, OPTED_OUT if details.pop("opted_out", False) else "refused", **details
         )
+
+
+def claim_holds(entry: dict[str, Any], now: datetime) -> bool:
+    """Whether a `sending` entry's claim still holds at `now` (its request may be sending)."""
+    return int(entry.get("sending_until", 0)) >= _millis(now)
+
+
+def _millis(at: datetime) -> int:
+    return int(at.timestamp() * 1000)

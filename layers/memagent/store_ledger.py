@@ -17,6 +17,7 @@ STORED, REPLIED, SENT = "stored", "replied", "sent"
 OPTED_OUT, PARKED, SKIPPED = "opted_out", "parked", "skipped"
 ANSWERED = "answered"  # covered by the reply stored under the entry `answered_by` names
 FOR_HUMAN = "for_human"  # stored while a human had the chat: never answered by the agent
+SENDING = "sending"  # an operator's reply claimed by the request sending it (store_handoff)
 
 
 def ledger_sk(event_id: str) -> str:

@@ -565,6 +565,56 @@ def test_a_crash_after_meta_answered_then_a_sent_status_does_not_send_again(
     assert len(graph.sent) == 1
 
 
+def test_an_operator_reply_whose_sent_status_arrived_is_not_sent_again_by_the_retry(
+    webhook, queue, consumer, graph, resources, monkeypatch, lambda_context
+):
+    """The operator's send keys (memagent.operator_handoff.reply_event: the person and the
+    Idempotency-Key) come back in Meta's status webhooks and find the reply's ledger entry."""
+    from devstack.lambda_harness import LambdaContext
+    from memagent.meta import GraphClient
+    from tests.integration.test_operator import call, person
+
+    # given Maya talked to the agent, and an operator took her chat over
+    post(webhook, text_from("Is anyone there?", phone=MAYA_PHONE, bsuid=MAYA_BSUID), lambda_context)
+    assert queue.deliver(consumer, lambda_context) == 0
+    admin = load_function(
+        "admin",
+        {
+            "TABLE_NAME": resources.table_name,
+            "AGENT_ID": AGENT,
+            "PROVIDER": "meta",
+            "META_GRAPH_URL": graph.url,
+            "META_ACCESS_TOKEN": ACCESS_TOKEN,
+        },
+        monkeypatch,
+    )
+    assert call(admin, lambda_context, "POST", f"{person(MAYA_PHONE)}/handoff")[0] == 200
+    # when the operator's request dies at its deadline just after Meta accepted the reply
+    crash_after(GraphClient, "send_text", monkeypatch, fault=RuntimeError)
+    reply, key = {"text": "Yes, Sam here"}, {"idempotency-key": "sam-1"}
+    with pytest.raises(RuntimeError):
+        call(
+            admin, LambdaContext(timeout=0), "POST", f"{person(MAYA_PHONE)}/messages", reply, **key
+        )
+    sent = graph.sent[-1]
+    assert sent["text"] == "Yes, Sam here"
+    # and Meta's `sent` status (with our callback data) arrives before the retry
+    status = meta_notification(
+        contacts=[meta_contact(phone=MAYA_PHONE, bsuid=MAYA_BSUID)],
+        statuses=[
+            meta_status(
+                sent["id"], "sent", phone=MAYA_PHONE, bsuid=MAYA_BSUID, callback=sent["callback"]
+            )
+        ],
+    )
+    assert post(webhook, status, lambda_context) == 200
+    assert queue.deliver(consumer, lambda_context) == 0
+    answer = call(admin, lambda_context, "POST", f"{person(MAYA_PHONE)}/messages", reply, **key)
+    # then the retry answers sent, and Maya got the words once
+    assert answer[0] == 200
+    assert [s["text"] for s in graph.sent].count("Yes, Sam here") == 1
+
+
 def test_without_a_status_the_crash_window_resends_once(
     webhook, queue, consumer, graph, monkeypatch, lambda_context
 ):
