@@ -438,6 +438,9 @@ class ModelSettings(MemorySettings):
     # rejects fields it does not know
     openai_cache_fields: bool = True
     openai_cache_retention: str | None = "24h"
+    # the stack's model tokens a day, replies, descriptions, transcriptions and folds alike
+    # (memagent.budget.StackBudget): 0, none (StackTokenBudgetAlarm still watches)
+    stack_daily_tokens_hard_limit: int = 0
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
@@ -464,6 +467,9 @@ class ModelSettings(MemorySettings):
                 "OPENAI_TIMEOUT_SECONDS", 25.0, minimum=0, above=True
             ),
             "openai_max_retries": read.integer("OPENAI_MAX_RETRIES", 2, minimum=0),
+            "stack_daily_tokens_hard_limit": read.integer(
+                "STACK_DAILY_TOKENS_HARD_LIMIT", 0, minimum=0
+            ),
             "openai_api_key": None if provider == "bedrock" else read.secret("OPENAI_API_KEY"),
             "bedrock_region": region,
             "max_reply_tokens": read.integer("MAX_REPLY_TOKENS", 1024, minimum=16),
@@ -586,7 +592,6 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     budget_notice: str = DEFAULT_BUDGET_NOTICE
     # the built-in "hand to a human" tool: on by default where tools are declared (HANDOFF_TOOL)
     handoff_tool: bool = False
-    stack_daily_tokens_hard_limit: int = 0  # 0: none (StackTokenBudgetAlarm still watches)
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
@@ -619,9 +624,6 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
             "person_daily_tokens": read.integer("PERSON_DAILY_TOKENS", 0, minimum=0),
             "budget_notice": read.text("BUDGET_NOTICE", DEFAULT_BUDGET_NOTICE),
             "handoff_tool": read.flag("HANDOFF_TOOL", bool(read.optional("TOOLS_FILE"))),
-            "stack_daily_tokens_hard_limit": read.integer(
-                "STACK_DAILY_TOKENS_HARD_LIMIT", 0, minimum=0
-            ),
         }
 
     @property
