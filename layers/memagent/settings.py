@@ -24,7 +24,12 @@ from typing import Any, ClassVar, TypeVar
 
 from memagent.errors import ConfigurationError, SecretUnavailable
 from memagent.origins import parse_media_origins, parse_origins
-from memagent.signing import check_signing_secrets, is_local_stack, refuse_published
+from memagent.signing import (
+    LOCAL_PERSON_KEY,
+    check_signing_secrets,
+    is_local_stack,
+    refuse_published,
+)
 
 _T = TypeVar("_T")
 
@@ -274,8 +279,6 @@ PERSON_KEY_MIN_CHARS = 32
 
 
 def _check_person_key(value: str, *, setting: str, local: bool) -> None:
-    from memagent.person import LOCAL_PERSON_KEY
-
     if len(value) < PERSON_KEY_MIN_CHARS:
         raise ConfigurationError(f"{setting}: at least {PERSON_KEY_MIN_CHARS} characters")
     # the tests' and the local stack's key is in the README: under it anybody can compute a

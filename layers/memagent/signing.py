@@ -15,6 +15,9 @@ SECRET_PREFIX = "whsec_"  # noqa: S105 (a prefix, not a secret)
 # The secret the tests, sample events and local stack sign with. It is public (README), so a stack
 # using it accepts anybody's events: refused unless the process says it is a local run.
 TEST_ONLY_SECRET = "whsec_bWVtYWdlbnQtdGVzdC1vbmx5LXNlY3JldC1kby1ub3QtdXNl"  # noqa: S105
+# The person key of the tests, the local stack and `sam local` (memagent.person, which
+# re-exports it): published too, so never one a deployed stack may keep
+LOCAL_PERSON_KEY = "memagent-local-person-key-published-never-use-in-aws"
 # `sam local invoke` sets AWS_SAM_LOCAL; the local stack and the tests set MEMAGENT_LOCAL_STACK.
 LOCAL_STACK_FLAGS = ("MEMAGENT_LOCAL_STACK", "AWS_SAM_LOCAL")
 # Standard Webhooks secrets carry 24 to 64 bytes of key; fewer can be guessed offline from one
