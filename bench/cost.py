@@ -333,3 +333,47 @@ def full_history_model_input(measured: dict[str, Any], assumptions: Assumptions)
     context = measured["context"]["context"]
     turns = measured["context"]["turns"]
     return context["full_total_tokens"] / turns * assumptions.model_input_per_million / 1e6
+
+
+def worst_day(template: dict[str, Any], assumptions: Assumptions) -> dict[str, Any]:
+    """One person's worst day of model tokens at the template's default limits, in dollars.
+
+    Every call made for a person counts on their day (memagent.budget): replies, photo
+    descriptions, voice note transcriptions and memory folds; past the limit no reply,
+    description or transcription is made. So the counted tokens are at most PersonDailyTokens
+    (and the one call that crosses it), priced here at the input rate, plus PersonDailyTurns
+    full replies at the output rate (an upper bound: those output tokens are among the counted
+    ones already). What the limit does not stop: the folds of what the person writes past it
+    (still remembered, and folded like the rest), at most one folded turn's input per message
+    plus its share of the fold's own prompt, summary and notes."""
+    from memagent import compaction
+    from memagent.settings import MemorySettings
+
+    defaults = {
+        name: int(value.get("Default", 0)) for name, value in template["Parameters"].items()
+        if name in ("PersonDailyTokens", "PersonDailyTurns", "MaxReplyTokens")
+    }  # fmt: skip
+    tokens, turns = defaults["PersonDailyTokens"], defaults["PersonDailyTurns"]
+    reply = defaults["MaxReplyTokens"]
+    a = assumptions
+    counted = tokens * a.model_input_per_million / 1e6
+    counted += turns * reply * a.model_output_per_million / 1e6
+    # a fold's own input, once per run: its prompt (~2 KB), the summary (200 words of about 6
+    # characters) and every note it may retire, dated; each folded turn is FOLD_TURN_CHARS at most
+    settings = MemorySettings(agent_id="-", table_name="-")
+    per_fold_chars = (
+        2_000
+        + compaction.SUMMARY_MAX_WORDS * 6
+        + compaction.FOLD_MAX_FACTS * (settings.max_fact_chars + 30)
+    )
+    folded_per_run = settings.compact_threshold - settings.compact_keep
+    per_message_tokens = (compaction.FOLD_TURN_CHARS + per_fold_chars / folded_per_run) / 4
+    per_message = per_message_tokens * a.model_input_per_million / 1e6
+    return {
+        "tokens": tokens,
+        "turns": turns,
+        "reply": reply,
+        "dollars": counted,
+        "fold_tokens_per_message": per_message_tokens,
+        "fold_dollars_per_1000": per_message * 1000,
+    }

@@ -50,6 +50,7 @@ POWERTOOLS_ENV = {
     "POWERTOOLS_TRACE_DISABLED": "1",
     "POWERTOOLS_DEV": "false",
     "PERSON_KEY": LOCAL_PERSON_KEY,  # the documented local key (memagent.person)
+    "MEMAGENT_LOCAL_STACK": "1",  # which only a local run accepts
 }
 # Set before any benchmark imports memagent (each imports this module first): Powertools'
 # metrics read their namespace once, when memagent.observability is imported.

@@ -692,18 +692,32 @@ METHOD = """## Method
 
 
 # What the budgets and the webhook's edge bound (prices as listed above; not measured)
-BOUNDS = """## What one person can cost
+def _bounds(worst: dict[str, Any], a: cost.Assumptions) -> str:
+    """What one person can cost: cost.worst_day, in words."""
+    return f"""## What one person can cost
 
 Anyone can write to a business number, so each person's cost is capped (template parameters,
 [deploy.md](deploy.md#parameters)): a reply is at most `MaxReplyTokens` output tokens and
 `MaxReplyParts` messages, a voice note over `MaxAudioSeconds` is not transcribed, and a day holds
-at most `PersonDailyTurns` model turns and `PersonDailyTokens` tokens per person. At the defaults
-(150 turns, 750,000 tokens) one person's worst day is about 750,000 x $0.4/M + 150 x 1,024 x
-$1.6/M = $0.55 of model tokens. The whole stack's day is alarmed at `StackDailyTokenBudget`
-(`StackTokenBudgetAlarm`); with `StackDailyTokensHardLimit` set, reply calls stop past it (one
-UpdateItem per reply, 1 WRU).
+at most `PersonDailyTurns` model turns and `PersonDailyTokens` tokens per person. Every model call
+made for the person counts on that day: replies, photo descriptions, voice note transcriptions and
+memory folds; past the limit no reply is asked for and no photo or voice note is described or
+transcribed (checked before each call: the one call that crosses the limit is the last). At the
+defaults ({worst["turns"]:,} turns, {worst["tokens"]:,} tokens) one person's worst day is about
+{worst["tokens"]:,} x ${a.model_input_per_million:g}/M + {worst["turns"]:,} x {worst["reply"]:,} x
+${a.model_output_per_million:g}/M = ${worst["dollars"]:.2f} of model tokens (transcription tokens
+at the transcription model's own price). What the limit does not stop: what the person writes past
+it is still remembered, and folded into their memory like the rest, at most about
+{worst["fold_tokens_per_message"]:,.0f} input tokens of folding per message
+(${worst["fold_dollars_per_1000"]:.2f} per 1,000 messages past the limit). The whole stack's day
+is alarmed at `StackDailyTokenBudget` (`StackTokenBudgetAlarm`); with `StackDailyTokensHardLimit`
+set, reply calls, descriptions and transcriptions stop past it (one UpdateItem per counted call, 1
+WRU), and folds keep counting on it.
 
-## An unsigned flood
+{FLOOD}"""
+
+
+FLOOD = """## An unsigned flood
 
 Requests that fail the signature check are refused in the webhook's cheap checks (no SSM read, no
 HMAC over an oversized body), but API Gateway and Lambda still bill them:
@@ -950,7 +964,7 @@ against the AWS pricing pages before relying on this. No free tier is applied.
 
 {_snapstart_cost(measured, memory)}
 {_model_homes(measured, lines, a)}
-{BOUNDS}## Not in the table
+{_bounds(cost.worst_day(template, a), a)}## Not in the table
 
 - **The full history instead**: sending every message to the model would cost
   ${full_in * 1000:.4f} per 1,000 messages in input tokens alone (no prompt cache) over this

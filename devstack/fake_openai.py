@@ -286,7 +286,18 @@ class FakeOpenAI(RecordingServer):
         text = self.transcriber(audio)
         if form.get("response_format") in ("text", "srt", "vtt"):
             return Reply(200, text.encode(), {"Content-Type": "text/plain; charset=utf-8"})
-        return Reply.json(200, {"text": text})
+        # a token-billed model's usage, as OpenAI's Transcription object reports it (type
+        # "tokens"; whisper-1's is type "duration", in seconds): here, a token per 100 bytes
+        # of audio in, and a text token per 4 characters out
+        audio_tokens, text_tokens = math.ceil(len(audio) / 100), math.ceil(len(text) / 4)
+        usage = {
+            "type": "tokens",
+            "input_tokens": audio_tokens,
+            "input_token_details": {"audio_tokens": audio_tokens, "text_tokens": 0},
+            "output_tokens": text_tokens,
+            "total_tokens": audio_tokens + text_tokens,
+        }
+        return Reply.json(200, {"text": text, "usage": usage})
 
 
 def upload_fields(form: dict[str, Any]) -> dict[str, Any]:

@@ -268,7 +268,10 @@ class DevStack(Started):
         self._undo.enter_context(memagent_logs_to(self._log))
         self.moto = MotoServer().start()
         # the documented local person key: the functions read it from moto's Secrets Manager
-        self._use_aws_env({**aws_env(self.moto.url), "PERSON_KEY": LOCAL_PERSON_KEY})
+        # (a local run: MEMAGENT_LOCAL_STACK lets the operator's calls made here use it too)
+        self._use_aws_env(
+            {**aws_env(self.moto.url), "PERSON_KEY": LOCAL_PERSON_KEY, "MEMAGENT_LOCAL_STACK": "1"}
+        )
         self.resources = create_all(self.prefix, self.template)
         self.console.event(
             "stack",

@@ -26,8 +26,15 @@ stack (its MemoryTableName, MediaBucketName, TranscriptArchiveBucketName and Per
 outputs and AgentId parameter), with your usual AWS credentials; kept media and archived
 transcripts are exported and erased too. For the local stack, point boto3 at it with
 AWS_ENDPOINT_URL, set PERSON_KEY to its documented local value (memagent.person.LOCAL_PERSON_KEY)
-and pass --table and --agent (and --media-bucket, --archive-bucket). The same operations are
+with MEMAGENT_LOCAL_STACK=1 (the functions' rule: that key is refused outside a local run), and
+pass --table and --agent (and --media-bucket, --archive-bucket). The same operations are
 served over HTTP by the admin API (AdminApiUrl output, AWS_IAM).
+
+Export and forget run only under the stack's own person key: under any other every phone's key
+is another, so an export would find nothing and a forget erase nothing, and both would say so
+with exit 0. With --table, a table a CloudFormation stack made names its stack (the
+aws:cloudformation:stack-name tag CloudFormation puts on it), and the key in your environment
+must be that stack's; a key that is not is refused, exit 2.
 """
 
 from __future__ import annotations
@@ -37,22 +44,35 @@ import json
 import os
 import sys
 import uuid
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote
 
 import boto3
 
 from memagent.archive import KeptMedia, TranscriptArchive
+from memagent.errors import ConfigurationError, SecretUnavailable
 from memagent.lifecycle import export, forget
 from memagent.provider import PERSON_ID
+from memagent.settings import person_key_secret
 from memagent.store import MemoryStore
+
+# CloudFormation's own tag on what a stack creates (the CloudFormation user guide, "Resource
+# tag": aws:cloudformation:stack-name, logical-id and stack-id, created automatically)
+STACK_TAG = "aws:cloudformation:stack-name"
+
+
+def _outputs(stack: str) -> tuple[dict[str, str], dict[str, str]]:
+    description = boto3.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in description.get("Outputs", [])}
+    parameters = {p["ParameterKey"]: p["ParameterValue"] for p in description.get("Parameters", [])}
+    return outputs, parameters
 
 
 def from_stack(stack: str) -> tuple[str, str, str | None, str | None]:
-    description = boto3.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in description.get("Outputs", [])}
-    parameters = {p["ParameterKey"]: p["ParameterValue"] for p in description["Parameters"]}
-    os.environ.setdefault("PERSON_KEY_SECRET_ARN", outputs["PersonKeySecretArn"])  # person keys
+    outputs, parameters = _outputs(stack)
+    # person keys under this stack's key, whatever the shell holds (the secret wins over a
+    # PERSON_KEY; another stack's PERSON_KEY_SECRET_ARN is replaced)
+    os.environ["PERSON_KEY_SECRET_ARN"] = outputs["PersonKeySecretArn"]
     return (
         outputs["MemoryTableName"],
         parameters.get("AgentId", "coach"),
@@ -123,6 +143,38 @@ def operate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
     return call("POST", f"{who}/messages", {"text": args.text}, **{"Idempotency-Key": key})
 
 
+def owning_stack(table: str) -> str | None:
+    """The CloudFormation stack that made `table`, by its tag; None for a table no stack made
+    (the local stack's)."""
+    client = boto3.client("dynamodb")
+    arn = client.describe_table(TableName=table)["Table"]["TableArn"]
+    tags = client.list_tags_of_resource(ResourceArn=arn).get("Tags", [])
+    return next((tag["Value"] for tag in tags if tag["Key"] == STACK_TAG), None)
+
+
+def stacks_person_key(stack: str | None) -> None:
+    """Exit 2, saying why, unless person keys are computed under `stack`'s own key (with no
+    stack: a key the functions would accept, the published local one in a local run only)."""
+    try:
+        key = person_key_secret(os.environ).get()
+        if stack is None:
+            return
+        arn = _outputs(stack)[0]["PersonKeySecretArn"]
+        own = person_key_secret({"PERSON_KEY_SECRET_ARN": arn}).get()
+    except (ConfigurationError, SecretUnavailable) as error:
+        _refuse(str(error))
+    if key != own:
+        _refuse(
+            f"the person key in your environment is not stack {stack}'s (its "
+            f"PersonKeySecretArn): under it no phone reaches its memory. Give --stack {stack}"
+        )
+
+
+def _refuse(why: str) -> NoReturn:
+    sys.stderr.write(f"people.py: refused, nothing read or erased: {why}\n")
+    raise SystemExit(2)
+
+
 def from_stack_admin_url(stack: str) -> str:
     description = boto3.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
     outputs = {o["OutputKey"]: o["OutputValue"] for o in description.get("Outputs", [])}
@@ -165,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     table, agent, bucket, media_bucket = (
         from_stack(args.stack) if args.stack else (args.table, "coach", None, None)
     )
+    stacks_person_key(args.stack or owning_stack(table))
     agent = args.agent or agent
     bucket = args.archive_bucket or bucket
     media_bucket = args.media_bucket or media_bucket

@@ -3,14 +3,20 @@
 The counters ride on writes a turn makes anyway: a reply's tokens are stored on its turn item
 (the put that stores the reply), and the next message's state update (the transaction that
 stores it) adds the replies since the last count to the day's totals. So counting costs no
-request of its own, only a few bytes on the state item (bench/results.md). Past a limit the
-person's messages are still remembered, in order; the first gets one short notice (no model
+request of its own, only a few bytes on the state item (bench/results.md). Every model call
+made for the person counts: a photo's description and a voice note's transcription in the
+write that stores the message they became; a fold's tokens, which the compactor adds to the
+state's `fold_tokens` as it commits, at the next message, like a reply's. Past a limit the
+person's messages are still remembered, in order; a photo or voice note is then not described
+or transcribed (`converts`: no model call); the first message gets one short notice (no model
 call), the rest of the day nothing, and tomorrow's message is answered with all of them in
-context. The day is the UTC date of what the person wrote (their message's own time).
+context. The day is the UTC date of what the person wrote (their message's own time). The
+counters are not content: "forget me" keeps them (memagent.store_erasure).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -19,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from memagent.memory import PersonState, Turn
-    from memagent.settings import ConsumerSettings
+    from memagent.settings import ConsumerSettings, ModelSettings
 
 
 def day_of(at: datetime) -> str:
@@ -33,11 +39,16 @@ def counted(state: PersonState, turns: Iterable[Turn], day: str) -> dict[str, An
     fresh = [t for t in turns if t.role == "assistant" and t.seq > state.counted_seq]
     same_day = state.budget_day == day
     today = [t for t in fresh if t.tokens] if same_day else []
+    # folds since the last count: a high-water mark, so a fold committing between this read
+    # and this write is counted next time, never lost
+    folds = state.fold_tokens - state.counted_fold_tokens if same_day else 0
+    tokens = sum(t.tokens for t in today) + max(0, folds)
     return {
         "budget_day": day,
         "day_turns": (state.day_turns if same_day else 0) + len(today),
-        "day_tokens": (state.day_tokens if same_day else 0) + sum(t.tokens for t in today),
+        "day_tokens": (state.day_tokens if same_day else 0) + tokens,
         "counted_seq": max([state.counted_seq, *(t.seq for t in fresh)]),
+        "counted_fold_tokens": state.fold_tokens,
     }
 
 
@@ -78,7 +89,7 @@ class StackBudget:
 _stacks: dict[tuple[str, str], StackBudget] = {}
 
 
-def stack_budget(store: Any, settings: ConsumerSettings) -> StackBudget:
+def stack_budget(store: Any, settings: ModelSettings) -> StackBudget:
     """The environment's one StackBudget for this table and agent (its cache lives on)."""
     key = (settings.table_name, settings.agent_id)
     if key not in _stacks or _stacks[key].table is not store.table:
@@ -92,3 +103,14 @@ def exhausted(state: PersonState, settings: ConsumerSettings) -> bool:
     """Whether today's model turns or tokens have reached a limit (0: none)."""
     turns, tokens = settings.person_daily_turns, settings.person_daily_tokens
     return bool(turns and state.day_turns >= turns) or bool(tokens and state.day_tokens >= tokens)
+
+
+def converts(
+    state: PersonState, turns: Iterable[Turn], day: str, settings: ConsumerSettings, stack: Any
+) -> bool:
+    """Whether a photo or voice note written on `day` may still be described or transcribed:
+    neither the person's day, counted as the message's own write will count it, nor the
+    stack's has reached its limit."""
+    counters = counted(state, turns, day)
+    today = dataclasses.replace(state, **counters)
+    return not exhausted(today, settings) and not stack.reached()

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from memagent.budget import stack_budget
 from memagent.errors import ConcurrentUpdate, ModelRejected
 from memagent.facts import cap_facts, key_of, normalise, screen_facts, screen_summary
 from memagent.memory import Fact, Memory, Turn
@@ -39,7 +40,7 @@ from memagent.store_table import TRANSACTION_LIMIT
 
 if TYPE_CHECKING:
     from memagent.model import Folded, ModelClient
-    from memagent.settings import MemorySettings
+    from memagent.settings import ModelSettings
     from memagent.store import MemoryStore
 
 SUMMARY_MAX_WORDS = 200
@@ -100,7 +101,7 @@ def _words(text: str, limit: int) -> str:
 class Compactor:
     def __init__(
         self,
-        settings: MemorySettings,
+        settings: ModelSettings,
         store: MemoryStore,
         model: ModelClient,
         archive: Any | None = None,
@@ -127,7 +128,11 @@ class Compactor:
 
         parts = fold_parts(to_fold)[:FOLD_MAX_PARTS]  # the rest waits for the next run
         to_fold = to_fold[: sum(len(part) for part in parts)]
+        used = self.model.tokens_used
         summary, changes = self._fold(memory, parts)
+        # the fold's tokens count on the stack's day now, and on the person's with the commit
+        spent = self.model.tokens_used - used
+        stack_budget(self.store, self.settings).add(spent)
 
         new_marker = to_fold[-1].seq
         # archive before the commit, so nothing is deleted unarchived; withdrawn if we lose
@@ -139,7 +144,7 @@ class Compactor:
             _count("CompactionsLostRace")
             logger.info("person erased during the fold; archive copy withdrawn")
             return "lost_race"
-        if not self._commit(pk, memory, new_marker, summary, changes, archived):
+        if not self._commit(pk, memory, new_marker, summary, changes, archived, spent):
             return "lost_race"
         deleted = self.store.delete_turns(pk, [turn.seq for turn in to_fold])
         _count("TurnsFolded", len(to_fold))
@@ -168,8 +173,10 @@ class Compactor:
         summary: str,
         changes: FactChanges,
         archived: Any | None,
+        spent: int,
     ) -> bool:
-        """The commit point; False (the archive copy withdrawn) if the memory changed first."""
+        """The commit point; False (the archive copy withdrawn) if the memory changed first.
+        `spent`: the fold's tokens, added to the person's `fold_tokens` (memagent.budget)."""
         state = memory.state
         try:
             self.store.commit_compaction(
@@ -181,6 +188,7 @@ class Compactor:
                 dropped_fact_keys=changes.delete,
                 erased_at=state.erased_at,
                 summary_at=memory.summary.at if memory.summary else None,
+                fold_tokens=spent,
             )
         except ConcurrentUpdate:
             if archived is not None:

@@ -24,12 +24,23 @@ NOTES = {
     "order": "[sent an order]",
     "unsupported": "[sent an unsupported message]",
 }
+# what the model turns into text (a model call each): not past the day's budget
+CONVERTED = ("audio", "image")
+OVER_BUDGET = {
+    "audio": "[sent a voice note, not listened to: the day's limit was reached]",
+    "image": "[sent a photo, not looked at: the day's limit was reached]",
+}
 # what a provider found in a shared location, contact card or order, labelled as shared
 SHARED = {"location": "shared a location", "contact": "shared a contact", "order": "sent an order"}
 
 
 def _with_caption(note: str, caption: str | None) -> str:
     return f"{note} {caption.strip()}" if caption and caption.strip() else note
+
+
+def over_budget_note(message: InboundMessage) -> str:
+    """What a voice note or photo past the day's budget is remembered as (its caption kept)."""
+    return _with_caption(OVER_BUDGET[message.kind], message.caption)
 
 
 def voice_seconds(data: bytes) -> float | None:
@@ -56,7 +67,7 @@ def message_text(
     that blocks the person's queue; a dependency outage raises TransientError (retried)."""
     if message.kind == "text":
         return (message.text or "").strip() or "[sent an empty message]"
-    if message.kind in ("audio", "image") and message.media is not None:
+    if message.kind in CONVERTED and message.media is not None:
         try:
             data, content_type = provider.fetch_media(message.media.url, max_bytes=max_media_bytes)
         except MalformedEvent as error:

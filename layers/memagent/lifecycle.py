@@ -4,7 +4,8 @@
 forget() first records a content-free erasure mark (the state item's `erased_at`), so a late
 redelivery of anything the person sent before the erasure is never stored again; then it deletes
 every item of the person's partition (messages, summary, facts, dedupe ledger), archived
-transcripts and kept media, and strips the state item down to the mark. It is idempotent: a
+transcripts and kept media, and strips the state item down to the mark (with the day's budget
+counters, which hold no content: an erasure is no new day's budget). It is idempotent: a
 second run, or a run after a crash half-way, finishes the job and removes nothing that is
 already gone. See docs/privacy.md for the copies that outlive it (stream records, backups,
 logs, queues).
@@ -21,6 +22,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from memagent.audit import ERASE, audit
 from memagent.observability import logger, metrics
 from memagent.person import legacy_key, person_key
+from memagent.store_erasure import BUDGET_COUNTERS
 from memagent.store_table import ALIAS, EVT, FACT, MSG, STATE, SUMMARY, from_iso
 from memagent.upgrade import legacy_person
 
@@ -173,8 +175,10 @@ def forget_key(
             }
         )
         state = next((item for item in items if item["sk"] == STATE), {})
-        # moved_to stays: it routes the partition's own identifier to whoever has it now
-        content = [key for key in state if key not in ("pk", "sk", "erased_at", "moved_to")]
+        # moved_to stays: it routes the partition's own identifier to whoever has it now; the
+        # day's budget counters stay: they are no content
+        kept_state = ("pk", "sk", "erased_at", "moved_to", *BUDGET_COUNTERS)
+        content = [key for key in state if key not in kept_state]
         if keep_later and _renewed(state, at):
             content = []  # the new conversation's state stays as it is
         if not doomed and not content:

@@ -97,6 +97,10 @@ class PersonState:
     day_tokens: int = 0
     counted_seq: int = 0
     notice_day: str | None = None
+    # the tokens the compactor's folds have spent on this memory (it adds them as it commits),
+    # and how many of them the day's count has taken in (memagent.budget.counted)
+    fold_tokens: int = 0
+    counted_fold_tokens: int = 0
 
     def handed_off(self, now: datetime, timeout: timedelta) -> bool:
         """Whether a human has the chat now: handed off, and not timed out."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -452,6 +453,7 @@ class ModelClient:
             ),
         )
         metrics.add_metric(name="Transcriptions", unit=MetricUnit.Count, value=1)
+        self.tokens_used += transcription_tokens(getattr(result, "usage", None))  # the budgets
         return (getattr(result, "text", "") or "").strip()
 
     def fold(
@@ -474,6 +476,21 @@ class ModelClient:
             },
         )
         return _folded(response.output_text, shown=len(facts))
+
+
+# A transcription model billed by the second (whisper-1) reports seconds, not tokens: counted
+# at OpenAI's rate for a person's audio, a token per 100 ms (its Realtime API cost guide)
+AUDIO_TOKENS_PER_SECOND = 10
+
+
+def transcription_tokens(usage: Any) -> int:
+    """A transcription's tokens, as its `usage` reports them: tokens (gpt-transcribe and the
+    like: input and output), or seconds of audio (whisper-1); 0 where none is reported."""
+    if usage is None:
+        return 0
+    if getattr(usage, "type", None) == "duration":
+        return math.ceil((getattr(usage, "seconds", 0) or 0) * AUDIO_TOKENS_PER_SECOND)
+    return (getattr(usage, "input_tokens", 0) or 0) + (getattr(usage, "output_tokens", 0) or 0)
 
 
 def _fold_input(summary: str, facts: list[Fact], turns: list[Turn], zone: str) -> str:

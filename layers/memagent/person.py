@@ -19,7 +19,8 @@ import hmac
 import os
 
 # The tests', the local stack's and `sam local`'s key: published, so never one a stack keeps
-LOCAL_PERSON_KEY = "memagent-local-person-key-published-never-use-in-aws"
+# (refused outside a local run, like the webhook's test-only secret: memagent.signing)
+from memagent.signing import LOCAL_PERSON_KEY as LOCAL_PERSON_KEY
 
 _key: bytes | None = None
 

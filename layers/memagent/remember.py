@@ -9,9 +9,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from memagent.budget import counted, day_of
+from memagent.budget import converts, counted, day_of, stack_budget
 from memagent.delivery import show_typing
-from memagent.inbound import message_text
+from memagent.inbound import CONVERTED, message_text, over_budget_note
 from memagent.keywords import cancels_forget, is_stop, keeps_its_meaning, stopped_at
 from memagent.memory import Memory, PersonState, Turn
 from memagent.observability import count, logger
@@ -33,19 +33,33 @@ class Remembered:
     for_human: bool = False
 
 
-def to_text(crew: Crew, pk: str, message: InboundMessage) -> str:
-    """The message as text: voice notes transcribed, photos described, other media noted."""
+def to_text(crew: Crew, pk: str, message: InboundMessage, memory: Memory) -> tuple[str, int]:
+    """The message as text, and the model tokens that cost: voice notes transcribed, photos
+    described, other media noted. Past the person's or the stack's daily budget a voice note
+    or photo is neither fetched nor sent to the model: a note says so (memagent.budget)."""
+    settings = crew.settings
+    if message.kind in CONVERTED and message.media is not None:
+        stack = stack_budget(crew.store, settings)
+        if not converts(memory.state, memory.turns, day_of(message.sent_at), settings, stack):
+            count("MediaOverBudget")
+            logger.info("daily budget reached: media not converted", extra={"kind": message.kind})
+            return over_budget_note(message), 0
     provider = crew.provider
     if crew.media is not None and message.media is not None:
         # downloaded once, on the first attempt; a retry hours later reads the kept copy
         provider = crew.media.fetching_once(crew.provider, pk, message.event_id)
-    return message_text(
+    used = crew.model.tokens_used
+    text = message_text(
         message,
         provider=provider,
         model=crew.model,
-        max_media_bytes=crew.settings.media_max_bytes,
-        max_audio_seconds=crew.settings.max_audio_seconds,
+        max_media_bytes=settings.media_max_bytes,
+        max_audio_seconds=settings.max_audio_seconds,
     )
+    spent = crew.model.tokens_used - used
+    if spent:
+        stack_budget(crew.store, settings).add(spent)
+    return text, spent
 
 
 def remember(
@@ -57,14 +71,18 @@ def remember(
     *,
     human: bool = False,
     end_handoff: bool = False,
+    spent: int = 0,
 ) -> Remembered | None:
     """Store the message; None if it was stored before (a repeat). `human`: a human has the
-    chat; `end_handoff`: theirs timed out, and this write ends it."""
+    chat; `end_handoff`: theirs timed out, and this write ends it; `spent`: the model tokens
+    its description or transcription cost, counted in this write."""
     state = memory.state
     stop, held, for_human = _standing(crew, memory, message, text, human=human)
     extra = _flags(state, text, for_human=for_human)
     # the day's model turns and tokens, in this same state write (memagent/budget.py)
     counters = {} if stop or held else counted(state, memory.turns, day_of(message.sent_at))
+    if counters:
+        counters["day_tokens"] += spent
     turn = Turn(
         seq=memory.next_seq,
         role="user",

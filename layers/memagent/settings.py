@@ -4,9 +4,9 @@ start.
 The environment names are part of the public interface (README, template.yaml). A missing or bad
 setting raises ConfigurationError naming it (every problem at once, not just the first). Each
 secret is given either as `<NAME>_PARAM` (the SSM Parameter Store SecureString name, used in AWS)
-or as `<NAME>` (the plain value, for local runs); it is read lazily and cached, so a secret store
-outage fails the request (503/retry), not the cold start. AWS endpoints come from boto3's standard
-AWS_ENDPOINT_URL.
+or as `<NAME>` (the plain value, for local runs; the stored one wins when both are set); it is
+read lazily and cached, so a secret store outage fails the request (503/retry), not the cold
+start. AWS endpoints come from boto3's standard AWS_ENDPOINT_URL.
 
 A plain reader rather than a pydantic model: the webhook's cold start pays for every import on
 its path, and a dozen typed environment variables do not need a validation framework.
@@ -24,7 +24,12 @@ from typing import Any, ClassVar, TypeVar
 
 from memagent.errors import ConfigurationError, SecretUnavailable
 from memagent.origins import parse_media_origins, parse_origins
-from memagent.signing import check_signing_secrets, is_local_stack
+from memagent.signing import (
+    LOCAL_PERSON_KEY,
+    check_signing_secrets,
+    is_local_stack,
+    refuse_published,
+)
 
 _T = TypeVar("_T")
 
@@ -91,7 +96,10 @@ class Secret:
         **options: Any,
     ) -> Secret:
         where = "_SECRET_ARN" if options.get("secrets_manager") else "_PARAM"
-        value, parameter = env.get(name) or None, env.get(f"{name}{where}") or None
+        parameter = env.get(f"{name}{where}") or None
+        # the stored secret wins: a plain value left in a shell or an environment (a local
+        # run's) never stands in for the stack's own
+        value = None if parameter else env.get(name) or None
         if value is None and parameter is None:
             store = "Secrets Manager secret" if where == "_SECRET_ARN" else "SSM parameter name"
             raise ConfigurationError(f"set {name}{where} ({store}) or {name} (local)")
@@ -270,17 +278,21 @@ PERSON_KEY_CONFIG = {**SSM_CONFIG, "retries": {"total_max_attempts": 1, "mode": 
 PERSON_KEY_MIN_CHARS = 32
 
 
-def _check_person_key(value: str, *, setting: str) -> None:
+def _check_person_key(value: str, *, setting: str, local: bool) -> None:
     if len(value) < PERSON_KEY_MIN_CHARS:
         raise ConfigurationError(f"{setting}: at least {PERSON_KEY_MIN_CHARS} characters")
+    # the tests' and the local stack's key is in the README: under it anybody can compute a
+    # phone's key, so a deployed stack refuses it as it refuses the test-only signing secret
+    refuse_published(value, LOCAL_PERSON_KEY, setting=setting, what="local key", local=local)
 
 
 def person_key_secret(env: Mapping[str, str]) -> Secret:
-    """PERSON_KEY_SECRET_ARN (the template's generated secret) or PERSON_KEY (local runs)."""
+    """PERSON_KEY_SECRET_ARN (the template's generated secret), else PERSON_KEY (local runs
+    only when it is the published LOCAL_PERSON_KEY)."""
     return Secret.from_env(
         "PERSON_KEY",
         env,
-        check=_check_person_key,
+        check=partial(_check_person_key, local=is_local_stack(env)),
         secrets_manager=True,
         config=PERSON_KEY_CONFIG,
     )
@@ -429,6 +441,9 @@ class ModelSettings(MemorySettings):
     # rejects fields it does not know
     openai_cache_fields: bool = True
     openai_cache_retention: str | None = "24h"
+    # the stack's model tokens a day, replies, descriptions, transcriptions and folds alike
+    # (memagent.budget.StackBudget): 0, none (StackTokenBudgetAlarm still watches)
+    stack_daily_tokens_hard_limit: int = 0
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
@@ -467,6 +482,9 @@ class ModelSettings(MemorySettings):
                 "OPENAI_TIMEOUT_SECONDS", 25.0, minimum=0, above=True
             ),
             "openai_max_retries": read.integer("OPENAI_MAX_RETRIES", 2, minimum=0),
+            "stack_daily_tokens_hard_limit": read.integer(
+                "STACK_DAILY_TOKENS_HARD_LIMIT", 0, minimum=0
+            ),
             "openai_api_key": None if provider == "bedrock" else read.secret("OPENAI_API_KEY"),
             "bedrock_region": region,
             "max_reply_tokens": read.integer("MAX_REPLY_TOKENS", 1024, minimum=16),
@@ -589,7 +607,6 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     budget_notice: str = DEFAULT_BUDGET_NOTICE
     # the built-in "hand to a human" tool: on by default where tools are declared (HANDOFF_TOOL)
     handoff_tool: bool = False
-    stack_daily_tokens_hard_limit: int = 0  # 0: none (StackTokenBudgetAlarm still watches)
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
@@ -622,9 +639,6 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
             "person_daily_tokens": read.integer("PERSON_DAILY_TOKENS", 0, minimum=0),
             "budget_notice": read.text("BUDGET_NOTICE", DEFAULT_BUDGET_NOTICE),
             "handoff_tool": read.flag("HANDOFF_TOOL", bool(read.optional("TOOLS_FILE"))),
-            "stack_daily_tokens_hard_limit": read.integer(
-                "STACK_DAILY_TOKENS_HARD_LIMIT", 0, minimum=0
-            ),
         }
 
     @property

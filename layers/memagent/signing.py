@@ -1,6 +1,7 @@
 """Standard Webhooks signing secrets (`whsec_<base64 key>`, space-separated during rotation):
 the format check the settings run at cold start, and the published test-only secret a deployed
-stack refuses. Signing and verifying with them is memagent/whasp.py's."""
+stack refuses (refuse_published: the rule for every value published for local runs). Signing
+and verifying with them is memagent/whasp.py's."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ SECRET_PREFIX = "whsec_"  # noqa: S105 (a prefix, not a secret)
 # The secret the tests, sample events and local stack sign with. It is public (README), so a stack
 # using it accepts anybody's events: refused unless the process says it is a local run.
 TEST_ONLY_SECRET = "whsec_bWVtYWdlbnQtdGVzdC1vbmx5LXNlY3JldC1kby1ub3QtdXNl"  # noqa: S105
+# The person key of the tests, the local stack and `sam local` (memagent.person, which
+# re-exports it): published too, so never one a deployed stack may keep
+LOCAL_PERSON_KEY = "memagent-local-person-key-published-never-use-in-aws"
 # `sam local invoke` sets AWS_SAM_LOCAL; the local stack and the tests set MEMAGENT_LOCAL_STACK.
 LOCAL_STACK_FLAGS = ("MEMAGENT_LOCAL_STACK", "AWS_SAM_LOCAL")
 # Standard Webhooks secrets carry 24 to 64 bytes of key; fewer can be guessed offline from one
@@ -43,9 +47,22 @@ def check_signing_secrets(value: str, *, setting: str, allow_test_secret: bool) 
             raise ConfigurationError(
                 f"{where} holds {len(key)} bytes of key; at least {MIN_SECRET_BYTES} are needed"
             )
-        if secret == TEST_ONLY_SECRET and not allow_test_secret:
-            raise ConfigurationError(
-                f"{where} is the published test-only secret; it is accepted only in a local run "
-                f"({' or '.join(LOCAL_STACK_FLAGS)} set)"
-            )
+        refuse_published(
+            secret,
+            TEST_ONLY_SECRET,
+            setting=where,
+            what="test-only secret",
+            local=allow_test_secret,
+        )
     return secrets
+
+
+def refuse_published(value: str, published: str, *, setting: str, what: str, local: bool) -> None:
+    """The one rule for a value published for local runs (the test-only signing secret, the
+    local person key): anybody can read it, so it is refused unless the run is `local`
+    (is_local_stack); the error names the setting, never the value."""
+    if value == published and not local:
+        raise ConfigurationError(
+            f"{setting} is the published {what}; it is accepted only in a local run "
+            f"({' or '.join(LOCAL_STACK_FLAGS)} set)"
+        )

@@ -75,6 +75,8 @@ def _state(item: dict[str, Any] | None) -> PersonState:
         day_tokens=int(item.get("day_tokens", 0)),
         counted_seq=int(item.get("counted_seq", 0)),
         notice_day=item.get("notice_day"),
+        fold_tokens=int(item.get("fold_tokens", 0)),
+        counted_fold_tokens=int(item.get("counted_fold_tokens", 0)),
     )
 
 

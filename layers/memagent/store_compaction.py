@@ -38,6 +38,7 @@ class CompactionWrites(Table):
         dropped_fact_keys: Iterable[str] = (),
         erased_at: datetime | None = None,
         summary_at: datetime | None = None,
+        fold_tokens: int = 0,
     ) -> None:
         """The commit point of a compaction: summary, new marker and facts, all or nothing, and
         only if nobody moved the marker since we read it, nobody erased the person meanwhile
@@ -46,10 +47,11 @@ class CompactionWrites(Table):
         raw for the next run, which folds them into the operator's summary). Raises
         ConcurrentUpdate otherwise.
         The summary goes in its own item (the state, written by every turn, stays small); the
-        marker stays on the state, where every turn's condition reads it."""
+        marker stays on the state, where every turn's condition reads it. `fold_tokens`: what
+        the fold cost, added to the state's running total for the person's day's count."""
         now = iso(datetime.now(UTC))
         actions = [
-            self._marker_moved(pk, old_marker, new_marker, erased_at, now),
+            self._marker_moved(pk, old_marker, new_marker, erased_at, now, fold_tokens),
             self._summary_put(pk, summary, new_marker, summary_at, now),
             *(self._fact_put(pk, key, fact) for key, fact in new_facts),
             *(self._fact_delete(pk, key) for key in dropped_fact_keys),
@@ -60,7 +62,13 @@ class CompactionWrites(Table):
             raise ConcurrentUpdate("the summary marker moved; another compaction won")
 
     def _marker_moved(
-        self, pk: str, old_marker: int, new_marker: int, erased_at: datetime | None, now: str | None
+        self,
+        pk: str,
+        old_marker: int,
+        new_marker: int,
+        erased_at: datetime | None,
+        now: str | None,
+        fold_tokens: int = 0,
     ) -> dict[str, Any]:
         """The state's new marker, if it is still `old_marker`, the turns up to `new_marker`
         are still there, and the erasure mark is still the one read."""
@@ -79,9 +87,10 @@ class CompactionWrites(Table):
                 "TableName": self.table_name,
                 "Key": {"pk": pk, "sk": STATE},
                 # REMOVE: a summary an older version kept on the state item
+                # ADD: the turns' counters read it against their own mark (memagent.budget)
                 "UpdateExpression": (
                     "SET marker = :new, compaction_due = :false, updated_at = :now "
-                    "REMOVE summary, summary_at"
+                    "REMOVE summary, summary_at ADD fold_tokens :tokens"
                 ),
                 "ConditionExpression": f"attribute_exists(pk) AND {condition}",
                 "ExpressionAttributeValues": {
@@ -90,6 +99,7 @@ class CompactionWrites(Table):
                     ":new": new_marker,
                     ":old": old_marker,
                     ":false": False,
+                    ":tokens": fold_tokens,
                 },
             }
         }

@@ -9,7 +9,12 @@ from typing import Any
 
 from memagent.store_table import HANDOFF_ATTRIBUTES, STATE, Table, from_iso, iso
 
-# every state attribute but the erasure mark: what forget() strips from the state item
+# the day's budget counters (memagent.budget): counts, not content, so an erasure keeps them
+# ("forget me" three times must not give three days' turns); the next message's count reads
+# them as any day's
+BUDGET_COUNTERS = ("budget_day", "day_turns", "day_tokens", "notice_day")
+# every state attribute but the erasure mark and the counters: what forget() strips from the
+# state item
 _STATE_CONTENT = (
     "last_seq",
     "marker",
@@ -28,11 +33,9 @@ _STATE_CONTENT = (
     "awaiting",
     "marketing",
     "marketing_at",
-    "budget_day",
-    "day_turns",
-    "day_tokens",
-    "counted_seq",
-    "notice_day",
+    "counted_seq",  # the seqs start again from 1 after an erasure
+    "fold_tokens",
+    "counted_fold_tokens",
     "expires_at",  # the retention TTL: a mark never expires (it refuses late redeliveries)
     *HANDOFF_ATTRIBUTES,
 )
@@ -89,8 +92,9 @@ class ErasureWrites(Table):
         return deleted
 
     def reduce_state_to_mark(self, pk: str, at: datetime) -> None:
-        """Strip the state item down to the content-free erasure mark (pk, sk, erased_at),
-        unless a newer erasure or a genuinely new message has taken over meanwhile."""
+        """Strip the state item down to the content-free erasure mark (pk, sk, erased_at) and
+        the day's budget counters, unless a newer erasure or a genuinely new message has taken
+        over meanwhile."""
         self._update_if(
             Key={"pk": pk, "sk": STATE},
             UpdateExpression="REMOVE " + ", ".join(_STATE_CONTENT),

@@ -7,7 +7,8 @@ through (`Agent.answer`, every step in the module its name says):
     expired?              memagent/lifecycle.py   what the retention TTL or an erasure that
                                                   stopped half-way left: erased first
     already handled?      memagent/redelivery.py  skipped events; a repeat resumes its ledger
-    to text               memagent/remember.py    voice notes transcribed, photos described
+    to text               memagent/remember.py    voice notes transcribed, photos described,
+                                                  within the day's budget (memagent/budget.py)
     remember              memagent/remember.py    message + ledger entry + state, one write
     a human has it?       memagent/operator.py    stored for them, no model call, no reply
     a keyword?            memagent/keywords.py    STOP, "forget me" and its "yes", recall
@@ -99,8 +100,11 @@ class Agent(Crew):
             if entry is not None:
                 return then(resume(self, pk, message, entry))
             show_typing(self, message)  # before the slow part: fetching and transcribing
-        text = to_text(self, pk, message)
-        remembered = remember(self, pk, memory, message, text, human=human, end_handoff=timed_out)
+        # within the day's budget (memagent.budget): past it, media is not converted
+        text, spent = to_text(self, pk, message, memory)
+        remembered = remember(
+            self, pk, memory, message, text, human=human, end_handoff=timed_out, spent=spent
+        )
         if remembered is None:  # a repeat: its ledger entry says what is left to do
             return then(resume(self, pk, message, self.store.ledger(pk, message.event_id)))
         if timed_out:

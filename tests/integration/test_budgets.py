@@ -4,12 +4,15 @@ consumer handler, moto's DynamoDB, the local OpenAI and whasp stand-ins."""
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from devstack.lambda_harness import reported_failures as failures
+from memagent.keywords import FORGET_QUESTION, FORGOTTEN_REPLY
 from memagent.provider import split_text
-from tests.conftest import MAYA, load_function, sqs_batch, whasp_message
-from tests.integration.test_consumer import at, media_message, message, turns
+from tests.conftest import AGENT, MAYA, load_function, sqs_batch, whasp_message
+from tests.integration.test_consumer import at, media_message, message, state, turns
 
 NOTICE = "Daily limit reached: back tomorrow!"
 
@@ -128,3 +131,170 @@ def test_past_the_stacks_hard_limit_people_get_the_notice_and_no_model_call(
     assert len(openai.calls()) == 1
     assert len(whasp.texts_to(MAYA)) == 1 and whasp.texts_to(MAYA)[0] != NOTICE
     assert whasp.texts_to(SAM) == [NOTICE]
+
+
+# ------------------------------------------------------------------ everything counts
+
+
+def model_requests(openai) -> int:
+    """Every request the model's endpoint got: replies, descriptions, transcriptions, folds."""
+    from devstack.fake_openai import TRANSCRIPTIONS
+
+    return len(openai.calls()) + len(openai.calls(TRANSCRIPTIONS))
+
+
+def stack_tokens(table_name: str, day: str = "") -> int:
+    """The stack's model tokens today (StackBudget's counter item)."""
+    import boto3
+
+    from memagent.budget import day_of
+
+    day = day or day_of(datetime.now(UTC))
+    key = {"pk": f"STACK#{AGENT}", "sk": f"DAY#{day}"}
+    item = boto3.resource("dynamodb").Table(table_name).get_item(Key=key).get("Item") or {}
+    return int(item.get("tokens", 0))
+
+
+def reply_tokens(table_name: str) -> int:
+    """The tokens of the newest reply stored (its turn item's)."""
+    from tests.integration.test_consumer import rows
+
+    replies = [i for i in rows(table_name, MAYA, "MSG#") if i["role"] == "assistant"]
+    return int(replies[-1].get("tokens", 0))
+
+
+def test_photos_and_voice_notes_after_the_notice_make_no_model_call(
+    consumer_env, resources, openai, whasp, monkeypatch, lambda_context
+):
+    # given a limit of one model turn a day, reached, and the notice sent
+    env = {**consumer_env, "PERSON_DAILY_TURNS": "1", "BUDGET_NOTICE": NOTICE}
+    consumer = load_function("consumer", env, monkeypatch)
+    for n, text in enumerate(["hello", "again"]):
+        assert failures(consumer.handler(sqs_batch(message(text, n)), lambda_context)) == []
+    assert whasp.texts_to(MAYA)[-1] == NOTICE
+    asked = model_requests(openai)
+    # when Maya sends five photos and two voice notes that day
+    photo = whasp.add_media(b"\x89PNG....", "image/png")
+    voice = whasp.add_media(ogg_voice_note(30), "audio/ogg")
+    media = [("image", photo, "image/png")] * 5 + [("audio", voice, "audio/ogg")] * 2
+    for n, (kind, url, mime) in enumerate(media, start=2):
+        event = media_message(kind, url, mime, n, message_id=f"m{n}", caption="look")
+        assert failures(consumer.handler(sqs_batch(event), lambda_context)) == []
+    # then the model was asked nothing: no description, no transcription, no reply
+    assert model_requests(openai) == asked
+    # and each is remembered, in order, as what it was, its caption kept; nothing more is sent
+    said = [t for r, t in turns(resources.table_name) if r == "user"][2:]
+    assert said == [
+        *["[sent a photo, not looked at: the day's limit was reached] look"] * 5,
+        *["[sent a voice note, not listened to: the day's limit was reached] look"] * 2,
+    ]
+    assert len(whasp.texts_to(MAYA)) == 2
+
+
+def test_past_the_stacks_hard_limit_a_photo_is_not_described(
+    consumer_env, resources, openai, whasp, monkeypatch, lambda_context
+):
+    from tests.integration.test_consumer import SAM
+
+    # given a stack-wide hard limit that Maya's one reply reaches
+    env = {**consumer_env, "STACK_DAILY_TOKENS_HARD_LIMIT": "10", "BUDGET_NOTICE": NOTICE}
+    consumer = load_function("consumer", env, monkeypatch)
+    assert failures(consumer.handler(sqs_batch(message("hello", 0)), lambda_context)) == []
+    asked = model_requests(openai)
+    # when Sam sends a photo
+    photo = whasp.add_media(b"\x89PNG....", "image/png")
+    event = media_message("image", photo, "image/png", 1, message_id="m1")
+    event["data"]["chat"] = SAM
+    assert failures(consumer.handler(sqs_batch(event), lambda_context)) == []
+    # then it is neither described nor answered by the model: Sam gets the notice
+    assert model_requests(openai) == asked
+    assert whasp.texts_to(SAM) == [NOTICE]
+
+
+def test_a_description_and_a_transcription_count_on_the_persons_and_the_stacks_day(
+    consumer_env, resources, openai, whasp, monkeypatch, lambda_context
+):
+    # given a stack that counts its day (a hard limit far off) and no limit for Maya
+    env = {**consumer_env, "STACK_DAILY_TOKENS_HARD_LIMIT": "100000000"}
+    consumer = load_function("consumer", env, monkeypatch)
+    table = resources.table_name
+    # when Maya sends a photo
+    photo = whasp.add_media(b"\x89PNG....", "image/png")
+    event = media_message("image", photo, "image/png", 0, message_id="m0")
+    assert failures(consumer.handler(sqs_batch(event), lambda_context)) == []
+    # then its description's tokens are on her day, in the write that stored it, and on the
+    # stack's with the reply's
+    described, first_reply = int(state(table)["day_tokens"]), reply_tokens(table)
+    assert described > 0
+    assert stack_tokens(table) == described + first_reply
+    # when she sends a voice note
+    voice = whasp.add_media(ogg_voice_note(30), "audio/ogg")
+    event = media_message("audio", voice, "audio/ogg", 1, message_id="m1")
+    assert failures(consumer.handler(sqs_batch(event), lambda_context)) == []
+    # then its transcription's tokens count too: on the stack's day, and on hers, with the
+    # reply to the photo
+    transcribed = stack_tokens(table) - described - first_reply - reply_tokens(table)
+    assert transcribed > 0
+    assert int(state(table)["day_tokens"]) == described + first_reply + transcribed
+
+
+def test_a_folds_tokens_count_on_the_persons_and_the_stacks_day(
+    consumer_env, compactor_env, resources, openai, whasp, tap, monkeypatch, lambda_context
+):
+    from tests.integration.test_compactor import run
+
+    # given a stack that counts its day, and a memory folded after every two exchanges
+    limits = {
+        "STACK_DAILY_TOKENS_HARD_LIMIT": "100000000",
+        "COMPACT_THRESHOLD": "4",
+        "COMPACT_KEEP": "2",
+    }
+    consumer = load_function("consumer", {**consumer_env, **limits}, monkeypatch)
+    compactor = load_function(
+        "compactor", {**compactor_env, **limits, "COMPACT_KEEP": "2"}, monkeypatch
+    )
+
+    def respond(request: dict[str, Any]) -> str:
+        if "format" in (request.get("text") or {}):  # the fold's structured output
+            return json.dumps({"summary": "Maya runs on Sundays.", "facts": []})
+        return "Noted!"
+
+    openai.responder = respond
+    table = resources.table_name
+    for n, text in enumerate(["I run on Sundays", "and swim on Mondays"]):
+        assert failures(consumer.handler(sqs_batch(message(text, n)), lambda_context)) == []
+    before = int(state(table)["day_tokens"]), stack_tokens(table)
+    last_reply = reply_tokens(table)
+    # when the compactor folds her memory
+    assert run(compactor, tap.matching(), lambda_context) == []
+    folded = stack_tokens(table) - before[1]
+    # then the fold's tokens are on the stack's day at once
+    assert folded > 0
+    # and on Maya's with her next message, beside the reply it follows
+    assert failures(consumer.handler(sqs_batch(message("thanks", 2)), lambda_context)) == []
+    assert int(state(table)["day_tokens"]) == before[0] + last_reply + folded
+
+
+def test_forget_me_keeps_the_days_counters(
+    consumer_env, resources, openai, whasp, monkeypatch, lambda_context
+):
+    # given a limit of two model turns a day
+    env = {**consumer_env, "PERSON_DAILY_TURNS": "2", "BUDGET_NOTICE": NOTICE}
+    consumer = load_function("consumer", env, monkeypatch)
+    # when Maya says hello, then has herself forgotten, three times in one day (tomorrow's:
+    # written after each erasure's mark, which is the time it ran)
+    day = datetime.now(UTC).replace(hour=9, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    minute = 0
+    for _cycle in range(3):
+        for text in ("hello", "forget me", "yes"):
+            written = (day + timedelta(minutes=minute)).isoformat().replace("+00:00", "Z")
+            event = whasp_message(text, created_at=written)
+            assert failures(consumer.handler(sqs_batch(event), lambda_context)) == []
+            minute += 1
+    # then the model answered two hellos; the third got the notice (the counters outlived
+    # each erasure, which took everything she said)
+    assert len(openai.calls()) == 2
+    hellos = [t for t in whasp.texts_to(MAYA) if t not in (FORGET_QUESTION, FORGOTTEN_REPLY)]
+    assert hellos[2:] == [NOTICE]
+    mark = state(resources.table_name)
+    assert int(mark["day_turns"]) == 2 and "last_seq" not in mark

@@ -15,6 +15,7 @@ from memagent.settings import CompactorSettings, ConsumerSettings, WebhookSettin
 CONSUMER = {
     "AGENT_ID": "coach",
     "PERSON_KEY": LOCAL_PERSON_KEY,
+    "MEMAGENT_LOCAL_STACK": "1",  # the published local key is accepted in local runs only
     "TABLE_NAME": "memory",
     "OPENAI_MODEL": "gpt-6-luna",
     "OPENAI_API_KEY": "sk-test",
@@ -91,6 +92,7 @@ def test_an_empty_value_counts_as_unset_and_secrets_never_print():
         "QUEUE_URL": "https://q",
         "WEBHOOK_SECRET": STRONG_SECRET,
         "PERSON_KEY": LOCAL_PERSON_KEY,
+        "MEMAGENT_LOCAL_STACK": "1",
     }
     settings = WebhookSettings.from_env({**webhook, "WEBHOOK_MAX_BODY_BYTES": ""})
     assert settings.max_body_bytes == 256 * 1024
