@@ -75,7 +75,13 @@ def _state(item: dict[str, Any] | None) -> PersonState:
         day_tokens=int(item.get("day_tokens", 0)),
         counted_seq=int(item.get("counted_seq", 0)),
         notice_day=item.get("notice_day"),
+        expires_at=_epoch(item.get("expires_at")),
     )
+
+
+def _epoch(value: Any) -> datetime | None:
+    """A TTL attribute (epoch seconds, a Number) as a time."""
+    return datetime.fromtimestamp(int(value), UTC) if value is not None else None
 
 
 def handoff_of(item: dict[str, Any]) -> Handoff | None:
