@@ -1,0 +1,157 @@
+"""Retention on AWS's clock (issue 29): DynamoDB's TTL deletes an expired item late ("typically
+within two days"; until then it "still show[s] up in reads"), so a person whose retention has
+ended may write while their memory is still there: a recycled whasp number's new owner, most
+of all. Through whasp's signed POST to the webhook handler, the event queue and the consumer
+handler, and the compactor handler fed what the template's stream filter lets by; DynamoDB's TTL
+is devstack.ttl (the `ttl` fixture), on a clock of its own."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime, timedelta
+
+import boto3
+import pytest
+
+from devstack.fake_openai import turns_of
+from memagent.person import person_key
+from tests.conftest import AGENT, MAYA, load_function, whasp_message
+from tests.integration.test_meta import Queue
+from tests.integration.webhook_calls import post_signed, webhook_env
+
+DAY = 86400
+SAM = "+447700900456"
+
+
+def _table(resources) -> list[dict]:
+    return boto3.resource("dynamodb").Table(resources.table_name).scan(ConsistentRead=True)["Items"]
+
+
+@pytest.fixture
+def pipeline(resources, consumer_env, monkeypatch, lambda_context):
+    """writes(phone, text, at): whasp's POST of the message to the webhook handler, then the
+    event queue drained into the consumer handler (30 days' retention), nothing left failed."""
+    webhook = load_function("webhook", webhook_env(resources), monkeypatch)
+    consumer = load_function(
+        "consumer", {**consumer_env, "INACTIVE_RETENTION_DAYS": "30"}, monkeypatch
+    )
+    queue = Queue(resources)
+
+    def writes(phone: str, text: str, at: datetime) -> None:
+        stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = whasp_message(text, chat=phone, created_at=stamp)
+        assert post_signed(webhook, event, lambda_context)[0] == 200
+        assert queue.drain(consumer, lambda_context) == 0
+
+    return writes
+
+
+def test_a_person_whose_retention_ended_before_the_ttl_deleted_them_gets_none_of_the_old_memory(
+    pipeline, resources, compactor_env, whasp, openai, tap, ttl, monkeypatch, lambda_context
+):
+    from memagent.observability import logger
+
+    then = datetime.now(UTC) - timedelta(days=31)
+    compactor = load_function("compactor", compactor_env, monkeypatch)
+    maya, sam = person_key(AGENT, MAYA), person_key(AGENT, SAM)
+    # given Maya and Sam told the agent something private 31 days ago (30 days' retention):
+    # both expired a day ago, and DynamoDB's TTL, two days behind, has deleted neither
+    ttl.lag = 2 * DAY
+    pipeline(MAYA, "my HIV test came back positive", then)
+    pipeline(SAM, "my divorce papers came today", then)
+    assert ttl.sweep() == 0
+    assert "HIV" in json.dumps(_table(resources), default=str)
+    out = io.StringIO()
+    monkeypatch.setattr(logger.registered_handler, "stream", out)
+    # when Maya's number's new owner writes (after the replies, stored as they were sent)
+    now = datetime.now(UTC) + timedelta(seconds=1)
+    pipeline(MAYA, "Hi! Is this the running club?", now)
+    # then they are answered from a context without the old memory, which is erased, with the
+    # audit line of the TTL's own expiry
+    assert len(whasp.sent) == 3
+    assert turns_of(openai.calls()[-1]) == [("user", "Hi! Is this the running club?")]
+    assert "HIV" not in json.dumps(openai.calls()[-1])
+    assert "HIV" not in json.dumps(_table(resources), default=str)
+    audits = [json.loads(line) for line in out.getvalue().splitlines() if '"audit"' in line]
+    assert [(a["person"], a["caller"], a["outcome"]) for a in audits] == [
+        (maya, "retention (dynamodb.amazonaws.com)", "done")
+    ]
+    # when the TTL comes, two days late, and the compactor gets what the filter lets by
+    ttl.clock.advance(2 * DAY)
+    assert ttl.sweep() == 1  # Sam's state: Maya's number's new owner renewed hers
+    delivered = tap.matching()
+    assert [r["dynamodb"]["Keys"]["pk"]["S"] for r in delivered] == [sam]
+    assert compactor.handler({"Records": delivered}, lambda_context) == {"batchItemFailures": []}
+    # then Sam is forgotten, and the new owner's conversation stands: their next message is
+    # answered with it, and nothing older, in front of the model
+    assert "divorce" not in json.dumps(_table(resources), default=str)
+    pipeline(MAYA, "Great, Tuesdays suit me", now + timedelta(seconds=1))
+    seen = [text for _, text in turns_of(openai.calls()[-1])]
+    assert seen[0] == "Hi! Is this the running club?" and seen[-1] == "Great, Tuesdays suit me"
+    assert len(seen) == 3
+    assert [c for c in openai.calls()[2:] if "HIV" in json.dumps(c)] == []
+    state = next(r for r in _table(resources) if r["pk"] == maya and r["sk"] == "STATE")
+    assert int(state["expires_at"]) > (now + timedelta(days=29)).timestamp()
+
+
+def test_no_write_renews_a_state_whose_retention_has_ended(pipeline, resources):
+    from memagent.errors import ConcurrentUpdate
+    from memagent.memory import Turn
+    from memagent.store import MemoryStore
+
+    # given Maya's retention ended a day ago, her state not deleted yet
+    now = datetime.now(UTC)
+    pipeline(MAYA, "my HIV test came back positive", now - timedelta(days=31))
+    store = MemoryStore(resources.table_name, retention=timedelta(days=30))
+    pk = person_key(AGENT, MAYA)
+    memory = store.load(pk)
+    # when a turn that did not see it expire (it read a moment before) stores a message
+    turn = Turn(memory.next_seq, "user", "Hi!", now, number="+15550100", event_id="evt_late")
+    with pytest.raises(ConcurrentUpdate):
+        store.remember_inbound(
+            pk,
+            previous=memory.state,
+            turn=turn,
+            event_time=now,
+            compact=False,
+            ledger_ttl=timedelta(days=30),
+        )
+    # then the write is refused (the turn retries from a fresh read, which expires it first):
+    # her retention is not moved on, so the old memory cannot outlive it
+    assert store.load(pk).state.expires_at < now
+
+
+def test_a_state_item_deleted_by_anyone_but_the_ttl_passes_the_filter_and_is_no_expiry(
+    pipeline, resources, compactor_env, openai, tap, monkeypatch, lambda_context
+):
+    from memagent.observability import logger
+
+    now = datetime.now(UTC)
+    compactor = load_function("compactor", compactor_env, monkeypatch)
+    pk = person_key(AGENT, MAYA)
+    pipeline(MAYA, "I start the new job on Monday", now)
+    calls = len(openai.calls())
+    tap.poll()  # her turn's own records
+    # given someone deletes Maya's state item by hand (DeleteItem: not the TTL)
+    boto3.resource("dynamodb").Table(resources.table_name).delete_item(
+        Key={"pk": pk, "sk": "STATE"}
+    )
+    # when Lambda hands the compactor what the template's filter lets by
+    delivered = tap.matching()
+    out = io.StringIO()
+    monkeypatch.setattr(logger.registered_handler, "stream", out)
+    # then the deletion is delivered (a filter on a DynamoDB stream can name only its dynamodb
+    # key, not userIdentity), and the compactor neither forgets her nor folds anything
+    assert [(r["eventName"], r["dynamodb"]["Keys"]["pk"]["S"]) for r in delivered] == [
+        ("REMOVE", pk)
+    ]
+    assert "userIdentity" not in delivered[0]
+    assert compactor.handler({"Records": delivered}, lambda_context) == {"batchItemFailures": []}
+    rows = compactor.compactor.store.everything(pk)
+    assert next(r["text"] for r in rows if r["sk"].startswith("MSG#")) == (
+        "I start the new job on Monday"
+    )
+    assert not any("erased_at" in r for r in rows)
+    assert '"audit"' not in out.getvalue()
+    assert len(openai.calls()) == calls
