@@ -341,6 +341,45 @@ def test_a_late_ttl_expiry_keeps_the_new_conversation_its_state_and_its_phone_li
     assert [c for c in openai.calls()[1:] if "HIV" in json.dumps(c)] == []
 
 
+def test_a_person_whose_retention_ended_before_the_ttl_came_is_answered_afresh_meta(
+    webhook,
+    queue,
+    consumer,
+    openai,
+    resources,
+    tap,
+    ttl,
+    lambda_context,
+):
+    # given Maya told the agent something private 400 days ago (365 days' retention), and
+    # DynamoDB's TTL, 60 days behind, has not deleted her state item yet
+    ttl.lag = 60 * 86400
+    private = text_from(
+        "my HIV test came back positive", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW - 400 * 86400
+    )
+    _exchange(webhook, queue, consumer, lambda_context, private)
+    assert ttl.sweep() == 0
+    assert "HIV" in json.dumps(_table_items(resources), default=str)
+    # when she writes again
+    new = int(datetime.now(UTC).timestamp()) + 2  # after everything the old memory holds
+    hello = text_from("Hi! Is this the running club?", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=new)
+    _exchange(webhook, queue, consumer, lambda_context, hello)
+    # then she is answered as a new conversation, and the old memory is gone
+    assert _said(openai) == ["Hi! Is this the running club?"]
+    assert "HIV" not in json.dumps(openai.calls()[-1])
+    assert "HIV" not in json.dumps(_table_items(resources), default=str)
+    # when the TTL comes, late: her state was renewed, so it deletes only what has expired
+    # since (the new conversation's ledger entries, 30 days on), and nothing passes the filter
+    ttl.clock.advance(60 * 86400)
+    ttl.sweep()
+    assert tap.matching() == []
+    # then her new conversation stands, reached by her phone alone too
+    alone = text_from("It's Maya, on my phone", phone=MAYA_PHONE, at=new + 1)
+    _exchange(webhook, queue, consumer, lambda_context, alone)
+    assert _said(openai) == ["Hi! Is this the running club?", "It's Maya, on my phone"]
+    assert [c for c in openai.calls()[1:] if "HIV" in json.dumps(c)] == []
+
+
 @pytest.mark.parametrize("first", [41, 1], ids=["folded", "never-folded"])
 def test_an_expiry_racing_the_persons_new_message_keeps_the_new_conversation(
     first,
