@@ -155,3 +155,32 @@ def test_a_state_item_deleted_by_anyone_but_the_ttl_passes_the_filter_and_is_no_
     assert not any("erased_at" in r for r in rows)
     assert '"audit"' not in out.getvalue()
     assert len(openai.calls()) == calls
+
+
+def test_an_expired_memory_begun_after_an_erasure_is_expired_whole(pipeline, resources, openai):
+    # given Maya was forgotten 40 days ago (her state keeps that erasure's mark), then began
+    # again 31 days ago (30 days' retention): that memory expired a day ago, not deleted yet
+    now = datetime.now(UTC)
+    pk = person_key(AGENT, MAYA)
+    table = boto3.resource("dynamodb").Table(resources.table_name)
+    then = now - timedelta(days=31)
+    for seq, role, text in ((1, "user", "my HIV test came back positive"), (2, "assistant", "ok")):
+        at = (then + timedelta(seconds=seq)).isoformat()
+        item = {"pk": pk, "sk": f"MSG#{seq:012d}", "seq": seq, "role": role, "text": text}
+        table.put_item(Item={**item, "at": at})
+    table.put_item(
+        Item={
+            "pk": pk,
+            "sk": "STATE",
+            "erased_at": (now - timedelta(days=40)).isoformat(),
+            "last_seq": 2,
+            "last_inbound_at": (then + timedelta(seconds=1)).isoformat(),
+            "expires_at": int((then + timedelta(days=30)).timestamp()),
+        }
+    )
+    # when her number's new owner writes
+    pipeline(MAYA, "Hi! Is this the running club?", now + timedelta(seconds=1))
+    # then nothing of that memory survives either: the expiry marks at the newest time the
+    # expired memory holds, not at the erasure's older mark
+    assert turns_of(openai.calls()[-1]) == [("user", "Hi! Is this the running club?")]
+    assert "HIV" not in json.dumps(_table(resources), default=str)
