@@ -327,12 +327,14 @@ def expire(
     A state item still there whose retention has passed (`expires_at`; DynamoDB deletes it
     later, or the turn came first) holds only the expired memory: every message since would
     have moved its `expires_at` on. Its mark is the newest time the partition holds, over any
-    older mark (an erasure before that memory began)."""
+    older mark (an erasure before that memory began), and its files go up to now (a fold may
+    have archived a transcript after the newest of them)."""
     items = store.everything(pk)
     state = next((item for item in items if item["sk"] == STATE), {})
-    expires = state.get("expires_at")
-    if expires is not None and int(expires) <= datetime.now(UTC).timestamp():
-        mark = _held_until(items, None) or deleted_at
+    now = datetime.now(UTC)
+    files_before = deleted_at or now
+    if state.get("expires_at") is not None and int(state["expires_at"]) <= now.timestamp():
+        mark, files_before = _held_until(items, None) or now, now
     else:
         mark = from_iso(state.get("erased_at")) or _held_until(items, deleted_at) or deleted_at
     try:
@@ -343,7 +345,7 @@ def expire(
             media=media,
             at=mark,
             keep_later=True,
-            files_before=deleted_at or datetime.now(UTC),
+            files_before=files_before,
         )
     except Exception:
         audit(ERASE, caller=f"retention ({TTL_PRINCIPAL})", person=pk, outcome="failed")

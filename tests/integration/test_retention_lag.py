@@ -29,13 +29,20 @@ def _table(resources) -> list[dict]:
 
 
 @pytest.fixture
-def pipeline(resources, consumer_env, monkeypatch, lambda_context):
+def bucket(resources) -> str:
+    """The transcript archive (ArchiveBucket), for the consumer and the compactor."""
+    name = f"archive-{resources.table_name}".lower()
+    boto3.client("s3").create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture
+def pipeline(resources, consumer_env, bucket, monkeypatch, lambda_context):
     """writes(phone, text, at): whasp's POST of the message to the webhook handler, then the
     event queue drained into the consumer handler (30 days' retention), nothing left failed."""
     webhook = load_function("webhook", webhook_env(resources), monkeypatch)
-    consumer = load_function(
-        "consumer", {**consumer_env, "INACTIVE_RETENTION_DAYS": "30"}, monkeypatch
-    )
+    settings = {"INACTIVE_RETENTION_DAYS": "30", "ARCHIVE_BUCKET": bucket}
+    consumer = load_function("consumer", {**consumer_env, **settings}, monkeypatch)
     queue = Queue(resources)
 
     def writes(phone: str, text: str, at: datetime) -> None:
@@ -183,4 +190,35 @@ def test_an_expired_memory_begun_after_an_erasure_is_expired_whole(pipeline, res
     # then nothing of that memory survives either: the expiry marks at the newest time the
     # expired memory holds, not at the erasure's older mark
     assert turns_of(openai.calls()[-1]) == [("user", "Hi! Is this the running club?")]
+    assert "HIV" not in json.dumps(_table(resources), default=str)
+
+
+def test_an_expired_persons_archived_transcripts_go_with_the_turns_expiry(
+    pipeline, resources, compactor_env, bucket, openai, monkeypatch
+):
+    from devstack.fake_openai import offline_model
+    from tests.conftest import seed_turns
+
+    # given Maya's conversation of 31 days ago (30 days' retention), folded, its transcript
+    # archived since (a fold runs after the turns it folds), her retention ended a day ago
+    now = datetime.now(UTC)
+    pk = person_key(AGENT, MAYA)
+    settings = {"ARCHIVE_BUCKET": bucket}
+    compactor = load_function("compactor", {**compactor_env, **settings}, monkeypatch).compactor
+    texts = ["my HIV test came back positive" if i == 0 else f"turn {i}" for i in range(45)]
+    seed_turns(compactor.store, MAYA, texts, start=now - timedelta(days=31, hours=1))
+    openai.responder = lambda request: json.dumps({"summary": "Maya's news.", "facts": []})
+    assert compactor.compact(pk) == "compacted"
+    boto3.resource("dynamodb").Table(resources.table_name).update_item(
+        Key={"pk": pk, "sk": "STATE"},
+        UpdateExpression="SET expires_at = :t",
+        ExpressionAttributeValues={":t": int((now - timedelta(days=1)).timestamp())},
+    )
+    s3 = boto3.client("s3")
+    assert s3.list_objects_v2(Bucket=bucket).get("KeyCount") == 1
+    # when her number's new owner writes
+    openai.responder = offline_model
+    pipeline(MAYA, "Hi! Is this the running club?", datetime.now(UTC) + timedelta(seconds=1))
+    # then the archived transcript is gone with the rest of the old memory
+    assert s3.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
     assert "HIV" not in json.dumps(_table(resources), default=str)
