@@ -54,6 +54,32 @@ def pipeline(resources, consumer_env, bucket, monkeypatch, lambda_context):
     return writes
 
 
+def test_the_ttl_stand_in_deletes_late_with_the_record_aws_writes(resources, tap, ttl):
+    # given three items of the table: expired an hour ago, not yet expired, and a TTL that is no
+    # Number (DynamoDB ignores it)
+    table = boto3.resource("dynamodb").Table(resources.table_name)
+    now = int(ttl.clock.now())
+    for pk, expires in (("P#old", now - 3600), ("P#new", now + 3600), ("P#text", "soon")):
+        table.put_item(Item={"pk": pk, "sk": "STATE", "expires_at": expires})
+    tap.poll()
+    # when the TTL runs with a lag of two hours, then the expired item is still read
+    ttl.lag = 2 * 3600
+    assert ttl.sweep() == 0
+    assert "Item" in table.get_item(Key={"pk": "P#old", "sk": "STATE"}, ConsistentRead=True)
+    # when an hour passes, then it is deleted, and only it; the stream's record of it is a
+    # REMOVE by the DynamoDB service, dated when the TTL deleted it, as Lambda hands it over
+    ttl.clock.advance(3600)
+    assert ttl.sweep() == 1
+    assert sorted(item["pk"] for item in table.scan()["Items"]) == ["P#new", "P#text"]
+    [record] = tap.poll()
+    assert record["eventName"] == "REMOVE"
+    assert record["userIdentity"] == {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+    assert now + 3600 <= record["dynamodb"]["ApproximateCreationDateTime"] <= ttl.clock.now()
+    # and a delete by anyone else names no one
+    table.delete_item(Key={"pk": "P#new", "sk": "STATE"})
+    assert "userIdentity" not in tap.poll()[0]
+
+
 def test_a_person_whose_retention_ended_before_the_ttl_deleted_them_gets_none_of_the_old_memory(
     pipeline, resources, compactor_env, whasp, openai, tap, ttl, monkeypatch, lambda_context
 ):
