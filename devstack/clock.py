@@ -1,5 +1,6 @@
 """AWS's clock on this machine, for the SQS of the local moto server: visibility timeouts, delays,
-retention and receive timestamps run on it (devstack.moto_fixes makes moto read it).
+retention and receive timestamps run on it (devstack.moto_fixes makes moto read it); so does the
+local stack's DynamoDB TTL (devstack.ttl: when an expired item is deleted, and its record's time).
 
 A retry schedule set in AWS time (a failed record back after 10 s, 20 s ... 15 min; a crashed
 invocation's after the queue's 30-minute visibility timeout) plays out here unchanged, only

@@ -243,6 +243,10 @@ def stream_record(raw: dict[str, Any], stream_arn: str) -> dict[str, Any]:
     created = raw.get("dynamodb", {}).get("ApproximateCreationDateTime")
     if isinstance(created, datetime):
         record["dynamodb"]["ApproximateCreationDateTime"] = int(created.timestamp())
+    if "userIdentity" in record:  # the TTL's deletions (devstack.ttl)
+        from memagent.stream import lambda_identity
+
+        record["userIdentity"] = lambda_identity(record["userIdentity"])
     record["eventVersion"] = "1.1"
     record["eventSourceARN"] = stream_arn
     return record
@@ -306,11 +310,23 @@ def stream_filters(template: dict[str, Any], function: str = "CompactorFunction"
 def passes_filters(record: dict[str, Any], patterns: list[str]) -> bool:
     """Lambda hands a record over if any filter pattern matches it (no patterns: all), by moto's
     EventBridge-style pattern matcher, the grammar Lambda's filters use. moto's own event source
-    mappings apply no filter."""
+    mappings apply no filter.
+
+    A stream record's pattern may name nothing but its `dynamodb` key: "DynamoDB event source
+    mappings only support filtering on the dynamodb key" (Lambda's guide, "Using event filtering
+    with a DynamoDB event source"). One that names more (eventName, userIdentity) is refused
+    here, rather than matched as no mapping on AWS is documented to match it."""
     from moto.events.models import EventPattern
 
     if not patterns:
         return True
+    if record.get("eventSource", "aws:dynamodb") == "aws:dynamodb" and "dynamodb" in record:
+        for pattern in patterns:
+            if other := sorted(set(json.loads(pattern)) - {"dynamodb"}):
+                raise ValueError(
+                    f"a DynamoDB stream filter names {other}: DynamoDB event source mappings "
+                    "only support filtering on the dynamodb key"
+                )
     return any(EventPattern.load(pattern).matches_event(record) for pattern in patterns)
 
 

@@ -245,6 +245,12 @@ def _in_group_order(receive_message: Any) -> Any:
     return receive_in_order
 
 
+def locked() -> Any:
+    """The lock every moto DynamoDB and Streams operation holds (make_dynamodb_thread_safe):
+    for a stand-in that changes moto's tables itself (devstack.ttl)."""
+    return _LOCK
+
+
 def _locked(method: Any) -> Any:
     @functools.wraps(method)
     def call(*args: Any, **kwargs: Any) -> Any:

@@ -58,6 +58,7 @@ from devstack.events import META_TEST_APP_SECRET, META_TEST_VERIFY_TOKEN
 from devstack.lambda_harness import Outcome, memagent_logs_to, stream_filters
 from devstack.resources import ROOT, LocalResources, create_all, load_template
 from devstack.runtime import FunctionPool, base_environment
+from devstack.ttl import DEFAULT_LAG_SECONDS, TimeToLive
 from memagent.person import LOCAL_PERSON_KEY
 
 # The documented TEST-ONLY webhook secret (scripts/sign_events.py, tests/conftest.py). Public on
@@ -161,6 +162,8 @@ class DevStack(Started):
     env                 where to look for OPENAI_BASE_URL / OPENAI_API_KEY (default os.environ)
     consumer_concurrency  environments of the consumer (different people in parallel)
     webhook_concurrency   environments of the webhook
+    ttl_lag             how long (AWS time, seconds) DynamoDB's TTL leaves an expired item before
+                        deleting it (devstack.ttl; on AWS "typically within two days")
     time_scale          how much faster than AWS the queue's clock runs (devstack.clock): a failed
                         record comes back after the backoff the consumer set, or the queue's
                         visibility timeout, divided by this
@@ -186,6 +189,7 @@ class DevStack(Started):
         webhook_concurrency: int = 2,
         time_scale: float = 60.0,
         idle_jump: bool = False,
+        ttl_lag: float = DEFAULT_LAG_SECONDS,
         parameters: Mapping[str, str] | None = None,
         extra_env: Mapping[str, str] | None = None,
         template: dict[str, Any] | None = None,
@@ -206,6 +210,8 @@ class DevStack(Started):
         self.webhook_concurrency = webhook_concurrency
         self.time_scale = time_scale
         self.idle_jump = idle_jump
+        self.ttl_lag = ttl_lag
+        self.ttl: TimeToLive | None = None  # DynamoDB's TTL on the table, on AWS's clock
         self._undo = contextlib.ExitStack()  # the process-wide things the stack changed
         self.parameters = dict(parameters or {})
         self.extra_env = dict(extra_env or {})
@@ -598,9 +604,13 @@ class DevStack(Started):
                     else None
                 )
                 assert self.resources.stream_arn, "the compactor needs the table's stream"
+                # AWS's clock: devstack.clock.SQS_CLOCK
+                self.ttl = TimeToLive(lag=self.ttl_lag, table=self.resources.table_name)
                 self.stream_delivery = StreamDelivery(
                     tap=StreamTap(
-                        self.resources.stream_arn, stream_filters(self.template, logical_id)
+                        self.resources.stream_arn,
+                        stream_filters(self.template, logical_id),
+                        ttl=self.ttl,
                     ),
                     invoke=self.pools[logical_id].invoke,
                     batch_size=int(resolver.resolve(props.get("BatchSize", 100))),

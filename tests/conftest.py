@@ -327,6 +327,18 @@ def tap(resources) -> Any:
     return tap
 
 
+@pytest.fixture
+def ttl(resources) -> Any:
+    """DynamoDB's TTL process on the test's table (devstack.ttl), on a clock of its own that
+    starts at real time (`ttl.clock.advance(seconds)`); an expired item stays, readable, for
+    the lag a test sets (`ttl.lag`, hours by default), then `ttl.sweep()` deletes it, with the
+    stream record AWS writes."""
+    from devstack.clock import ScaledClock
+    from devstack.ttl import TimeToLive
+
+    return TimeToLive(clock=ScaledClock(), table=resources.table_name)
+
+
 def seed_turns(
     store: Any,
     phone: str,

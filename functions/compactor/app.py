@@ -1,9 +1,10 @@
 """Compactor Lambda: fired by the memory table's stream, where the template's FilterCriteria
 lets two kinds of record through: a state item's compaction flag (fold the person's memory),
-and the TTL's deletion of a state item (the person was silent for InactiveRetentionDays: forget
-them, as an operator's erasure would). Also fired by CompactionFailureQueue, where the stream's
-mapping sends what failed all its retries: those jobs are done again later, on a backoff
-(memagent.compaction_retry)."""
+and a state item's deletion; the TTL's (the person was silent for InactiveRetentionDays) is
+forgetting them, as an operator's erasure would, anyone else's is ignored (a filter on a
+DynamoDB stream can name only the record's dynamodb key, not its userIdentity). Also fired by
+CompactionFailureQueue, where the stream's mapping sends what failed all its retries: those
+jobs are done again later, on a backoff (memagent.compaction_retry)."""
 
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
@@ -69,7 +70,13 @@ def _person(record: DynamoDBRecord) -> str:
 
 
 def record_handler(record: DynamoDBRecord) -> str:
-    return run(job_of(record.raw_event) or Job(_person(record), FOLD))
+    job = job_of(record.raw_event)
+    if job is None and record.raw_event.get("eventName") == "REMOVE":
+        # the filter lets every deletion of a state item by (it can name only the dynamodb
+        # key): one by anyone but the TTL (userIdentity, checked by job_of) is no expiry
+        logger.info("a state item deleted, not by the TTL: ignored")
+        return "ignored"
+    return run(job or Job(_person(record), FOLD))
 
 
 def retry_handler(record: SQSRecord) -> str:

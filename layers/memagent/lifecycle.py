@@ -260,17 +260,21 @@ def expired_by_ttl(record: dict[str, Any]) -> Expiry | None:
     return Expiry(pk, datetime.fromtimestamp(float(deleted), UTC) if deleted else None)
 
 
-def left_by_ttl(memory: Memory) -> datetime | None:
-    """The newest time in what a person's memory still holds after the TTL deleted their state
-    item, while the deletion's stream record has yet to erase it; None for any other memory.
-    (Every turn writes the state item: turns, facts or a summary without one are an expiry's.)"""
+def left_by_ttl(memory: Memory, now: datetime) -> datetime | None:
+    """The newest time in what a person's memory holds when their retention has ended and the
+    memory is not erased yet: the TTL deleted their state item and the deletion's stream record
+    has yet to erase the rest, or DynamoDB has not deleted it yet (it deletes expired items
+    "typically within two days"; until then they "still show up in reads"); None for any other
+    memory. (Every turn writes the state item: turns, facts or a summary without one are an
+    expiry's.)"""
     state = memory.state
-    if state.last_seq or state.erased_at or state.alias_of or state.moved_to:
+    passed = state.retention_passed(now)
+    if not passed and (state.last_seq or state.erased_at or state.alias_of or state.moved_to):
         return None
     times = [t.at for t in memory.turns] + [f.at for f in memory.facts]
     if memory.summary is not None and memory.summary.at is not None:
         times.append(memory.summary.at)
-    return max(times, default=None)
+    return max(times, default=state.expires_at if passed else None)
 
 
 def left_half_done(memory: Memory) -> datetime | None:
@@ -322,10 +326,21 @@ def expire(
     written up to the mark goes (kept and archived files: up to the deletion); what the person
     wrote after it is kept, with the state item its turn wrote. A mark already there stands
     (this record handled before, or the turn ran the expiry first, or an erasure since): a
-    second delivery finds nothing left to erase, and never what was answered since."""
+    second delivery finds nothing left to erase, and never what was answered since.
+
+    A state item still there whose retention has passed (`expires_at`; DynamoDB deletes it
+    later, or the turn came first) holds only the expired memory: every message since would
+    have moved its `expires_at` on. Its mark is the newest time the partition holds, over any
+    older mark (an erasure before that memory began), and its files go up to now (a fold may
+    have archived a transcript after the newest of them)."""
     items = store.everything(pk)
     state = next((item for item in items if item["sk"] == STATE), {})
-    mark = from_iso(state.get("erased_at")) or _held_until(items, deleted_at) or deleted_at
+    now = datetime.now(UTC)
+    files_before = deleted_at or now
+    if state.get("expires_at") is not None and int(state["expires_at"]) <= now.timestamp():
+        mark, files_before = _held_until(items, None) or now, now
+    else:
+        mark = from_iso(state.get("erased_at")) or _held_until(items, deleted_at) or deleted_at
     try:
         receipt = forget_key(
             store,
@@ -334,7 +349,7 @@ def expire(
             media=media,
             at=mark,
             keep_later=True,
-            files_before=deleted_at or datetime.now(UTC),
+            files_before=files_before,
         )
     except Exception:
         audit(ERASE, caller=f"retention ({TTL_PRINCIPAL})", person=pk, outcome="failed")

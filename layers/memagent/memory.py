@@ -101,6 +101,13 @@ class PersonState:
     # and how many of them the day's count has taken in (memagent.budget.counted)
     fold_tokens: int = 0
     counted_fold_tokens: int = 0
+    # the retention's end (InactiveRetentionDays after they last wrote): the TTL's attribute
+    expires_at: datetime | None = None
+
+    def retention_passed(self, now: datetime) -> bool:
+        """Their retention has ended, whether or not DynamoDB's TTL has deleted the item yet
+        ("typically within two days"; until then it "still show[s] up in reads")."""
+        return self.expires_at is not None and self.expires_at <= now
 
     def handed_off(self, now: datetime, timeout: timedelta) -> bool:
         """Whether a human has the chat now: handed off, and not timed out."""

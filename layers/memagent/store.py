@@ -77,7 +77,13 @@ def _state(item: dict[str, Any] | None) -> PersonState:
         notice_day=item.get("notice_day"),
         fold_tokens=int(item.get("fold_tokens", 0)),
         counted_fold_tokens=int(item.get("counted_fold_tokens", 0)),
+        expires_at=_epoch(item.get("expires_at")),
     )
+
+
+def _epoch(value: Any) -> datetime | None:
+    """A TTL attribute (epoch seconds, a Number) as a time."""
+    return datetime.fromtimestamp(int(value), UTC) if value is not None else None
 
 
 def handoff_of(item: dict[str, Any]) -> Handoff | None:

@@ -29,8 +29,11 @@ class TurnWrites(LedgerWrites):
         remove: Iterable[str] = (),
     ) -> dict[str, Any]:
         """Advance last_seq, guarded by the value we read (one writer per person: the FIFO
-        group) and by the erasure mark (nothing older than an erasure is written again)."""
-        values: dict[str, Any] = {":seq": seq, ":compact": compact, ":now": iso(datetime.now(UTC))}
+        group) and by the erasure mark (nothing older than an erasure is written again); one
+        that moves the retention on (`expires_at`), by the retention too: an expired state is
+        never renewed (DynamoDB may not have deleted it yet; the turn expires it first)."""
+        now = datetime.now(UTC)
+        values: dict[str, Any] = {":seq": seq, ":compact": compact, ":now": iso(now)}
         sets = ["last_seq = :seq", "compaction_due = :compact", "updated_at = :now"]
         for index, (name, value) in enumerate((extra_set or {}).items()):
             sets.append(f"{name} = :x{index}")
@@ -44,6 +47,9 @@ class TurnWrites(LedgerWrites):
         if event_time is not None:
             condition += " AND (attribute_not_exists(erased_at) OR erased_at < :event_time)"
             values[":event_time"] = iso(event_time)
+        if "expires_at" in (extra_set or {}):
+            condition += " AND (attribute_not_exists(expires_at) OR expires_at > :epoch)"
+            values[":epoch"] = int(now.timestamp())
         expression = "SET " + ", ".join(sets)
         if remove:
             expression += " REMOVE " + ", ".join(remove)

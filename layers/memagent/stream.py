@@ -64,10 +64,20 @@ class StreamReader:
 
 def _as_lambda_delivers(record: dict[str, Any]) -> dict[str, Any]:
     """boto3 parses ApproximateCreationDateTime into a datetime; Lambda's records (and
-    memagent.lifecycle.expired_by_ttl) hold epoch seconds."""
+    memagent.lifecycle.expired_by_ttl) hold epoch seconds. And the TTL's deletions name it
+    as Lambda's records do (lambda_identity)."""
     change = record.get("dynamodb") or {}
     created = change.get("ApproximateCreationDateTime")
     if isinstance(created, datetime):
         change = {**change, "ApproximateCreationDateTime": created.timestamp()}
-        return {**record, "dynamodb": change}
+        record = {**record, "dynamodb": change}
+    if "userIdentity" in record:
+        record = {**record, "userIdentity": lambda_identity(record["userIdentity"])}
     return record
+
+
+def lambda_identity(identity: dict[str, Any]) -> dict[str, Any]:
+    """A record's userIdentity as Lambda's records spell it (type, principalId), from GetRecords'
+    Identity shape (Type, PrincipalId: botocore's dynamodbstreams model). Without this, the
+    TTL's deletion read back from a failed batch was no expiry (lifecycle.expired_by_ttl)."""
+    return {name[:1].lower() + name[1:]: value for name, value in identity.items()}

@@ -4,7 +4,8 @@ One inbound message, after the webhook has answered 2xx and the person's FIFO gr
 through (`Agent.answer`, every step in the module its name says):
 
     who is it?            memagent/identity.py    the person's key and memory, one Query
-    expired?              memagent/lifecycle.py   what the retention TTL or an erasure that
+    expired?              memagent/lifecycle.py   a memory whose retention ended (deleted by
+                                                  the TTL or not yet), or what an erasure that
                                                   stopped half-way left: erased first
     already handled?      memagent/redelivery.py  skipped events; a repeat resumes its ledger
     to text               memagent/remember.py    voice notes transcribed, photos described,
@@ -128,12 +129,16 @@ class Agent(Crew):
         return answer_awaiting(self, pk, message, memory)
 
     def _whose(self, message: InboundMessage) -> tuple[str, Memory]:
-        """The person and their memory, never with what an erasure left: a memory the TTL left
-        is expired, an erasure or expiry that stopped half-way is finished, before anything
-        reads it (a recycled number's new owner may be writing)."""
+        """The person and their memory, never with what an erasure left: a memory whose
+        retention has ended is expired (whether or not DynamoDB's TTL has deleted its state
+        yet), an erasure or expiry that stopped half-way is finished, before anything reads it
+        (a recycled number's new owner may be writing)."""
         pk, memory = identity.person(self, message.chat, message.aliases, at=message.created_at)
-        if (newest := left_by_ttl(memory)) is not None:
-            # the TTL deleted their state (retention); its stream record has not erased the rest
+        if (newest := left_by_ttl(memory, datetime.now(UTC))) is not None:
+            # retention ended: the TTL deleted their state and its stream record has not erased
+            # the rest, or the TTL has not come yet (it deletes within days): the same expiry
+            count("ExpiriesRunByTurn")
+            logger.info("retention ended; expired first", extra={"person": pk})
             expire(self.store, pk, deleted_at=newest, archive=self.archive, media=self.media)
         elif (mark := left_half_done(memory)) is not None:
             # its mark is written, its deletes are not (it timed out, was throttled, crashed)

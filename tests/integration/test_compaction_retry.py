@@ -224,6 +224,50 @@ def test_only_the_failed_batch_is_read_back_not_the_records_after_it(
     assert json.loads(job["Body"]) == {"job": "fold", "person": person_key(AGENT, MAYA)}
 
 
+def test_a_ttl_expiry_that_failed_on_the_stream_is_read_back_as_forgetting_the_person(
+    compactor, store, tap, ttl, resources, lambda_context
+):
+    from datetime import UTC, datetime
+
+    # given Maya's retention ended and DynamoDB's TTL deleted her state item (devstack.ttl:
+    # GetRecords names the deleter as AWS's does), and forgetting her failed on the stream
+    seed_turns(store, MAYA, [f"message {i}" for i in range(5)])
+    pk = person_key(AGENT, MAYA)
+    expired = int(datetime.now(UTC).timestamp()) - 1
+    store.table.update_item(
+        Key={"pk": pk, "sk": "STATE"},
+        UpdateExpression="SET expires_at = :t",
+        ExpressionAttributeValues={":t": expired},
+    )
+    tap.poll()
+    ttl.lag = 0
+    assert ttl.sweep() == 1
+    expiry = tap.matching()
+    assert [r["userIdentity"] for r in expiry] == [
+        {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+    ]
+    failure = stream_failure_record(
+        expiry,
+        shard_id=tap.shard_of(expiry[0]["dynamodb"]["SequenceNumber"]),
+        function_arn="arn:aws:lambda:us-east-1:123456789012:function:compactor:live",
+        attempts=1 + MAXIMUM_RETRY_ATTEMPTS,
+    )
+    # when Lambda's on-failure record comes from the queue, and its job 15 minutes later
+    record = sqs_message_record(
+        {"MessageId": "m1", "ReceiptHandle": "r1", "Body": json.dumps(failure)},
+        resources.queue_arns["CompactionFailureQueue"],
+    )
+    assert compactor.handler({"Records": [record]}, lambda_context) == {"batchItemFailures": []}
+    sqs, url = boto3.client("sqs"), resources.queue_urls["CompactionFailureQueue"]
+    SQS_CLOCK.advance(901)
+    [job] = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert json.loads(job["Body"])["job"] == "forget"
+    job_record = sqs_message_record(job, resources.queue_arns["CompactionFailureQueue"])
+    assert compactor.handler({"Records": [job_record]}, lambda_context) == {"batchItemFailures": []}
+    # then she is forgotten: only the content-free erasure mark is left
+    assert [set(r) - {"pk", "sk"} for r in store.everything(pk)] == [{"erased_at"}]
+
+
 def test_a_job_for_a_person_erased_meanwhile_brings_nothing_back(
     compactor, store, resources, lambda_context
 ):

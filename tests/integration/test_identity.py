@@ -100,28 +100,17 @@ def test_the_person_key_is_read_from_secrets_manager_and_computes_other_keys(
 # ------------------------------------------------------------------ retention
 
 
-def _ttl_sweep(resources, tap, at: datetime) -> list[dict]:
-    """DynamoDB's TTL process at time `at`, which moto does not run: every item whose
-    `expires_at` has passed is deleted, and its stream record names the DynamoDB service as the
-    deleter (userIdentity), as AWS's do. Returns the stream's new records, unfiltered."""
-    table = boto3.resource("dynamodb").Table(resources.table_name)
-    expired = [
-        {"pk": item["pk"], "sk": item["sk"]}
-        for item in table.scan(ConsistentRead=True)["Items"]
-        if "expires_at" in item and int(item["expires_at"]) <= at.timestamp()
-    ]
-    for key in expired:
-        table.delete_item(Key=key)
-    records = tap.poll()
-    for record in records:
-        keys = {name: value["S"] for name, value in record["dynamodb"]["Keys"].items()}
-        if record["eventName"] == "REMOVE" and keys in expired:
-            record["userIdentity"] = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
-    return records
+def _ttl_sweep(ttl, tap) -> list[dict]:
+    """DynamoDB's TTL process now (devstack.ttl, with no lag): every item whose `expires_at`
+    has passed is deleted, and its stream record names the DynamoDB service as the deleter
+    (userIdentity), as AWS's do. Returns the stream's new records, unfiltered."""
+    ttl.lag = 0
+    ttl.sweep()
+    return tap.poll()
 
 
 def test_a_person_silent_past_the_retention_is_forgotten_one_who_wrote_on_day_29_is_not(
-    consumer_env, compactor_env, resources, tap, whasp, monkeypatch, lambda_context
+    consumer_env, compactor_env, resources, tap, ttl, whasp, monkeypatch, lambda_context
 ):
     from devstack.lambda_harness import passes_filters, stream_filters
     from devstack.resources import load_template
@@ -139,12 +128,13 @@ def test_a_person_silent_past_the_retention_is_forgotten_one_who_wrote_on_day_29
         batch = sqs_batch(whasp_message(text, chat=phone, created_at=at))
         assert consumer.handler(batch, lambda_context) == {"batchItemFailures": []}
 
-    # given Sam wrote on day 0 only, and Maya on day 0 and on day 29 (with 30 days' retention)
+    # given Sam wrote on day 0 only, and Maya on day 2 and on day 29 (with 30 days' retention;
+    # each message handled now: her day 2's retention has not ended when her day 29's comes)
     writes(sam, "my HIV test came back positive", 31)
-    writes(MAYA, "I start the new job on Monday", 31)
+    writes(MAYA, "I start the new job on Monday", 29)
     writes(MAYA, "First week done!", 2)
     # when DynamoDB's TTL runs on day 31, and Lambda hands the compactor what the filter lets by
-    records = _ttl_sweep(resources, tap, now)
+    records = _ttl_sweep(ttl, tap)
     delivered = [r for r in records if passes_filters(r, stream_filters(load_template()))]
     out = io.StringIO()
     monkeypatch.setattr(logger.registered_handler, "stream", out)
@@ -181,7 +171,7 @@ def _maya_writes(consumer, lambda_context, text: str, at: datetime, event_id: st
 
 
 def test_a_message_that_arrives_after_the_ttl_deletion_survives_the_expiry_and_is_remembered(
-    consumer_env, compactor_env, resources, tap, whasp, openai, monkeypatch, lambda_context
+    consumer_env, compactor_env, resources, tap, ttl, whasp, openai, monkeypatch, lambda_context
 ):
     from devstack.fake_openai import turns_of
     from devstack.lambda_harness import passes_filters, stream_filters
@@ -201,7 +191,7 @@ def test_a_message_that_arrives_after_the_ttl_deletion_survives_the_expiry_and_i
     # her state item; its stream record (the deletion's time in it) is not handled yet
     old = ("my HIV test came back positive", datetime.now(UTC) - timedelta(days=31), "evt_old")
     writes(*old)
-    records = _ttl_sweep(resources, tap, datetime.now(UTC))
+    records = _ttl_sweep(ttl, tap)
     expiry = [r for r in records if passes_filters(r, stream_filters(load_template()))]
     assert [r["dynamodb"]["Keys"]["pk"]["S"] for r in expiry] == [pk]
     deleted = datetime.fromtimestamp(expiry[0]["dynamodb"]["ApproximateCreationDateTime"], UTC)
@@ -230,7 +220,7 @@ def test_a_message_that_arrives_after_the_ttl_deletion_survives_the_expiry_and_i
 
 
 def test_a_message_in_flight_when_the_ttl_fired_is_answered_afresh_an_old_one_is_not_again(
-    consumer_env, compactor_env, resources, tap, whasp, openai, monkeypatch, lambda_context
+    consumer_env, compactor_env, resources, tap, ttl, whasp, openai, monkeypatch, lambda_context
 ):
     from devstack.fake_openai import turns_of
     from devstack.lambda_harness import passes_filters, stream_filters
@@ -260,7 +250,7 @@ def test_a_message_in_flight_when_the_ttl_fired_is_answered_afresh_an_old_one_is
     answered = next(
         r for r in compactor.compactor.store.everything(pk) if r["sk"].startswith("EVT#")
     )
-    records = _ttl_sweep(resources, tap, datetime.now(UTC))
+    records = _ttl_sweep(ttl, tap)
     expiry = [r for r in records if passes_filters(r, stream_filters(load_template()))]
     assert [r["dynamodb"]["Keys"]["pk"]["S"] for r in expiry] == [pk]
     deleted = datetime.fromtimestamp(expiry[0]["dynamodb"]["ApproximateCreationDateTime"], UTC)
@@ -285,16 +275,19 @@ def test_a_message_in_flight_when_the_ttl_fired_is_answered_afresh_an_old_one_is
     assert "HIV" not in json.dumps(compactor.compactor.store.everything(pk), default=str)
 
 
-def _silent_past_retention(webhook, queue, consumer, resources, tap, lambda_context):
+def _silent_past_retention(webhook, queue, consumer, ttl, tap, lambda_context):
     """Maya (phone and BSUID) told the agent something private, then was silent past the
     retention (365 days by default): DynamoDB's TTL deletes her state item. Returns its stream
     record, not handled yet (Lambda retries it, or it waits in CompactionFailureQueue)."""
     from devstack.lambda_harness import passes_filters, stream_filters
     from devstack.resources import load_template
 
-    private = text_from("my HIV test came back positive", phone=MAYA_PHONE, bsuid=MAYA_BSUID)
+    a_year_ago = NOW - 400 * 86400
+    private = text_from(
+        "my HIV test came back positive", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=a_year_ago
+    )
     _exchange(webhook, queue, consumer, lambda_context, private)
-    records = _ttl_sweep(resources, tap, datetime.now(UTC) + timedelta(days=400))
+    records = _ttl_sweep(ttl, tap)
     expiry = [r for r in records if passes_filters(r, stream_filters(load_template()))]
     assert [r["dynamodb"]["Keys"]["pk"]["S"] for r in expiry] == [person_key(AGENT, MAYA_BSUID)]
     return expiry
@@ -308,6 +301,7 @@ def test_a_late_ttl_expiry_keeps_the_new_conversation_its_state_and_its_phone_li
     openai,
     resources,
     tap,
+    ttl,
     compactor_env,
     monkeypatch,
     lambda_context,
@@ -318,7 +312,7 @@ def test_a_late_ttl_expiry_keeps_the_new_conversation_its_state_and_its_phone_li
     compactor = load_function("compactor", compactor_env, monkeypatch)
     store, pk = MemoryStore(resources.table_name), person_key(AGENT, MAYA_BSUID)
     # given Maya's memory expired by the TTL, its stream record not handled yet
-    expiry = _silent_past_retention(webhook, queue, consumer, resources, tap, lambda_context)
+    expiry = _silent_past_retention(webhook, queue, consumer, ttl, tap, lambda_context)
     # when she writes again (the turn runs the expiry itself), then from her phone alone
     new = int(datetime.now(UTC).timestamp()) + 2  # after everything the old memory holds
     hello = text_from("Hi! Is this the running club?", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=new)
@@ -347,9 +341,57 @@ def test_a_late_ttl_expiry_keeps_the_new_conversation_its_state_and_its_phone_li
     assert [c for c in openai.calls()[1:] if "HIV" in json.dumps(c)] == []
 
 
+def test_a_person_whose_retention_ended_before_the_ttl_came_is_answered_afresh_meta(
+    webhook,
+    queue,
+    consumer,
+    openai,
+    resources,
+    tap,
+    ttl,
+    lambda_context,
+):
+    # given Maya told the agent something private 400 days ago (365 days' retention), and
+    # DynamoDB's TTL, 60 days behind, has not deleted her state item yet
+    ttl.lag = 60 * 86400
+    private = text_from(
+        "my HIV test came back positive", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW - 400 * 86400
+    )
+    _exchange(webhook, queue, consumer, lambda_context, private)
+    assert ttl.sweep() == 0
+    assert "HIV" in json.dumps(_table_items(resources), default=str)
+    # when she writes again
+    new = int(datetime.now(UTC).timestamp()) + 2  # after everything the old memory holds
+    hello = text_from("Hi! Is this the running club?", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=new)
+    _exchange(webhook, queue, consumer, lambda_context, hello)
+    # then she is answered as a new conversation, and the old memory is gone
+    assert _said(openai) == ["Hi! Is this the running club?"]
+    assert "HIV" not in json.dumps(openai.calls()[-1])
+    assert "HIV" not in json.dumps(_table_items(resources), default=str)
+    # when the TTL comes, late: her state was renewed, so it deletes only what has expired
+    # since (the new conversation's ledger entries, 30 days on), and nothing passes the filter
+    ttl.clock.advance(60 * 86400)
+    ttl.sweep()
+    assert tap.matching() == []
+    # then her new conversation stands, reached by her phone alone too
+    alone = text_from("It's Maya, on my phone", phone=MAYA_PHONE, at=new + 1)
+    _exchange(webhook, queue, consumer, lambda_context, alone)
+    assert _said(openai) == ["Hi! Is this the running club?", "It's Maya, on my phone"]
+    assert [c for c in openai.calls()[1:] if "HIV" in json.dumps(c)] == []
+
+
 @pytest.mark.parametrize("first", [41, 1], ids=["folded", "never-folded"])
 def test_an_expiry_racing_the_persons_new_message_keeps_the_new_conversation(
-    first, consumer_env, compactor_env, resources, tap, whasp, openai, monkeypatch, lambda_context
+    first,
+    consumer_env,
+    compactor_env,
+    resources,
+    tap,
+    ttl,
+    whasp,
+    openai,
+    monkeypatch,
+    lambda_context,
 ):
     from devstack.fake_openai import turns_of
     from devstack.lambda_harness import passes_filters, stream_filters
@@ -397,7 +439,7 @@ def test_an_expiry_racing_the_persons_new_message_keeps_the_new_conversation(
             "expires_at": int((then + timedelta(days=365)).timestamp()),
         }
     )
-    records = _ttl_sweep(resources, tap, datetime.now(UTC))
+    records = _ttl_sweep(ttl, tap)
     expiry = [r for r in records if passes_filters(r, stream_filters(load_template()))]
     assert [r["dynamodb"]["Keys"]["pk"]["S"] for r in expiry] == [pk]
     erasing = compactor.compactor.store
@@ -439,6 +481,7 @@ def test_an_expiry_that_stopped_half_way_never_reaches_the_next_persons_reply(
     openai,
     resources,
     tap,
+    ttl,
     compactor_env,
     monkeypatch,
     lambda_context,
@@ -450,7 +493,7 @@ def test_an_expiry_that_stopped_half_way_never_reaches_the_next_persons_reply(
     pk = person_key(AGENT, MAYA_BSUID)
     # given Maya's memory expired by the TTL, and the expiry stopped after its erasure mark,
     # before its deletes: the compactor's invocation timed out, or the turn that ran it crashed
-    expiry = _silent_past_retention(webhook, queue, consumer, resources, tap, lambda_context)
+    expiry = _silent_past_retention(webhook, queue, consumer, ttl, tap, lambda_context)
     new = int(datetime.now(UTC).timestamp()) + 2
     hello = text_from("Hi! Is this the running club?", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=new)
     if where == "compactor":
@@ -478,7 +521,7 @@ def test_an_expiry_that_stopped_half_way_never_reaches_the_next_persons_reply(
     assert _said(openai) == ["Hi! Is this the running club?", "Great, Tuesdays suit me"]
 
 
-def test_the_retention_filter_passes_only_the_ttls_deletion_of_a_state_item():
+def test_the_retention_filter_names_only_the_dynamodb_key_and_passes_a_state_items_deletion():
     from devstack.lambda_harness import passes_filters, stream_filters
     from devstack.resources import load_template
 
@@ -493,11 +536,18 @@ def test_the_retention_filter_passes_only_the_ttls_deletion_of_a_state_item():
             found["dynamodb"]["NewImage"] = image
         return found
 
+    # Lambda's guide: "DynamoDB event source mappings only support filtering on the dynamodb
+    # key": every pattern names that key alone (the harness refuses any other)
+    assert all(set(json.loads(pattern)) == {"dynamodb"} for pattern in patterns)
+    with pytest.raises(ValueError, match="only support filtering on the dynamodb key"):
+        passes_filters(record("REMOVE", "STATE", ttl), ['{"eventName": ["REMOVE"]}'])
+    # a state item's deletion passes, whoever deleted it (the compactor checks userIdentity)
     assert passes_filters(record("REMOVE", "STATE", ttl), patterns)
-    assert not passes_filters(record("REMOVE", "EVT#0a1b", ttl), patterns)  # the ledger's TTL
-    assert not passes_filters(record("REMOVE", "STATE"), patterns)  # anyone's delete
-    assert not passes_filters(record("REMOVE", "STATE", {**ttl, "principalId": "x"}), patterns)
-    assert not passes_filters(record("MODIFY", "STATE", image={"last_seq": {"N": "3"}}), patterns)
+    assert passes_filters(record("REMOVE", "STATE"), patterns)
+    # never the ledger's TTL, nor a state item's change without its flag
+    assert not passes_filters(record("REMOVE", "EVT#0a1b", ttl), patterns)
+    image = {"pk": {"S": "P#1"}, "sk": {"S": "STATE"}, "last_seq": {"N": "3"}}
+    assert not passes_filters(record("MODIFY", "STATE", image=image), patterns)
 
 
 # ------------------------------------------------------------------ identifiers that move

@@ -334,3 +334,38 @@ def test_the_meta_demo_on_bedrock_runs_end_to_end_offline_and_exits_0(tmp_path):
     assert "her new number reaches her" in result.stdout
     assert "(one per identifier she used)" in result.stdout
     assert "checks passed" in result.stdout and "FAIL" not in result.stdout
+
+
+# ------------------------------------------------------------------ retention on AWS's clock
+
+
+def test_the_local_stacks_ttl_deletes_an_expired_person_after_its_lag(tmp_path):
+    import time
+    from datetime import timedelta
+
+    from devstack.clock import SQS_CLOCK
+
+    # given the local stack, whose DynamoDB TTL deletes an expired item two days late (AWS time)
+    retention = {"INACTIVE_RETENTION_DAYS": "10"}
+    log = tmp_path / "stack.log"
+    with DevStack(
+        env={}, ttl_lag=2 * 86400, extra_env=retention, level="quiet", log_path=log
+    ) as stack:
+        # and a person who wrote 10 days and an hour ago (10 days' retention): expired an hour
+        # ago, her state still there
+        person = "+447700900777"
+        then = stack.now() - timedelta(days=10, hours=1)
+        stack.send_message(person, "my HIV test came back positive", at=then)
+        assert stack.wait_idle(timeout=60)
+        assert stack.view(person).last_seq == 2
+        # when AWS's clock passes the lag
+        SQS_CLOCK.advance(2 * 86400)
+        # then the TTL deletes her state, with the record that fires the compactor, which
+        # forgets her: only the content-free mark is left
+        deadline = time.monotonic() + 30
+        while "HIV" in json.dumps(stack.scan(), default=str) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "HIV" not in json.dumps(stack.scan(), default=str)
+        assert stack.stream_delivery.stats.sent_to_failure_queue == 0
+        rows = [r for r in stack.scan() if r["pk"] == stack.person_key(person)]
+        assert [set(r) - {"pk", "sk"} for r in rows] == [{"erased_at"}]
