@@ -40,7 +40,16 @@ ENV = {
 }
 
 
-def loaded_modules(function: str) -> set[str]:
+# a Meta stack: Meta's settings in place of whasp's
+META = {
+    "PROVIDER": "meta",
+    "META_APP_SECRET": "meta-app-secret",
+    "META_VERIFY_TOKEN": "meta-verify-token",
+    "META_ACCESS_TOKEN": "meta-access-token",
+}
+
+
+def loaded_modules(function: str, **changes: str) -> set[str]:
     app = FUNCTIONS / function / "app.py"
     code = (
         "import importlib.util, sys;"
@@ -48,7 +57,7 @@ def loaded_modules(function: str) -> set[str]:
         "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module);"
         "print(sorted(sys.modules))"
     )
-    env = {**ENV, "LAMBDA_TASK_ROOT": str(app.parent)}
+    env = {**ENV, **changes, "LAMBDA_TASK_ROOT": str(app.parent)}
     result = subprocess.run(  # noqa: S603 (our own interpreter and code)
         [sys.executable, "-c", code], env=env, capture_output=True, text=True
     )
@@ -64,3 +73,12 @@ def test_a_whasp_stack_without_tools_on_openai_loads_neither_meta_nor_tools_nor_
     assert "memagent.settings" in modules
     for unused in ("memagent.meta", "memagent.tools", "memagent.bedrock"):
         assert unused not in modules, f"the {function} function imports {unused}"
+
+
+@pytest.mark.parametrize("function", ["webhook", "consumer", "admin"])
+def test_a_meta_stack_loads_metas_adapter_and_never_whasps(function):
+    # given a Meta stack; when a function that speaks to the provider starts cold
+    modules = loaded_modules(function, **META)
+    # then whasp's adapter is not loaded (Meta's is, once a request or the consumer needs it)
+    assert "memagent.settings" in modules
+    assert "memagent.whasp" not in modules, f"the {function} function imports memagent.whasp"
