@@ -32,12 +32,13 @@ KILLED = {"killed", "timeout", "caught by type check"}
 
 def prepare(module: str, tests: list[str]) -> Path:
     work = ROOT / ".mutation" / module
+    path = module.replace(".", "/")  # a module in a wing: memory.facts
     shutil.rmtree(work, ignore_errors=True)
     (work / "src").mkdir(parents=True)
     (work / "src" / "memagent").symlink_to(ROOT / "layers" / "memagent")
     (work / "tests").symlink_to(ROOT / "tests")
     selection = (
-        f"only_mutate = {json.dumps([f'src/memagent/{module}.py'])}\n"
+        f"only_mutate = {json.dumps([f'src/memagent/{path}.py'])}\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
     )
     config = (ROOT / "pyproject.toml").read_text()
@@ -219,7 +220,7 @@ def main() -> int:
         statuses = mutate(module, config["tests"][module], args.max_children)
         killed = sum(statuses[s] for s in KILLED)
         rows.append((module, sum(statuses.values()), killed))
-        if module == "facts":
+        if module.rsplit(".", 1)[-1] == "facts":  # memory.facts, in its wing
             print("facts: the instruction screen, one pattern or alternative removed at a time")
             rows.append(("facts (screen)", *screening()))
     print("\n| module | mutants | killed | score |\n|---|---|---|---|")

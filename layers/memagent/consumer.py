@@ -33,12 +33,12 @@ from memagent.provider import InboundMessage
 from memagent.providers import provider_from_settings
 from memagent.queue import ParkingQueue, RetryQueue
 from memagent.store import MemoryStore
-from memagent.tools import ToolBox
 from memagent.turn import Agent
 
 if TYPE_CHECKING:
     from memagent.provider import Event
     from memagent.settings import ConsumerSettings
+    from memagent.tools import ToolBox
 
 
 class BackoffFifoProcessor(ScheduledRetries, SqsFifoPartialProcessor):
@@ -95,6 +95,19 @@ class BackoffFifoProcessor(ScheduledRetries, SqsFifoPartialProcessor):
             )
         except Exception:
             logger.exception("watchdog could not settle the batch")
+
+
+def _toolbox(settings: ConsumerSettings) -> ToolBox | None:
+    """The declared tools, or None: a stack without tools never imports memagent.tools."""
+    if not (settings.tools or settings.handoff_tool):
+        return None
+    from memagent.tools import ToolBox
+
+    return ToolBox(
+        settings.tools,
+        max_output_chars=settings.tool_output_max_chars,
+        handoff=settings.handoff_tool,
+    )
 
 
 def _message_id(record: Any) -> str | None:
@@ -174,15 +187,7 @@ class Consumer:
             provider,
             archive,
             media=media,
-            tools=(
-                ToolBox(
-                    settings.tools,
-                    max_output_chars=settings.tool_output_max_chars,
-                    handoff=settings.handoff_tool,
-                )
-                if settings.tools or settings.handoff_tool
-                else None
-            ),
+            tools=_toolbox(settings),
         )
         parking = ParkingQueue(settings.parking_queue_url) if settings.parking_queue_url else None
         retries = Retries(

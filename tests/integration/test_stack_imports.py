@@ -1,0 +1,84 @@
+"""A function loads only the parts its stack uses (issue 30, item 8): a whasp stack never the
+Meta adapter, a stack without tools never the tools module, Bedrock's key only with
+MODEL_PROVIDER=bedrock. Each handler is loaded cold, in a fresh interpreter, as Lambda would."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devstack.events import AGENT
+from memagent.person import LOCAL_PERSON_KEY
+from tests.integration.test_webhook import TEST_SECRET
+
+FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
+QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/q.fifo"
+
+# a whasp stack with the OpenAI API and no tools (the template's defaults)
+ENV = {
+    "PATH": "/usr/bin:/bin",
+    "AGENT_ID": AGENT,
+    "MEMAGENT_LOCAL_STACK": "1",
+    "PERSON_KEY": LOCAL_PERSON_KEY,
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "ASIAPROBEONLY0000000",
+    "AWS_SECRET_ACCESS_KEY": "probe-only",
+    "AWS_SESSION_TOKEN": "probe-only",
+    "AWS_EXECUTION_ENV": "AWS_Lambda_python3.13",
+    "TABLE_NAME": "memory",
+    "QUEUE_URL": QUEUE,
+    "FAILURE_QUEUE_URL": QUEUE,
+    "WEBHOOK_SECRET": TEST_SECRET,
+    "WHASP_API_URL": "https://whasp.example",
+    "WHASP_API_KEY": "whasp-test-key",
+    "OPENAI_API_KEY": "sk-test",
+    "OPENAI_MODEL": "gpt-6-luna",
+    "SYSTEM_PROMPT": "You are Coach.",
+}
+
+
+# a Meta stack: Meta's settings in place of whasp's
+META = {
+    "PROVIDER": "meta",
+    "META_APP_SECRET": "meta-app-secret",
+    "META_VERIFY_TOKEN": "meta-verify-token",
+    "META_ACCESS_TOKEN": "meta-access-token",
+}
+
+
+def loaded_modules(function: str, **changes: str) -> set[str]:
+    app = FUNCTIONS / function / "app.py"
+    code = (
+        "import importlib.util, sys;"
+        f"spec = importlib.util.spec_from_file_location('app', {str(app)!r});"
+        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module);"
+        "print(sorted(sys.modules))"
+    )
+    env = {**ENV, **changes, "LAMBDA_TASK_ROOT": str(app.parent)}
+    result = subprocess.run(  # noqa: S603 (our own interpreter and code)
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return set(eval(result.stdout))  # noqa: S307 (a list of names printed by our own code)
+
+
+@pytest.mark.parametrize("function", ["webhook", "consumer", "compactor", "admin"])
+def test_a_whasp_stack_without_tools_on_openai_loads_neither_meta_nor_tools_nor_bedrock(function):
+    # given a whasp stack on the OpenAI API, without tools; when a function starts cold
+    modules = loaded_modules(function)
+    # then it loaded its own code (the probe saw the package) but not the parts it does not use
+    assert "memagent.settings" in modules
+    for unused in ("memagent.meta", "memagent.tools", "memagent.bedrock"):
+        assert unused not in modules, f"the {function} function imports {unused}"
+
+
+@pytest.mark.parametrize("function", ["webhook", "consumer", "admin"])
+def test_a_meta_stack_loads_metas_adapter_and_never_whasps(function):
+    # given a Meta stack; when a function that speaks to the provider starts cold
+    modules = loaded_modules(function, **META)
+    # then whasp's adapter is not loaded (Meta's is, once a request or the consumer needs it)
+    assert "memagent.settings" in modules
+    assert "memagent.whasp" not in modules, f"the {function} function imports memagent.whasp"
