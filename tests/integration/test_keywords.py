@@ -64,11 +64,11 @@ def test_whasp_a_stop_word_inside_a_sentence_is_answered(
 
 @pytest.mark.parametrize("stop", STOPS)
 def test_meta_a_stop_as_written_ends_the_sends(
-    meta_webhook,  # noqa: F811
-    meta_consumer,  # noqa: F811
+    meta_webhook,
+    meta_consumer,
     resources,
     openai,
-    graph,  # noqa: F811
+    graph,
     lambda_context,
     stop,
 ):
@@ -85,10 +85,10 @@ def test_meta_a_stop_as_written_ends_the_sends(
 
 @pytest.mark.parametrize("sentence", SENTENCES)
 def test_meta_a_stop_word_inside_a_sentence_is_answered(
-    meta_webhook,  # noqa: F811
-    meta_consumer,  # noqa: F811
+    meta_webhook,
+    meta_consumer,
     resources,
-    graph,  # noqa: F811
+    graph,
     lambda_context,
     sentence,
 ):
