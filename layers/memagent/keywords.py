@@ -205,7 +205,7 @@ KEYWORDS: tuple[Declared, ...] = (
 )
 
 
-def words(text: str) -> list[str]:
+def words_of(text: str) -> list[str]:
     """The message's words: NFKC (a full-width STOP is "STOP"), case folded, punctuation
     and emoji dropped; an apostrophe inside a word stays ("quelqu'un")."""
     text = unicodedata.normalize("NFKC", text).casefold().replace("\u2019", "'")
@@ -215,7 +215,7 @@ def words(text: str) -> list[str]:
 
 def normalised(text: str) -> str:
     """The one form every keyword is matched in: "Stop!", "STOP." and "stop 🛑" are "stop"."""
-    return " ".join(words(text))
+    return " ".join(words_of(text))
 
 
 def meaning(
@@ -247,12 +247,12 @@ def cancels_forget(text: str, state: PersonState) -> bool:
 
 def asks_for_human(text: str, phrases: tuple[str, ...] = HANDOFF_PHRASES) -> bool:
     """Whether the person asks for a human (see HANDOFF_PHRASES)."""
-    said = words(text)
+    said = words_of(text)
     if not said or len(said) > _SHORT:
         return False
     bare = [w for w in said if w not in _FILLER]
     for phrase in phrases:
-        wanted = words(phrase)
+        wanted = words_of(phrase)
         if len(wanted) == 1:
             if bare == wanted:
                 return True

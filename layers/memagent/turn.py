@@ -108,14 +108,8 @@ class Agent(Crew):
         if timed_out:
             count("HandoffsTimedOut")
             self.events.emit(HANDOFF_ENDED, pk, reason="timeout")
-        if remembered.standing is Standing.FOR_HUMAN:
-            return self._for_human(pk, remembered.memory)
-        if remembered.standing is Standing.STOP:
-            return self._stopped(pk, message, state)
-        if remembered.standing is Standing.HELD:
-            count("MessagesHeldByOptOut")
-            logger.info("message written before the opt-out: kept, not answered")
-            return "opted_out"
+        if not remembered.standing.awaits_reply:
+            return self._unanswered(pk, message, state, remembered.standing, remembered.memory)
         memory = remembered.memory
         if followed and keywords.waits(text, memory.state, self.settings):
             count("MessagesCoalesced")
@@ -145,6 +139,27 @@ class Agent(Crew):
     def answered_alone(self, message: InboundMessage) -> bool:
         """A keyword that gets its own answer never joins a burst (the consumer's look ahead)."""
         return keywords.answered_alone(message, self.settings)
+
+    def _unanswered(
+        self,
+        pk: str,
+        message: InboundMessage,
+        state: PersonState,
+        standing: Standing,
+        memory: Memory,
+    ) -> str:
+        """A message stored that the agent does not answer, by its standing; any other standing
+        a message may have (memagent.store_ledger.Standing) is kept and logged."""
+        if standing is Standing.FOR_HUMAN:
+            return self._for_human(pk, memory)
+        if standing is Standing.STOP:
+            return self._stopped(pk, message, state)
+        if standing is Standing.HELD:
+            count("MessagesHeldByOptOut")
+            logger.info("message written before the opt-out: kept, not answered")
+            return "opted_out"
+        logger.info("message kept, not answered", extra={"standing": standing.name})
+        return standing.name.lower()
 
     def _for_human(self, pk: str, memory: Memory) -> str:
         """A human has the chat: the message is stored for them, the model is not called, and
