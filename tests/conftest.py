@@ -364,7 +364,8 @@ def seed_turns(
             event_id=event_id if user else None,
         )
         if user:
-            newest = seq + 1  # its reply's slot reserved, as the consumer does
+            reply_follows = index + 1 < len(texts)
+            newest = seq + 1 if reply_follows else seq
             due = newest - state.marker >= threshold
             store.remember_inbound(
                 pk,
@@ -373,6 +374,7 @@ def seed_turns(
                 event_time=turn.at,
                 compact=due,
                 ledger_ttl=timedelta(days=30),
+                reserve_reply=reply_follows,
             )
             state = replace(state, last_seq=newest, compaction_due=due, awaiting=(event_id,))
         else:

@@ -69,6 +69,7 @@ class TurnWrites(LedgerWrites):
         standing: Standing = Standing.ANSWER,
         end_handoff: bool = False,
         extra_set: dict[str, Any] | None = None,
+        reserve_reply: bool | None = None,
     ) -> bool:
         """Store the person's message atomically with its ledger entry. False: a duplicate.
 
@@ -78,9 +79,12 @@ class TurnWrites(LedgerWrites):
         no other turn can take it). A STOP drops the replies still awaited, so nothing is sent
         after it; a message written before a standing opt-out (HELD) is kept, never answered,
         and the opt-out stays; one that came while a human has the chat (FOR_HUMAN) is kept
-        for the human, never answered by the agent."""
+        for the human, never answered by the agent. `reserve_reply` False stores an awaiting
+        message without its reply's slot, as versions before the slot did (tests seed that
+        shape; None: as the standing says)."""
         assert turn.event_id is not None
         stop = standing is Standing.STOP
+        reserve = standing.awaits_reply if reserve_reply is None else reserve_reply
         extra, remove = self._inbound_state(previous, turn, standing, end_handoff=end_handoff)
         extra.update(extra_set or {})
         actions = [
@@ -91,7 +95,7 @@ class TurnWrites(LedgerWrites):
             self._state_update(
                 pk,
                 previous=previous,
-                seq=turn.seq + 1 if standing.awaits_reply else turn.seq,
+                seq=turn.seq + 1 if reserve else turn.seq,
                 compact=compact,
                 extra_set=extra,
                 event_time=event_time,
