@@ -47,8 +47,10 @@ def http_api_event(
     path_parameters: dict[str, str] | None = None,
     api_id: str = "localapi01",
     source_ip: str = "127.0.0.1",
+    caller: str | None = None,
 ) -> dict[str, Any]:
-    """The event a Lambda function receives from an HTTP API for one request."""
+    """The event a Lambda function receives from an HTTP API for one request. `caller`: the
+    IAM ARN whose SigV4 signature the route's AWS_IAM authorizer accepted (the admin API)."""
     headers = {name.lower(): value for name, value in headers.items()}
     content_type = headers.get("content-type", "").split(";")[0].strip().lower()
     text = None
@@ -92,6 +94,17 @@ def http_api_event(
         event["queryStringParameters"] = {name: ",".join(values) for name, values in params}
     if path_parameters:
         event["pathParameters"] = path_parameters
+    if caller is not None:  # payload 2.0's requestContext.authorizer.iam
+        account = caller.split(":")[4] or ACCOUNT_ID
+        event["requestContext"]["authorizer"] = {
+            "iam": {
+                "accessKey": "AKIAEXAMPLE",
+                "accountId": account,
+                "callerId": "AIDAEXAMPLE",
+                "userArn": caller,
+                "userId": "AIDAEXAMPLE",
+            }
+        }
     if "cookie" in headers:
         event["cookies"] = [c.strip() for c in headers["cookie"].split(";") if c.strip()]
     return event
@@ -119,7 +132,7 @@ def http_response(outcome: Outcome) -> Reply:
 @dataclass(frozen=True)
 class Route:
     method: str  # "POST", or "ANY"
-    path: str  # "/webhook", "/people/{phone}", "/{proxy+}"
+    path: str  # "/webhook", "/people/{id}", "/{proxy+}"
     invoke: Callable[[dict[str, Any]], Outcome]
 
     @property

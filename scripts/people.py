@@ -81,18 +81,21 @@ def from_stack(stack: str) -> tuple[str, str, str | None, str | None]:
     )
 
 
-OPERATOR_VERBS = (
-    "waiting",
-    "conversation",
-    "facts",
-    "add-fact",
-    "correct-fact",
-    "delete-fact",
-    "summary",
-    "take-over",
-    "hand-back",
-    "say",
-)
+# each operator verb and the admin API route it calls (export and forget go through boto3);
+# tests/infra/test_template.py holds them to the template's routes
+ROUTES = {
+    "waiting": ("GET", "/handoffs"),
+    "conversation": ("GET", "/people/{id}/conversation"),
+    "facts": ("GET", "/people/{id}/facts"),
+    "add-fact": ("POST", "/people/{id}/facts"),
+    "correct-fact": ("PUT", "/people/{id}/facts/{fact}"),
+    "delete-fact": ("DELETE", "/people/{id}/facts/{fact}"),
+    "summary": ("PUT", "/people/{id}/summary"),
+    "take-over": ("POST", "/people/{id}/handoff"),
+    "hand-back": ("DELETE", "/people/{id}/handoff"),
+    "say": ("POST", "/people/{id}/messages"),
+}
+OPERATOR_VERBS = tuple(ROUTES)
 
 
 def operate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
@@ -101,9 +104,10 @@ def operate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
 
     url = args.url or from_stack_admin_url(args.stack)
     api = AdminApi(url, region=args.region)
-    who = f"/people/{quote(args.phone or '', safe='')}"
 
-    def call(method: str, path: str, body: Any = None, **headers: str) -> Any:
+    def call(verb: str, body: Any = None, **headers: str) -> Any:
+        method, route = ROUTES[verb]
+        path = route.format(id=quote(args.phone or "", safe=""), fact=quote(args.fact or ""))
         data = json.dumps(body).encode() if body is not None else b""
         status, answer = api.call(
             method, path, data, {"Content-Type": "application/json", **headers}
@@ -120,27 +124,14 @@ def operate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
         parser.error(f"{verb} needs the text")
     if verb in ("correct-fact", "delete-fact") and not args.fact:
         parser.error(f"{verb} needs --fact ID (the id `facts` lists)")
-    if verb == "waiting":
-        return call("GET", "/handoffs")
-    if verb in ("conversation", "facts"):
-        return call("GET", f"{who}/{verb}")
-    if verb == "add-fact":
-        return call("POST", f"{who}/facts", {"text": args.text})
-    if verb == "correct-fact":
-        return call("PUT", f"{who}/facts/{args.fact}", {"text": args.text})
-    if verb == "delete-fact":
-        return call("DELETE", f"{who}/facts/{args.fact}")
     if verb == "summary":  # based on the summary as read now: a fold meanwhile is a 409
-        read = call("GET", f"{who}/conversation")["summary"]
-        body = {"text": args.text, "based_on": read["at"] if read else None}
-        return call("PUT", f"{who}/summary", body)
-    if verb == "take-over":
-        return call("POST", f"{who}/handoff")
-    if verb == "hand-back":
-        return call("DELETE", f"{who}/handoff")
-    key = args.key or f"cli-{uuid.uuid4()}"
-    sys.stderr.write(f"idempotency key: {key} (retry a failed send with --key {key})\n")
-    return call("POST", f"{who}/messages", {"text": args.text}, **{"Idempotency-Key": key})
+        read = call("conversation")["summary"]
+        return call(verb, {"text": args.text, "based_on": read["at"] if read else None})
+    if verb == "say":
+        key = args.key or f"cli-{uuid.uuid4()}"
+        sys.stderr.write(f"idempotency key: {key} (retry a failed send with --key {key})\n")
+        return call(verb, {"text": args.text}, **{"Idempotency-Key": key})
+    return call(verb, {"text": args.text} if verb in ("add-fact", "correct-fact") else None)
 
 
 def owning_stack(table: str) -> str | None:

@@ -1,23 +1,23 @@
 """Admin Lambda: the operator's seat. HTTP API with AWS_IAM authorization.
 
-GET    /people/{phone}                    export everything held about the person (JSON)
-DELETE /people/{phone}                    forget the person; a receipt without content
-GET    /people/{phone}/conversation       recent messages, summary, facts, handoff state
-GET    /people/{phone}/facts              the facts, with their ids and dates
-POST   /people/{phone}/facts              add a fact: {"text": "..."}
-PUT    /people/{phone}/facts/{fact}       correct a fact: {"text": "..."}
-DELETE /people/{phone}/facts/{fact}       delete a fact
-PUT    /people/{phone}/summary            replace the summary: {"text": "...", "based_on": at}
-POST   /people/{phone}/handoff            a human takes the chat over
-DELETE /people/{phone}/handoff            hand the chat back to the agent
-POST   /people/{phone}/messages           the operator writes: {"text": "..."}, Idempotency-Key
-GET    /handoffs                          who is waiting for a human, oldest first
+GET    /people/{id}                    export everything held about the person (JSON)
+DELETE /people/{id}                    forget the person; a receipt without content
+GET    /people/{id}/conversation       recent messages, summary, facts, handoff state
+GET    /people/{id}/facts              the facts, with their ids and dates
+POST   /people/{id}/facts              add a fact: {"text": "..."}
+PUT    /people/{id}/facts/{fact}       correct a fact: {"text": "..."}
+DELETE /people/{id}/facts/{fact}       delete a fact
+PUT    /people/{id}/summary            replace the summary: {"text": "...", "based_on": at}
+POST   /people/{id}/handoff            a human takes the chat over
+DELETE /people/{id}/handoff            hand the chat back to the agent
+POST   /people/{id}/messages           the operator writes: {"text": "..."}, Idempotency-Key
+GET    /handoffs                       who is waiting for a human, oldest first
 
 Each request writes one audit line (memagent.audit): the caller's IAM ARN, the action, the
 person's hashed key, the time and the outcome; never content. Bad input is a 400 saying what is
 wrong, an unknown person or fact a 404, a refused edit a 409, Meta's closed 24-hour window 422.
 
-`{phone}` is any of the person's identifiers: a phone in E.164, or a Meta business-scoped user id.
+`{id}` is any of the person's identifiers: a phone in E.164, or a Meta business-scoped user id.
 
 A reply needs a take-over first: POST .../messages while no handoff is in force (never taken, handed
 back, or HandoffTimeoutHours passed without an operator reply) is a 409 "take the chat over first",
@@ -143,11 +143,11 @@ def _audited(action: str, raw: str | None, run: Callable[[str], dict[str, Any]])
     return result
 
 
-@app.get("/people/<phone>")
-def get_person(phone: str):
+@app.get("/people/<id>")
+def get_person(id: str):
     return _audited(
         actions.EXPORT,
-        phone,
+        id,
         lambda who: export(
             store,
             settings.agent_id,
@@ -159,11 +159,11 @@ def get_person(phone: str):
     )
 
 
-@app.delete("/people/<phone>")
-def delete_person(phone: str):
+@app.delete("/people/<id>")
+def delete_person(id: str):
     return _audited(
         actions.ERASE,
-        phone,
+        id,
         lambda who: forget(
             store,
             settings.agent_id,
@@ -175,59 +175,55 @@ def delete_person(phone: str):
     )
 
 
-@app.get("/people/<phone>/conversation")
-def get_conversation(phone: str):
-    return _audited(actions.READ, phone, operator.conversation)
+@app.get("/people/<id>/conversation")
+def get_conversation(id: str):
+    return _audited(actions.READ, id, operator.conversation)
 
 
-@app.get("/people/<phone>/facts")
-def get_facts(phone: str):
-    return _audited(actions.READ, phone, operator.facts)
+@app.get("/people/<id>/facts")
+def get_facts(id: str):
+    return _audited(actions.READ, id, operator.facts)
 
 
-@app.post("/people/<phone>/facts")
-def add_fact(phone: str):
-    return _audited(actions.FACT_ADD, phone, lambda who: operator.add_fact(who, _body()))
+@app.post("/people/<id>/facts")
+def add_fact(id: str):
+    return _audited(actions.FACT_ADD, id, lambda who: operator.add_fact(who, _body()))
 
 
-@app.put("/people/<phone>/facts/<fact>")
-def correct_fact(phone: str, fact: str):
-    return _audited(
-        actions.FACT_CORRECT, phone, lambda who: operator.correct_fact(who, fact, _body())
-    )
+@app.put("/people/<id>/facts/<fact>")
+def correct_fact(id: str, fact: str):
+    return _audited(actions.FACT_CORRECT, id, lambda who: operator.correct_fact(who, fact, _body()))
 
 
-@app.delete("/people/<phone>/facts/<fact>")
-def delete_fact(phone: str, fact: str):
-    return _audited(actions.FACT_DELETE, phone, lambda who: operator.delete_fact(who, fact))
+@app.delete("/people/<id>/facts/<fact>")
+def delete_fact(id: str, fact: str):
+    return _audited(actions.FACT_DELETE, id, lambda who: operator.delete_fact(who, fact))
 
 
-@app.put("/people/<phone>/summary")
-def replace_summary(phone: str):
-    return _audited(
-        actions.SUMMARY_REPLACE, phone, lambda who: operator.replace_summary(who, _body())
-    )
+@app.put("/people/<id>/summary")
+def replace_summary(id: str):
+    return _audited(actions.SUMMARY_REPLACE, id, lambda who: operator.replace_summary(who, _body()))
 
 
-@app.post("/people/<phone>/handoff")
-def take_over(phone: str):
-    return _audited(actions.HANDOFF_START, phone, operator.take_over)
+@app.post("/people/<id>/handoff")
+def take_over(id: str):
+    return _audited(actions.HANDOFF_START, id, operator.take_over)
 
 
-@app.delete("/people/<phone>/handoff")
-def hand_back(phone: str):
-    return _audited(actions.HANDOFF_END, phone, operator.hand_back)
+@app.delete("/people/<id>/handoff")
+def hand_back(id: str):
+    return _audited(actions.HANDOFF_END, id, operator.hand_back)
 
 
-@app.post("/people/<phone>/messages")
-def reply(phone: str):
+@app.post("/people/<id>/messages")
+def reply(id: str):
     key = app.current_event.headers.get("idempotency-key")
     # the reply's claim on its send holds until this invocation ends (a request that dies
     # holds it no longer: a retry then takes it over)
     left = timedelta(milliseconds=app.lambda_context.get_remaining_time_in_millis())
     deadline = datetime.now(UTC) + left
     return _audited(
-        actions.REPLY, phone, lambda who: operator.reply(who, _body(), key, deadline=deadline)
+        actions.REPLY, id, lambda who: operator.reply(who, _body(), key, deadline=deadline)
     )
 
 

@@ -1,9 +1,12 @@
-"""What the person's words ask of the agent itself: STOP, "forget me" (and its "yes"), and
-"what do you remember about me". Pure functions from text and memory to a decision; adding a
-keyword touches this file only.
+"""What the person's words ask of the agent itself: STOP, "forget me" (and its "yes"), "what do
+you remember about me" and "can I talk to a human?". Pure functions from text and memory to a
+decision. Each keyword is declared once, in KEYWORDS, with everything the turn asks of it (how it
+matches, whether it is answered alone, whether it keeps its meaning while a human has the chat,
+its answer): adding one touches this table (CONTRIBUTING.md, "Adding a keyword").
 
-- STOP (or "unsubscribe") opts the person out: stored, never answered, and it drops what
-  awaits an answer; the opt-out lifts only with a message written after it.
+- STOP (OPT_OUT_WORDS: "stop", "unsubscribe" and their like in the languages of the handoff
+  phrases) opts the person out: stored, never answered, and it drops what awaits an answer; the
+  opt-out lifts only with a message written after it.
 - "forget me" (the FORGET_KEYWORD setting) is answered with a question; "yes" to it erases,
   after a short goodbye; anything else keeps the memory.
 - "what do you remember about me" is answered from the summary and facts, word for word.
@@ -13,22 +16,42 @@ keyword touches this file only.
   (memagent/operator_handoff.py). STOP and "forget me" keep their meaning while a human has
   the chat.
 
-The keywords that get an answer of their own never join a burst (memagent/bursts.py), nor let
-the message before them wait.
+Every keyword but the handoff phrases is a whole message: one normalisation (`normalised`: NFKC,
+case, punctuation and emoji around and between the words) decides, so "STOP.", "Stop!" and a
+full-width STOP (U+FF33...) are STOP, and "please don't stop" is not. The keywords that get an
+answer of their own never join a burst (memagent/bursts.py), nor let the message before them
+wait.
 """
 
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from memagent.memory import PersonState
 
 if TYPE_CHECKING:
-    from memagent.memory import Memory, PersonState
+    from memagent.memory import Memory
     from memagent.provider import InboundMessage
 
-STOP_WORDS = frozenset({"stop", "unsubscribe"})
+# always an opt-out, whatever OPT_OUT_WORDS says: whasp opts a chat out on STOP itself
+# (WHASP.md), and on Meta's Cloud API "STOP" is ours to honour (no opt-out event for chats)
+STOP_WORDS = ("stop", "unsubscribe")
+# OPT_OUT_WORDS' default: a whole message that says "stop messaging me" in the languages of the
+# handoff phrases, and nothing a person would write meaning anything else ("cancel", "end",
+# "basta" may be about a booking or a meal: left out)
+OPT_OUT_WORDS = (
+    *STOP_WORDS,
+    "stop all",  # English
+    "baja", "darme de baja",  # Spanish
+    "arrêt", "désabonner", "me désabonner", "désinscription",  # French
+    "parar", "descadastrar",  # Portuguese
+    "stopp", "abmelden", "abbestellen",  # German
+    "disiscrivimi", "annulla iscrizione",  # Italian
+)  # fmt: skip
 CONFIRM_WORDS = frozenset({"yes", "y", "confirm", "yes forget me", "yes, forget me"})
 RECALL_QUESTIONS = frozenset(
     {
@@ -92,6 +115,15 @@ _SHORT = 12  # words: a longer message mentioning "a person" is about something 
 FORGOTTEN_REPLY = "Done. I have forgotten everything about you. If you write again, we start fresh."
 
 
+class Words(Protocol):
+    """The settings the keywords read (memagent.settings.ConsumerSettings)."""
+
+    forget_keyword: str
+    handoff_phrases: tuple[str, ...]
+    handoff_notice: str
+    opt_out_words: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class Keyword:
     """What the message being answered asks for. `erase`: the person confirmed "forget me"
@@ -104,97 +136,162 @@ class Keyword:
     handoff: bool = False  # the person asked for a human: `reply` is the handoff notice
 
 
+@dataclass(frozen=True)
+class Declared:
+    """One keyword and what the turn asks of it.
+
+    `matches`: the message (normalised), the person's state and the settings -> whether it is
+    this keyword. `alone`: answered on its own, as when sent alone: it never joins a burst, nor
+    lets the message before it wait. `in_handoff`: it keeps its meaning while a human has the
+    chat. `answer`: the decision when it is the message answered (None: never answered, STOP);
+    `flags` are those the message sets anyway (a pending "forget me" cancelled)."""
+
+    name: str
+    matches: Callable[[str, PersonState, Words], bool]
+    alone: bool
+    in_handoff: bool
+    answer: Callable[[Memory, Words, dict[str, Any]], Keyword] | None
+    text_only: bool = False  # a voice note's transcript never matches it
+
+
+def _said(words: tuple[str, ...] | frozenset[str] | str) -> frozenset[str]:
+    return frozenset(normalised(w) for w in ((words,) if isinstance(words, str) else words))
+
+
+KEYWORDS: tuple[Declared, ...] = (
+    # first: a STOP ends everything, a pending "forget me" or a human's chat included
+    Declared(
+        "stop",
+        matches=lambda said, state, words: said in _said((*STOP_WORDS, *words.opt_out_words)),
+        alone=False,  # it joins no burst: it drops it (nothing is sent after a STOP)
+        in_handoff=True,
+        answer=None,
+        text_only=True,
+    ),
+    Declared(
+        "confirm forget",
+        matches=lambda said, state, words: state.forget_pending and said in _said(CONFIRM_WORDS),
+        alone=True,
+        in_handoff=True,  # a person's rights do not wait for an operator
+        answer=lambda memory, words, flags: Keyword(erase=True),
+    ),
+    Declared(
+        "forget me",
+        matches=lambda said, state, words: said == normalised(words.forget_keyword),
+        alone=True,
+        in_handoff=True,
+        answer=lambda memory, words, flags: Keyword(
+            reply=FORGET_QUESTION, flags={"forget_pending": True}
+        ),
+    ),
+    Declared(
+        "recall",
+        matches=lambda said, state, words: said in _said(RECALL_QUESTIONS),
+        alone=True,
+        in_handoff=False,
+        answer=lambda memory, words, flags: Keyword(
+            reply=recall(memory, words.forget_keyword), flags=flags
+        ),
+    ),
+    Declared(
+        "handoff",
+        matches=lambda said, state, words: asks_for_human(said, words.handoff_phrases),
+        alone=True,
+        in_handoff=False,
+        answer=lambda memory, words, flags: Keyword(
+            reply=words.handoff_notice, flags=flags, handoff=True
+        ),
+    ),
+)
+
+
+def words_of(text: str) -> list[str]:
+    """The message's words: NFKC (a full-width STOP is "STOP"), case folded, punctuation
+    and emoji dropped; an apostrophe inside a word stays ("quelqu'un")."""
+    text = unicodedata.normalize("NFKC", text).casefold().replace("\u2019", "'")
+    spaced = "".join(c if c.isalnum() or c == "'" else " " for c in text)
+    return [w for w in (w.strip("'") for w in spaced.split()) if w]
+
+
 def normalised(text: str) -> str:
-    return " ".join(text.casefold().split()).strip("!.?¿¡ ")
+    """The one form every keyword is matched in: "Stop!", "STOP." and "stop 🛑" are "stop"."""
+    return " ".join(words_of(text))
 
 
-def is_stop(message: InboundMessage, text: str) -> bool:
-    return message.kind == "text" and text.strip().casefold() in STOP_WORDS
+def meaning(
+    text: str, state: PersonState, settings: Words, *, text_message: bool = True
+) -> Declared | None:
+    """The keyword this message is (the first in KEYWORDS that matches), or None.
+    `text_message`: False for a voice note's transcript or a photo's description."""
+    said = normalised(text)
+    return next(
+        (
+            k
+            for k in KEYWORDS
+            if (text_message or not k.text_only) and k.matches(said, state, settings)
+        ),
+        None,
+    )
+
+
+def is_stop(message: InboundMessage, text: str, settings: Words) -> bool:
+    """The person opts out: a text message that is one of the opt-out words, alone."""
+    found = meaning(text, PersonState(), settings, text_message=message.kind == "text")
+    return found is not None and found.name == "stop"
 
 
 def cancels_forget(text: str, state: PersonState) -> bool:
     """A "forget me" awaits its "yes", and this message is anything else: the memory stays."""
-    return state.forget_pending and normalised(text) not in CONFIRM_WORDS
-
-
-def _words(text: str) -> list[str]:
-    text = unicodedata.normalize("NFKC", text).casefold().replace("\u2019", "'")
-    return "".join(c if c.isalnum() or c == "'" else " " for c in text).split()
+    return state.forget_pending and normalised(text) not in _said(CONFIRM_WORDS)
 
 
 def asks_for_human(text: str, phrases: tuple[str, ...] = HANDOFF_PHRASES) -> bool:
     """Whether the person asks for a human (see HANDOFF_PHRASES)."""
-    words = _words(text)
-    if not words or len(words) > _SHORT:
+    said = words_of(text)
+    if not said or len(said) > _SHORT:
         return False
-    bare = [w for w in words if w not in _FILLER]
+    bare = [w for w in said if w not in _FILLER]
     for phrase in phrases:
-        wanted = _words(phrase)
+        wanted = words_of(phrase)
         if len(wanted) == 1:
             if bare == wanted:
                 return True
-        elif any(words[i : i + len(wanted)] == wanted for i in range(len(words))):
+        elif any(said[i : i + len(wanted)] == wanted for i in range(len(said))):
             return True
     return False
 
 
-def keeps_its_meaning(text: str, state: PersonState, forget_keyword: str) -> bool:
-    """A message the agent still answers while a human has the chat: "forget me" and its
-    "yes" (a person's rights do not wait for an operator). STOP is handled before."""
-    said = normalised(text)
-    return said == normalised(forget_keyword) or (state.forget_pending and said in CONFIRM_WORDS)
+def keeps_its_meaning(text: str, state: PersonState, settings: Words) -> bool:
+    """A message the agent still heeds while a human has the chat: STOP, "forget me" and its
+    "yes" (a person's rights do not wait for an operator)."""
+    found = meaning(text, state, settings)
+    return found is not None and found.in_handoff
 
 
-def keyword(
-    text: str,
-    memory: Memory,
-    forget_keyword: str,
-    handoff_phrases: tuple[str, ...] = (),
-    handoff_notice: str = HANDOFF_NOTICE,
-) -> Keyword:
+def keyword(text: str, memory: Memory, settings: Words) -> Keyword:
     """The decision for the message being answered (`text`: the burst's last message)."""
-    said = normalised(text)
-    flags: dict[str, Any] = {}
-    if memory.state.forget_pending:
-        if said in CONFIRM_WORDS:
-            return Keyword(erase=True)
-        flags["forget_pending"] = False  # anything else keeps the memory
-    if said == normalised(forget_keyword):
-        return Keyword(reply=FORGET_QUESTION, flags={"forget_pending": True})
-    if said in RECALL_QUESTIONS:
-        return Keyword(reply=recall(memory, forget_keyword), flags=flags)
-    if handoff_phrases and asks_for_human(text, handoff_phrases):
-        return Keyword(reply=handoff_notice, flags=flags, handoff=True)
-    return Keyword(flags=flags)
+    # anything but its "yes" cancels a pending "forget me": the memory stays
+    flags: dict[str, Any] = {"forget_pending": False} if memory.state.forget_pending else {}
+    found = meaning(text, memory.state, settings)
+    if found is None or found.answer is None:
+        return Keyword(flags=flags)
+    return found.answer(memory, settings, flags)
 
 
-def answered_alone(
-    message: InboundMessage, forget_keyword: str, handoff_phrases: tuple[str, ...] = ()
-) -> bool:
+def answered_alone(message: InboundMessage, settings: Words) -> bool:
     """A keyword that gets its own answer, as when sent alone ("forget me", "what do you
     remember about me", "can I talk to a human?"): it never joins a burst, nor lets the
-    message before it wait."""
+    message before it wait. (The consumer's look ahead: the state is not read yet.)"""
     if message.kind != "text" or not message.text:
         return False
-    said = normalised(message.text)
-    return (
-        said == normalised(forget_keyword)
-        or said in RECALL_QUESTIONS
-        or (bool(handoff_phrases) and asks_for_human(message.text, handoff_phrases))
-    )
+    found = meaning(message.text, PersonState(), settings)
+    return found is not None and found.alone
 
 
-def waits(
-    text: str, state: PersonState, forget_keyword: str, handoff_phrases: tuple[str, ...] = ()
-) -> bool:
+def waits(text: str, state: PersonState, settings: Words) -> bool:
     """Whether a message just stored can leave its answer to a later one of its burst."""
-    said = normalised(text)
-    return not (
-        said == normalised(forget_keyword)
-        or said in RECALL_QUESTIONS
-        or (state.forget_pending and said in CONFIRM_WORDS)
-        or (bool(handoff_phrases) and asks_for_human(text, handoff_phrases))
-    )
+    found = meaning(text, state, settings)
+    return found is None or not found.alone
 
 
 def recall(memory: Memory, forget_keyword: str) -> str:
@@ -209,16 +306,15 @@ def recall(memory: Memory, forget_keyword: str) -> str:
     return "\n".join(lines)
 
 
-def stopped_at(memory: Memory) -> datetime | None:
+def stopped_at(memory: Memory, settings: Words) -> datetime | None:
     """The time of the person's STOP message behind the opt-out in force, if we hold it. An
     opt-out learnt otherwise (whasp's 409) has no STOP time we trust: the next message lifts
     it, as before, and whasp refuses the reply if the block still holds."""
     state = memory.state
     if not state.opted_out or state.opted_out_at is None:
         return None
-    stops = [
-        t for t in memory.turns if t.role == "user" and t.text.strip().casefold() in STOP_WORDS
-    ]
+    opt_outs = _said((*STOP_WORDS, *settings.opt_out_words))
+    stops = [t for t in memory.turns if t.role == "user" and normalised(t.text) in opt_outs]
     if stops and stops[-1].at <= state.opted_out_at:
         return stops[-1].at
     return None

@@ -22,7 +22,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from memagent.audit import ERASE, audit
 from memagent.observability import logger, metrics
 from memagent.person import legacy_key, person_key
-from memagent.store_erasure import BUDGET_COUNTERS
+from memagent.store_erasure import KEPT_ON_ERASURE
 from memagent.store_table import ALIAS, EVT, FACT, MSG, STATE, SUMMARY, from_iso
 from memagent.upgrade import legacy_person
 
@@ -175,10 +175,9 @@ def forget_key(
             }
         )
         state = next((item for item in items if item["sk"] == STATE), {})
-        # moved_to stays: it routes the partition's own identifier to whoever has it now; the
-        # day's budget counters stay: they are no content
-        kept_state = ("pk", "sk", "erased_at", "moved_to", *BUDGET_COUNTERS)
-        content = [key for key in state if key not in kept_state]
+        # the mark and moved_to stay (it routes the partition's own identifier to whoever has
+        # it now): memagent.memory.Kind
+        content = [key for key in state if key not in KEPT_ON_ERASURE]
         if keep_later and _renewed(state, at):
             content = []  # the new conversation's state stays as it is
         if not doomed and not content:

@@ -15,6 +15,7 @@ from memagent.inbound import CONVERTED, message_text, over_budget_note
 from memagent.keywords import cancels_forget, is_stop, keeps_its_meaning, stopped_at
 from memagent.memory import Memory, PersonState, Turn
 from memagent.observability import count, logger
+from memagent.store_ledger import Standing
 
 if TYPE_CHECKING:
     from memagent.crew import Crew
@@ -23,14 +24,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Remembered:
-    """A message stored for the first time. `stop`: it was a STOP; `held`: it was written
-    before a standing opt-out (kept, never answered); `for_human`: a human has the chat (kept
-    for them, never answered by the agent). Else `memory` holds it, awaiting."""
+    """A message stored for the first time, and what it is to the agent (`standing`); when
+    the agent answers it, `memory` holds it, awaiting."""
 
     memory: Memory
-    stop: bool
-    held: bool
-    for_human: bool = False
+    standing: Standing
 
 
 def to_text(crew: Crew, pk: str, message: InboundMessage, memory: Memory) -> tuple[str, int]:
@@ -77,10 +75,12 @@ def remember(
     chat; `end_handoff`: theirs timed out, and this write ends it; `spent`: the model tokens
     its description or transcription cost, counted in this write."""
     state = memory.state
-    stop, held, for_human = _standing(crew, memory, message, text, human=human)
+    standing = standing_of(crew, memory, message, text, human=human)
+    for_human = standing is Standing.FOR_HUMAN
     extra = _flags(state, text, for_human=for_human)
     # the day's model turns and tokens, in this same state write (memagent/budget.py)
-    counters = {} if stop or held else counted(state, memory.turns, day_of(message.sent_at))
+    opted_out = standing in (Standing.STOP, Standing.HELD)
+    counters = {} if opted_out else counted(state, memory.turns, day_of(message.sent_at))
     if counters:
         counters["day_tokens"] += spent
     turn = Turn(
@@ -92,7 +92,7 @@ def remember(
         event_id=message.event_id,
     )
     # counted with the reply, whose seq is reserved here: the one state write per turn
-    answered = not (stop or held or for_human)
+    answered = standing.awaits_reply
     last_seq = turn.seq + 1 if answered else turn.seq
     stored = crew.store.remember_inbound(
         pk,
@@ -101,12 +101,9 @@ def remember(
         event_time=message.created_at,
         compact=last_seq - state.marker >= crew.settings.compact_threshold,
         ledger_ttl=crew.ledger_ttl,
-        opted_out=stop,
-        held=held,
-        for_human=for_human,
+        standing=standing,
         end_handoff=end_handoff,
         extra_set={**extra, **counters} or None,
-        reserve_reply=answered,
     )
     if crew.media is not None and message.media is not None:
         crew.media.discard(pk, message.event_id)  # its text is stored now
@@ -128,28 +125,26 @@ def remember(
         counters=counters,
     )
     memory = dataclasses.replace(memory, state=now_state, turns=(*memory.turns, turn))
-    return Remembered(memory, stop=stop, held=held, for_human=for_human)
+    return Remembered(memory, standing)
 
 
-def _standing(
+def standing_of(
     crew: Crew, memory: Memory, message: InboundMessage, text: str, *, human: bool
-) -> tuple[bool, bool, bool]:
-    """What the message is to the agent: a STOP; `held`, written before a standing STOP;
-    `for_human`, a human's to answer."""
-    stop = is_stop(message, text)
+) -> Standing:
+    """What the message is to the agent, decided here alone: a STOP; HELD, written before a
+    standing STOP; FOR_HUMAN, a human's to answer; else the agent answers it."""
+    if is_stop(message, text, crew.settings):
+        return Standing.STOP
     # a STOP's opt-out lifts only with a message written after it (events arrive out of
     # order, and a burst may hold lines from both sides of a STOP)
-    stopped = stopped_at(memory)
-    held = not stop and stopped is not None and message.sent_at < stopped
+    stopped = stopped_at(memory, crew.settings)
+    if stopped is not None and message.sent_at < stopped:
+        return Standing.HELD
     # while a human has the chat the agent answers nothing, but STOP and "forget me" keep
     # their meaning
-    for_human = (
-        human
-        and not stop
-        and not held
-        and not keeps_its_meaning(text, memory.state, crew.settings.forget_keyword)
-    )
-    return stop, held, for_human
+    if human and not keeps_its_meaning(text, memory.state, crew.settings):
+        return Standing.FOR_HUMAN
+    return Standing.ANSWER
 
 
 def _flags(state: PersonState, text: str, *, for_human: bool) -> dict:

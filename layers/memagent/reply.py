@@ -45,13 +45,7 @@ def reply(
     """Answer `answering` (with `about`: the burst's lines it answers together; `first`: the
     event id of the burst's first message, which keeps its tool calls on its ledger entry)."""
     settings = crew.settings
-    asked = keyword(
-        answering.text,
-        memory,
-        settings.forget_keyword,
-        settings.handoff_phrases,
-        settings.handoff_notice,
-    )
+    asked = keyword(answering.text, memory, settings)
     if asked.erase:
         return say_goodbye_and_forget(crew, pk, message, answering)
     if asked.handoff:

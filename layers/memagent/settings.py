@@ -577,6 +577,7 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     forget_keyword: str = "forget me"
     handoff_phrases: tuple[str, ...] = ()  # memagent.keywords.HANDOFF_PHRASES unless set
     handoff_notice: str = ""
+    opt_out_words: tuple[str, ...] = ()  # memagent.keywords.OPT_OUT_WORDS unless set
     parking_queue_url: str | None = None
     record_time_budget_seconds: float = 0
     # retries: a failed record comes back after a backoff we set on the event queue (QUEUE_URL);
@@ -700,7 +701,23 @@ def _handoff(read: Environment) -> dict:
     return {
         "handoff_phrases": phrases,
         "handoff_notice": read.text("HANDOFF_NOTICE", HANDOFF_NOTICE),
+        "opt_out_words": _opt_out_words(read),
     }
+
+
+def _opt_out_words(read: Environment) -> tuple[str, ...]:
+    """OPT_OUT_WORDS: comma-separated messages that opt the person out, each a whole message
+    (never a word inside a sentence); unset, the defaults in the languages of the handoff
+    phrases (memagent.keywords.OPT_OUT_WORDS). "stop" and "unsubscribe" always count."""
+    from memagent.keywords import OPT_OUT_WORDS, STOP_WORDS, normalised
+
+    raw = read.optional("OPT_OUT_WORDS")
+    if raw is None:
+        return OPT_OUT_WORDS
+    chosen = tuple(w.strip() for w in raw.split(",") if w.strip())
+    if not chosen or not all(normalised(w) for w in chosen):
+        read.problems.append("OPT_OUT_WORDS: comma-separated words or phrases, each with a letter")
+    return tuple(dict.fromkeys((*STOP_WORDS, *chosen)))
 
 
 def _transcription_endpoint(read: Environment) -> dict:

@@ -34,12 +34,15 @@ counts as awaiting only while no reply follows it (load).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import typing
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from boto3.dynamodb.conditions import Key
 
-from memagent.memory import Fact, Handoff, Memory, PersonState, Summary, Turn
+from memagent.memory import Epoch, Fact, Handoff, Memory, PersonState, Summary, Turn, classed
 from memagent.store_compaction import CompactionWrites
 from memagent.store_erasure import ErasureWrites
 from memagent.store_ledger import (  # noqa: F401 (ledger_sk: an event's key, re-exported)
@@ -51,34 +54,46 @@ from memagent.store_table import FACT, MSG, STATE, SUMMARY, TURN_READ_FROM, from
 from memagent.store_turn import TurnWrites
 
 
-def _state(item: dict[str, Any] | None) -> PersonState:
-    if not item:
-        return PersonState()
-    return PersonState(
-        last_seq=int(item.get("last_seq", 0)),
-        marker=int(item.get("marker", 0)),
-        compaction_due=bool(item.get("compaction_due", False)),
-        last_number=item.get("last_number"),
-        last_inbound_at=from_iso(item.get("last_inbound_at")),
-        opted_out=bool(item.get("opted_out", False)),
-        opted_out_at=from_iso(item.get("opted_out_at")),
-        erased_at=from_iso(item.get("erased_at")),
-        forget_pending=bool(item.get("forget_pending", False)),
-        alias_of=item.get("alias_of"),
-        moved_to=item.get("moved_to"),
-        phone_key=item.get("phone_key"),
-        bsuid_key=item.get("bsuid_key"),
-        awaiting=tuple(item.get("awaiting") or ()),
-        handoff=handoff_of(item),
-        budget_day=item.get("budget_day"),
-        day_turns=int(item.get("day_turns", 0)),
-        day_tokens=int(item.get("day_tokens", 0)),
-        counted_seq=int(item.get("counted_seq", 0)),
-        notice_day=item.get("notice_day"),
-        fold_tokens=int(item.get("fold_tokens", 0)),
-        counted_fold_tokens=int(item.get("counted_fold_tokens", 0)),
-        expires_at=_epoch(item.get("expires_at")),
-    )
+def state_reader(state_type: type = PersonState) -> Callable[[dict[str, Any]], Any]:
+    """The parser of a state item, derived from the state's fields (memagent.memory.classed):
+    each attribute read by its field's type, missing ones at the field's default."""
+    hints = typing.get_type_hints(state_type)
+    readers: dict[str, Callable[[dict[str, Any]], Any]] = {}
+    for each, _kind in classed(state_type):
+        read = _READERS.get(hints[each.name])
+        if read is None:
+            raise TypeError(f"{state_type.__name__}.{each.name}: no reader for its type")
+        readers[each.name] = functools.partial(read, each.name, each.default)
+
+    def parse(item: dict[str, Any] | None) -> Any:
+        if not item:
+            return state_type()
+        return state_type(**{name: read(item) for name, read in readers.items()})
+
+    return parse
+
+
+def _number(name: str, default: Any, item: dict[str, Any]) -> int:
+    return int(item.get(name, default))
+
+
+def _optional_number(name: str, default: Any, item: dict[str, Any]) -> int | None:
+    value = item.get(name)
+    return default if value is None else int(value)
+
+
+_READERS: dict[Any, Callable[[str, Any, dict[str, Any]], Any]] = {
+    int: _number,
+    int | None: _optional_number,
+    bool: lambda name, default, item: bool(item.get(name, default)),
+    str | None: lambda name, default, item: item.get(name, default),
+    datetime | None: lambda name, default, item: from_iso(item.get(name)),
+    # a TTL attribute: epoch seconds, a Number
+    Epoch | None: lambda name, default, item: _epoch(item.get(name)),
+    tuple[str, ...]: lambda name, default, item: tuple(item.get(name) or ()),
+    # the handoff_* attributes (store_table.HANDOFF_ATTRIBUTES)
+    Handoff | None: lambda name, default, item: handoff_of(item),
+}
 
 
 def _epoch(value: Any) -> datetime | None:
@@ -97,6 +112,9 @@ def handoff_of(item: dict[str, Any]) -> Handoff | None:
         replied_at=from_iso(item.get("handoff_replied_at")),
         waiting=int(item.get("handoff_waiting") or 0),
     )
+
+
+_state = state_reader()
 
 
 def _turn(item: dict[str, Any]) -> Turn:

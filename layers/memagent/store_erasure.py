@@ -7,38 +7,29 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from memagent.memory import Kind, PersonState, classed
 from memagent.store_table import HANDOFF_ATTRIBUTES, STATE, Table, from_iso, iso
 
-# the day's budget counters (memagent.budget): counts, not content, so an erasure keeps them
-# ("forget me" three times must not give three days' turns); the next message's count reads
-# them as any day's
-BUDGET_COUNTERS = ("budget_day", "day_turns", "day_tokens", "notice_day")
-# every state attribute but the erasure mark and the counters: what forget() strips from the
-# state item
-_STATE_CONTENT = (
-    "last_seq",
-    "marker",
-    "compaction_due",
-    "last_number",
-    "last_inbound_at",
-    "opted_out",
-    "opted_out_at",
-    "summary",  # on the state item only in versions before the SUMMARY item
-    "summary_at",
-    "updated_at",
-    "forget_pending",
-    "alias_of",
-    "phone_key",
-    "bsuid_key",
-    "awaiting",
-    "marketing",
-    "marketing_at",
-    "counted_seq",  # the seqs start again from 1 after an erasure
-    "fold_tokens",
-    "counted_fold_tokens",
-    "expires_at",  # the retention TTL: a mark never expires (it refuses late redeliveries)
-    *HANDOFF_ATTRIBUTES,
-)
+# on the state item only in versions before the SUMMARY item: a past that no longer grows
+_LEGACY_STATE = ("summary", "summary_at")
+
+
+def state_attributes(state_type: type = PersonState, *, erased: bool) -> tuple[str, ...]:
+    """The state item's attributes an erasure strips (`erased`) or keeps, derived from the
+    state's fields and their Kind (memagent.memory.classed): a new field is one or the other."""
+    names: list[str] = []
+    for each, kind in classed(state_type):
+        if kind.erased == erased:
+            names.extend(HANDOFF_ATTRIBUTES if each.name == "handoff" else (each.name,))
+    return tuple(names) + (_LEGACY_STATE if erased else ())
+
+
+# what forget() strips from the state item, and what it leaves (the erasure mark, and where
+# the partition's own key now leads)
+_STATE_CONTENT = state_attributes(erased=True)
+KEPT_ON_ERASURE = frozenset({"pk", "sk", *state_attributes(erased=False)})
+# the day's budget counters (memagent.budget), which an erasure keeps
+BUDGET_COUNTERS = tuple(each.name for each, kind in classed(PersonState) if kind is Kind.COUNTER)
 
 
 class ErasureWrites(Table):

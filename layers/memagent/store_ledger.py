@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime, timedelta
+from enum import Enum
 from typing import Any
 
 from memagent.memory import Turn
@@ -18,6 +19,27 @@ OPTED_OUT, PARKED, SKIPPED = "opted_out", "parked", "skipped"
 ANSWERED = "answered"  # covered by the reply stored under the entry `answered_by` names
 FOR_HUMAN = "for_human"  # stored while a human had the chat: never answered by the agent
 SENDING = "sending"  # an operator's reply claimed by the request sending it (store_handoff)
+
+
+class Standing(Enum):
+    """What a person's message is to the agent, decided once (memagent.remember.standing) and
+    passed to the store: the ledger status its entry starts with, and whether it awaits a reply
+    (joins the state's `awaiting` list, its reply's seq reserved)."""
+
+    ANSWER = (STORED, True)  # the agent answers it (alone, or with the rest of its burst)
+    STOP = (OPTED_OUT, False)  # an opt-out: stored, and what awaited a reply is dropped
+    HELD = (OPTED_OUT, False)  # written before a standing opt-out: kept, never answered
+    FOR_HUMAN = (FOR_HUMAN, False)  # a human has the chat: kept for them
+
+    def __new__(cls, status: str, awaits_reply: bool) -> Standing:
+        standing = object.__new__(cls)
+        standing._value_ = len(cls.__members__)  # STOP and HELD share a status: not aliases
+        standing.status = status
+        standing.awaits_reply = awaits_reply
+        return standing
+
+    status: str
+    awaits_reply: bool
 
 
 def ledger_sk(event_id: str) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from memagent.errors import ConcurrentUpdate
 from memagent.memory import PersonState, Turn
-from memagent.store_ledger import ANSWERED, FOR_HUMAN, OPTED_OUT, STORED, LedgerWrites
+from memagent.store_ledger import ANSWERED, OPTED_OUT, LedgerWrites, Standing
 from memagent.store_table import HANDOFF_ATTRIBUTES, STATE, TRANSACTION_LIMIT, iso
 
 DEFAULT_LEDGER_TTL = timedelta(days=30)
@@ -72,50 +72,43 @@ class TurnWrites(LedgerWrites):
         event_time: datetime,
         compact: bool,
         ledger_ttl: timedelta,
-        opted_out: bool = False,
-        held: bool = False,
-        for_human: bool = False,
+        standing: Standing = Standing.ANSWER,
         end_handoff: bool = False,
         extra_set: dict[str, Any] | None = None,
-        reserve_reply: bool = False,
+        reserve_reply: bool | None = None,
     ) -> bool:
         """Store the person's message atomically with its ledger entry. False: a duplicate.
 
-        The message joins the state's `awaiting` list, which the next reply answers as a whole,
-        unless it is a STOP (`opted_out`: the replies still awaited are dropped with it, so
-        nothing is sent after a STOP) or was written before a standing opt-out (`held`: kept,
-        never answered, and the opt-out stays) or came while a human has the chat (`for_human`:
-        kept for the human, never answered by the agent).
-
-        With `reserve_reply`, the state's counter moves past the message's seq + 1 too: that
-        seq is the reply's (remember_reply), and no other turn can take it."""
+        Its `standing` (memagent.store_ledger.Standing) decides the rest: a message the agent
+        answers joins the state's `awaiting` list, which the next reply answers as a whole, and
+        the state's counter moves past its seq + 1 too (that seq is the reply's, remember_reply:
+        no other turn can take it). A STOP drops the replies still awaited, so nothing is sent
+        after it; a message written before a standing opt-out (HELD) is kept, never answered,
+        and the opt-out stays; one that came while a human has the chat (FOR_HUMAN) is kept
+        for the human, never answered by the agent. `reserve_reply` False stores an awaiting
+        message without its reply's slot, as versions before the slot did (tests seed that
+        shape; None: as the standing says)."""
         assert turn.event_id is not None
-        extra, remove = self._inbound_state(
-            previous,
-            turn,
-            opted_out=opted_out,
-            held=held,
-            for_human=for_human,
-            end_handoff=end_handoff,
-        )
+        stop = standing is Standing.STOP
+        reserve = standing.awaits_reply if reserve_reply is None else reserve_reply
+        extra, remove = self._inbound_state(previous, turn, standing, end_handoff=end_handoff)
         extra.update(extra_set or {})
-        status = OPTED_OUT if opted_out or held else (FOR_HUMAN if for_human else STORED)
         actions = [
             # the STOP's own entry is `opted_out` (that status also ends refused and dropped
             # replies): `stop` tells it apart
-            self._new_entry(pk, turn, status, ledger_ttl, stop=opted_out),
+            self._new_entry(pk, turn, standing.status, ledger_ttl, stop=stop),
             self._new_turn(pk, turn),
             self._state_update(
                 pk,
                 previous=previous,
-                seq=turn.seq + 1 if reserve_reply else turn.seq,
+                seq=turn.seq + 1 if reserve else turn.seq,
                 compact=compact,
                 extra_set=extra,
                 event_time=event_time,
                 remove=remove,
             ),
         ]
-        if opted_out:
+        if stop:
             dropped = previous.awaiting[-(TRANSACTION_LIMIT - len(actions)) :]
             actions += [self._settle(pk, e, ledger_ttl, status=OPTED_OUT) for e in dropped]
         reasons = self._transact(actions)
@@ -128,17 +121,12 @@ class TurnWrites(LedgerWrites):
         raise ConcurrentUpdate("memory changed while remembering; retry")
 
     def _inbound_state(
-        self,
-        previous: PersonState,
-        turn: Turn,
-        *,
-        opted_out: bool,
-        held: bool,
-        for_human: bool,
-        end_handoff: bool,
+        self, previous: PersonState, turn: Turn, standing: Standing, *, end_handoff: bool
     ) -> tuple[dict[str, Any], list[str]]:
         """The state attributes a person's message sets, and those it removes."""
         extra: dict[str, Any] = {"last_number": turn.number}
+        opted_out = standing is Standing.STOP
+        held = standing is Standing.HELD
         remove = ["awaiting"] if opted_out else []
         if end_handoff:  # timed out: the agent has the chat again, from this message on
             remove.extend(HANDOFF_ATTRIBUTES)
@@ -152,7 +140,7 @@ class TurnWrites(LedgerWrites):
                 remove.append("expires_at")
         if opted_out:
             extra["opted_out_at"] = iso(turn.at)
-        elif not held and not for_human:  # a human has the chat: the agent answers nothing
+        elif standing.awaits_reply:  # not held, nor a human's to answer
             extra["awaiting"] = [*previous.awaiting, turn.event_id]
         return extra, remove
 

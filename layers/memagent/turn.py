@@ -13,6 +13,7 @@ through (`Agent.answer`, every step in the module its name says):
     remember              memagent/remember.py    message + ledger entry + state, one write
     a human has it?       memagent/operator.py    stored for them, no model call, no reply
     a keyword?            memagent/keywords.py    STOP, "forget me" and its "yes", recall
+                                                  (KEYWORDS; the message's Standing: remember)
     wait for the burst?   memagent/bursts.py      a burst's lines get one reply
     answer                memagent/reply.py       a keyword's or the model's (context.py)
     send                  memagent/delivery.py    parts under send keys; un-say if refused
@@ -49,6 +50,7 @@ from memagent.provider import (
 )
 from memagent.redelivery import resume, skipped
 from memagent.remember import remember, to_text
+from memagent.store_ledger import Standing
 
 if TYPE_CHECKING:
     from memagent.memory import Memory, PersonState
@@ -111,18 +113,10 @@ class Agent(Crew):
         if timed_out:
             count("HandoffsTimedOut")
             self.events.emit(HANDOFF_ENDED, pk, reason="timeout")
-        if remembered.for_human:
-            return self._for_human(pk, remembered.memory)
-        if remembered.stop:
-            return self._stopped(pk, message, state)
-        if remembered.held:
-            count("MessagesHeldByOptOut")
-            logger.info("message written before the opt-out: kept, not answered")
-            return "opted_out"
+        if not remembered.standing.awaits_reply:
+            return self._unanswered(pk, message, state, remembered.standing, remembered.memory)
         memory = remembered.memory
-        if followed and keywords.waits(
-            text, memory.state, self.settings.forget_keyword, self.settings.handoff_phrases
-        ):
+        if followed and keywords.waits(text, memory.state, self.settings):
             count("MessagesCoalesced")
             logger.info("answer left to the burst's last message")
             return "waiting"
@@ -153,9 +147,28 @@ class Agent(Crew):
 
     def answered_alone(self, message: InboundMessage) -> bool:
         """A keyword that gets its own answer never joins a burst (the consumer's look ahead)."""
-        return keywords.answered_alone(
-            message, self.settings.forget_keyword, self.settings.handoff_phrases
-        )
+        return keywords.answered_alone(message, self.settings)
+
+    def _unanswered(
+        self,
+        pk: str,
+        message: InboundMessage,
+        state: PersonState,
+        standing: Standing,
+        memory: Memory,
+    ) -> str:
+        """A message stored that the agent does not answer, by its standing; any other standing
+        a message may have (memagent.store_ledger.Standing) is kept and logged."""
+        if standing is Standing.FOR_HUMAN:
+            return self._for_human(pk, memory)
+        if standing is Standing.STOP:
+            return self._stopped(pk, message, state)
+        if standing is Standing.HELD:
+            count("MessagesHeldByOptOut")
+            logger.info("message written before the opt-out: kept, not answered")
+            return "opted_out"
+        logger.info("message kept, not answered", extra={"standing": standing.name})
+        return standing.name.lower()
 
     def _for_human(self, pk: str, memory: Memory) -> str:
         """A human has the chat: the message is stored for them, the model is not called, and

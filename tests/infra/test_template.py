@@ -702,20 +702,68 @@ def test_stream_filter_drops_a_flag_written_as_a_string(cfn: Template, flagged_r
     assert not stream_filter_admits(filter_patterns(cfn), record)
 
 
-def test_admin_routes_require_aws_iam(cfn: Template) -> None:
+ADMIN_APP = ROOT / "functions" / "admin" / "app.py"
+# the CLI's export and forget go through boto3, not the admin API (scripts/people.py)
+EXPORT_AND_FORGET = {("GET", "/people/{id}"), ("DELETE", "/people/{id}")}
+
+
+def admin_routes(cfn: Template) -> dict[tuple[str, str], dict[str, Any]]:
+    """Every route of the admin API as AWS will see it: (METHOD, path) -> its operation in the
+    OpenAPI body SAM writes for the HTTP API."""
+    body = cfn["Resources"]["AdminApi"]["Properties"]["Body"]
+    return {
+        (method.upper(), path): operation
+        for path, operations in body["paths"].items()
+        for method, operation in operations.items()
+    }
+
+
+def without_iam(routes: dict[tuple[str, str], dict[str, Any]]) -> list[tuple[str, str]]:
+    """The routes a caller reaches without a SigV4 signature (no AWS_IAM authorization)."""
+    return sorted(r for r, op in routes.items() if op.get("security") != [{"AWS_IAM": []}])
+
+
+def served_routes() -> set[tuple[str, str]]:
+    """The routes the admin function's resolver serves (`@app.get("/people/<id>")`...)."""
+    found = re.findall(r'@app\.(get|post|put|delete)\("([^"]+)"\)', ADMIN_APP.read_text())
+    return {(method.upper(), re.sub(r"<(\w+)>", r"{\1}", path)) for method, path in found}
+
+
+def test_every_admin_route_requires_aws_iam(cfn: Template) -> None:
     # given the transformed template: SAM writes HTTP API routes into the API's OpenAPI body
-    apis = resources(cfn, "AWS::ApiGatewayV2::Api")
-    admin = next(a for a in apis.values() if "/people/{phone}" in a["Properties"]["Body"]["paths"])
-    body = admin["Properties"]["Body"]
-    operations = body["paths"]["/people/{phone}"]
-    # then both routes exist and both demand SigV4-signed callers (IAM authorization)
-    assert set(operations) == {"get", "delete"}
-    assert all(op["security"] == [{"AWS_IAM": []}] for op in operations.values())
+    routes = admin_routes(cfn)
+    # then the API has exactly the routes the admin function serves, named as documented
+    assert set(routes) == served_routes()
+    assert ("GET", "/people/{id}") in routes
+    # and every one demands a SigV4-signed caller (IAM authorization)
+    assert without_iam(routes) == []
+    body = cfn["Resources"]["AdminApi"]["Properties"]["Body"]
     scheme = body["components"]["securitySchemes"]["AWS_IAM"]
     assert scheme["x-amazon-apigateway-authtype"] == "awsSigv4"
     # and the public webhook stays open to whasp (its own signature check guards it)
+    apis = resources(cfn, "AWS::ApiGatewayV2::Api")
     webhook = next(a for a in apis.values() if "/webhook" in a["Properties"]["Body"]["paths"])
     assert "security" not in webhook["Properties"]["Body"]["paths"]["/webhook"]["post"]
+
+
+def test_an_admin_route_opened_to_anyone_is_caught(sam_template: Template) -> None:
+    # given one admin route that opts out of the API's default authorizer
+    template = copy.deepcopy(sam_template)
+    events = template["Resources"]["AdminFunction"]["Properties"]["Events"]
+    events["Conversation"]["Properties"]["Auth"] = {"Authorizer": "NONE"}
+    # then the check above names it
+    opened = without_iam(admin_routes(sam_transform(template, PARAMETERS)))
+    assert opened == [("GET", "/people/{id}/conversation")]
+
+
+def test_the_cli_verbs_are_admin_routes(cfn: Template) -> None:
+    from scripts.people import ROUTES
+
+    routes = set(admin_routes(cfn))
+    # every verb of scripts/people.py calls a route the API has
+    assert {verb: route for verb, route in ROUTES.items() if route not in routes} == {}
+    # and every route has its verb, but export and forget, which the CLI does with boto3
+    assert routes - set(ROUTES.values()) == EXPORT_AND_FORGET
 
 
 def resolve_all(template: Template, node: Any, parameters: dict[str, Any]) -> Any:

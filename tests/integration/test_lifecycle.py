@@ -12,6 +12,7 @@ from urllib.parse import quote
 import boto3
 import pytest
 
+from devstack.apigw import http_api_event
 from devstack.fake_openai import notes_of, turns_of
 from devstack.lambda_harness import reported_failures as failures
 from memagent.lifecycle import forget
@@ -159,43 +160,17 @@ def test_after_forget_an_old_redelivery_is_ignored_and_a_new_message_starts_fres
 
 
 def admin_event(method: str, phone: str) -> dict[str, Any]:
-    raw = quote(phone, safe="")
-    return {
-        "version": "2.0",
-        "routeKey": f"{method} /people/{{phone}}",
-        "rawPath": f"/people/{raw}",
-        "rawQueryString": "",
-        "headers": {"authorization": "AWS4-HMAC-SHA256 Credential=...", "host": "admin.example"},
-        "pathParameters": {"phone": phone},
-        "requestContext": {
-            "accountId": "123456789012",
-            "apiId": "adm1234567",
-            "authorizer": {
-                "iam": {
-                    "accessKey": "AKIAEXAMPLE",
-                    "accountId": "123456789012",
-                    "userArn": "arn:aws:iam::123456789012:user/operator",
-                    "userId": "AIDAEXAMPLE",
-                    "callerId": "AIDAEXAMPLE",
-                }
-            },
-            "domainName": "adm1234567.execute-api.us-east-1.amazonaws.com",
-            "domainPrefix": "adm1234567",
-            "http": {
-                "method": method,
-                "path": f"/people/{raw}",
-                "protocol": "HTTP/1.1",
-                "sourceIp": "198.51.100.7",
-                "userAgent": "aws-cli",
-            },
-            "requestId": uuid.uuid4().hex,
-            "routeKey": f"{method} /people/{{phone}}",
-            "stage": "$default",
-            "time": "30/Nov/2026:09:00:00 +0000",
-            "timeEpoch": 1796029200000,
-        },
-        "isBase64Encoded": False,
-    }
+    """An operator's export (GET) or erasure (DELETE), signed (AWS_IAM), as API Gateway hands it
+    to the admin function."""
+    return http_api_event(
+        method=method,
+        path=f"/people/{quote(phone, safe='')}",
+        route_key=f"{method} /people/{{id}}",
+        path_parameters={"id": phone},
+        headers={"authorization": "AWS4-HMAC-SHA256 Credential=...", "user-agent": "aws-cli"},
+        body=b"",
+        caller="arn:aws:iam::123456789012:user/operator",
+    )
 
 
 @pytest.fixture

@@ -31,8 +31,8 @@ def call(admin, lambda_context, method: str, path: str, body: Any = None, **head
         path=path,
         headers={"content-type": "application/json", **headers},
         body=raw or b"",
+        caller=OPERATOR_ARN,
     )
-    event["requestContext"]["authorizer"] = {"iam": {"userArn": OPERATOR_ARN}}
     response = admin.handler(event, lambda_context)
     return response["statusCode"], json.loads(response["body"] or "null")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memagent.errors import ConfigurationError
-from memagent.keywords import HANDOFF_PHRASES, asks_for_human
+from memagent.keywords import HANDOFF_PHRASES, OPT_OUT_WORDS, asks_for_human
 from memagent.settings import ConsumerSettings
 
 BASE = {
@@ -65,3 +65,13 @@ def test_the_phrases_are_configurable_and_can_be_turned_off():
         ConsumerSettings.from_env({**BASE, "HANDOFF_PHRASES": " , "})
     with pytest.raises(ConfigurationError, match="HANDOFF_TIMEOUT_HOURS"):
         ConsumerSettings.from_env({**BASE, "HANDOFF_TIMEOUT_HOURS": "0"})
+
+
+def test_opt_out_words_are_a_setting_that_always_keeps_stop():
+    # the defaults: STOP and its like in the handoff phrases' languages
+    assert ConsumerSettings.from_env(BASE).opt_out_words == OPT_OUT_WORDS
+    # an operator's own words replace the others; "stop" and "unsubscribe" always count
+    custom = ConsumerSettings.from_env({**BASE, "OPT_OUT_WORDS": "Halt, no more messages"})
+    assert custom.opt_out_words == ("stop", "unsubscribe", "Halt", "no more messages")
+    with pytest.raises(ConfigurationError, match="OPT_OUT_WORDS"):
+        ConsumerSettings.from_env({**BASE, "OPT_OUT_WORDS": " , !"})

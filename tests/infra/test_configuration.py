@@ -1,0 +1,126 @@
+"""The template, the settings and the configuration table cannot drift apart: every environment
+variable the template sets for a function is read by that function's settings (a typo would
+deploy with the default), and every setting has its row in the configuration table."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from memagent.errors import ConfigurationError
+from memagent.settings import AdminSettings, CompactorSettings, ConsumerSettings, WebhookSettings
+from tests.infra.test_iam import SHAPES
+from tests.infra.test_template import PARAMETERS, ROOT, Template, resolve_all, sam_transform
+
+# the table's page: README.md today; docs/configuration.md once the README is split (issue 29)
+CONFIGURATION_TABLE = ROOT / "docs" / "configuration.md"
+SETTINGS_SOURCE = ROOT / "layers" / "memagent" / "settings.py"
+FUNCTION_SETTINGS = {
+    "WebhookFunction": WebhookSettings,
+    "ConsumerFunction": ConsumerSettings,
+    "CompactorFunction": CompactorSettings,
+    "AdminFunction": AdminSettings,
+}
+# read by Powertools (Logger, Metrics), not by our settings
+LIBRARY_VARIABLES = {
+    "POWERTOOLS_SERVICE_NAME",
+    "POWERTOOLS_METRICS_NAMESPACE",
+    "POWERTOOLS_LOG_LEVEL",
+}
+# set by Lambda itself, never by the template or an operator
+RUNTIME_VARIABLES = {"AWS_REGION", "AWS_DEFAULT_REGION", "LAMBDA_TASK_ROOT"}
+
+
+class Recording(dict):
+    """An environment that notes every name read from it."""
+
+    def __init__(self, values: Mapping[str, str]):
+        super().__init__(values)
+        self.read: set[str] = set()
+
+    def get(self, name: Any, default: Any = None) -> Any:
+        self.read.add(name)
+        return super().get(name, default)
+
+    def __getitem__(self, name: Any) -> Any:
+        self.read.add(name)
+        return super().__getitem__(name)
+
+    def __contains__(self, name: Any) -> bool:
+        self.read.add(name)
+        return super().__contains__(name)
+
+
+def environment(function: dict[str, Any], cfn: Template, parameters: dict) -> dict[str, str]:
+    """A function's environment as this shape of the stack sets it: references to the stack's
+    own resources stand in as names (their values are the stack's, not the operator's)."""
+    variables = function["Properties"].get("Environment", {}).get("Variables", {})
+    resolved = resolve_all(cfn, variables, parameters) or {}
+    return {
+        name: value if isinstance(value, str) else f"stack-{name.lower()}"
+        for name, value in resolved.items()
+        if value is not None
+    }
+
+
+@pytest.fixture(scope="module")
+def shapes(sam_template: Template) -> list[tuple[Template, dict[str, str]]]:
+    found = []
+    for shape in SHAPES.values():
+        parameters = {**PARAMETERS, **shape}
+        found.append((sam_transform(sam_template, parameters), parameters))
+    return found
+
+
+def test_every_variable_the_template_sets_is_read_by_its_functions_settings(shapes) -> None:
+    set_by_template: dict[str, set[str]] = {name: set() for name in FUNCTION_SETTINGS}
+    read_by_settings: dict[str, set[str]] = {name: set() for name in FUNCTION_SETTINGS}
+    for cfn, parameters in shapes:
+        for function_id, settings in FUNCTION_SETTINGS.items():
+            values = environment(cfn["Resources"][function_id], cfn, parameters)
+            set_by_template[function_id] |= set(values)
+            # the function's code, where its TOOLS_FILE is read from
+            code = ROOT / "functions" / function_id.removesuffix("Function").lower()
+            env = Recording({**values, "LAMBDA_TASK_ROOT": str(code)})
+            # a stand-in value refused: its name was read all the same
+            with contextlib.suppress(ConfigurationError):
+                settings.from_env(env)
+            read_by_settings[function_id] |= env.read
+    unread = {
+        function_id: sorted(names - read_by_settings[function_id] - LIBRARY_VARIABLES)
+        for function_id, names in set_by_template.items()
+    }
+    assert {f: names for f, names in unread.items() if names} == {}
+
+
+def test_a_variable_no_settings_class_reads_is_caught(shapes) -> None:
+    # given the consumer's environment with a misspelt name, as a typo in the template would be
+    cfn, parameters = shapes[0]
+    values = environment(cfn["Resources"]["ConsumerFunction"], cfn, parameters)
+    env = Recording({**values, "OPT_OUT_POLICI": "erase"})
+    with contextlib.suppress(ConfigurationError):
+        ConsumerSettings.from_env(env)
+    # then the settings never read it: the check above names it
+    assert "OPT_OUT_POLICI" in set(env) - env.read
+
+
+def settings_read() -> set[str]:
+    """Every environment variable named in the settings' reads."""
+    names = set(
+        re.findall(r'"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|PROVIDER)"', SETTINGS_SOURCE.read_text())
+    )
+    return names - RUNTIME_VARIABLES
+
+
+def test_every_setting_has_its_row_in_the_configuration_table() -> None:
+    table = CONFIGURATION_TABLE.read_text(encoding="utf-8")
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    # a row names its variable in its first cell
+    documented = {m.group(1) for row in rows if (m := re.match(r"\| `([A-Z][A-Z0-9_]+)` \|", row))}
+    assert "AGENT_ID" in documented and "PROVIDER" in settings_read()
+    missing = settings_read() - documented
+    assert sorted(missing) == []

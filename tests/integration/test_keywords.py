@@ -1,0 +1,98 @@
+"""The person's keywords as a person writes them (memagent/keywords.py): "STOP.", "Stop!", a
+full-width STOP and every default opt-out word end the sends, on whasp and on Meta's Cloud API
+(where STOP is ours to honour: Meta sends no opt-out event for chats), while the same word
+inside a sentence is an ordinary message. Through the handlers: whasp's SQS records into the
+consumer; Meta's signed POSTs into the webhook, its queue, then the consumer."""
+
+from __future__ import annotations
+
+import pytest
+
+from devstack.events import META_NUMBER_ID
+from memagent.keywords import OPT_OUT_WORDS
+from tests.conftest import MAYA, sqs_batch
+from tests.integration.test_bursts import ledger, rows
+from tests.integration.test_consumer import failures, message
+from tests.integration.test_meta import (
+    MAYA_PHONE,
+    NOW,
+    Queue,
+    graph,  # noqa: F401 (a fixture)
+    graph_server,  # noqa: F401 (a fixture)
+    post,
+    text_from,
+)
+from tests.integration.test_meta import consumer as meta_consumer  # noqa: F401 (a fixture)
+from tests.integration.test_meta import webhook as meta_webhook  # noqa: F401 (a fixture)
+
+# what a person writes to stop, as they write it: punctuated, capitalised, full-width (NFKC)
+AS_WRITTEN = ["STOP.", "Stop!", "\uff33\uff34\uff2f\uff30", "stop 🛑", "Unsubscribe!"]
+STOPS = AS_WRITTEN + [w for w in OPT_OUT_WORDS if w not in ("stop", "unsubscribe")]
+# the words inside a sentence: a message like any other, answered
+SENTENCES = [
+    "Please don't stop reminding me about my runs",
+    "Stop. I meant to say I'll be late today",
+    "ich will mich nicht abmelden, nur später trainieren",
+]
+
+
+@pytest.mark.parametrize("stop", STOPS)
+def test_whasp_a_stop_as_written_ends_the_sends(
+    consumer, resources, openai, whasp, lambda_context, stop
+):
+    # given a question, then the person's stop word, in one batch (the question awaits it)
+    question, opt_out = message("can we move it to 10?", 0), message(stop, 1)
+    # when the consumer handles the batch
+    assert failures(consumer.handler(sqs_batch(question, opt_out), lambda_context)) == []
+    # then nothing is sent, the model is not asked, and she is opted out
+    assert whasp.texts_to(MAYA) == []
+    assert openai.calls() == []
+    [state] = rows(resources.table_name, prefix="STATE")
+    assert state["opted_out"] is True
+    assert ledger(resources.table_name)[opt_out["id"]]["stop"] is True
+
+
+@pytest.mark.parametrize("sentence", SENTENCES)
+def test_whasp_a_stop_word_inside_a_sentence_is_answered(
+    consumer, resources, whasp, lambda_context, sentence
+):
+    assert failures(consumer.handler(sqs_batch(message(sentence, 0)), lambda_context)) == []
+    assert len(whasp.texts_to(MAYA)) == 1
+    [state] = rows(resources.table_name, prefix="STATE")
+    assert state["opted_out"] is False
+
+
+@pytest.mark.parametrize("stop", STOPS)
+def test_meta_a_stop_as_written_ends_the_sends(
+    meta_webhook,
+    meta_consumer,
+    resources,
+    openai,
+    graph,
+    lambda_context,
+    stop,
+):
+    queue = Queue(resources)
+    # given a question, then the person's stop word, both queued before the consumer runs
+    assert post(meta_webhook, text_from("can we move it?", phone=MAYA_PHONE), lambda_context) == 200
+    assert post(meta_webhook, text_from(stop, phone=MAYA_PHONE, at=NOW + 5), lambda_context) == 200
+    # when the consumer handles them
+    assert queue.drain(meta_consumer, lambda_context) == 0
+    # then Meta is asked to send nothing, and the model is not asked
+    assert [s for s in graph.sent if s["from"] == META_NUMBER_ID] == []
+    assert openai.calls() == []
+
+
+@pytest.mark.parametrize("sentence", SENTENCES)
+def test_meta_a_stop_word_inside_a_sentence_is_answered(
+    meta_webhook,
+    meta_consumer,
+    resources,
+    graph,
+    lambda_context,
+    sentence,
+):
+    queue = Queue(resources)
+    assert post(meta_webhook, text_from(sentence, phone=MAYA_PHONE), lambda_context) == 200
+    assert queue.drain(meta_consumer, lambda_context) == 0
+    assert len(graph.sent) == 1
