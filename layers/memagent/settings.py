@@ -97,9 +97,10 @@ class Secret:
     ) -> Secret:
         where = "_SECRET_ARN" if options.get("secrets_manager") else "_PARAM"
         parameter = env.get(f"{name}{where}") or None
+        plain = env.get(name) or None  # local runs (sam local invoke --env-vars)
         # the stored secret wins: a plain value left in a shell or an environment (a local
         # run's) never stands in for the stack's own
-        value = None if parameter else env.get(name) or None
+        value = None if parameter else plain
         if value is None and parameter is None:
             store = "Secrets Manager secret" if where == "_SECRET_ARN" else "SSM parameter name"
             raise ConfigurationError(f"set {name}{where} ({store}) or {name} (local)")
