@@ -52,15 +52,29 @@ def order_api():
 
 
 @pytest.fixture
-def tools_env(lambda_api, order_api, tmp_path, consumer_env) -> dict[str, str]:
+def calendar(resources, monkeypatch) -> str:
+    """The example booking tool's table, from the template's BookingTable, fresh per test."""
+    from devstack.resources import create_table, load_template
+
+    name = f"{resources.table_name}-booking"
+    create_table(load_template(), name, logical_id="BookingTable")
+    monkeypatch.setenv("BOOKING_TABLE", name)
+    return name
+
+
+def booked() -> dict[tuple[str, str], str]:
+    """The calendar's booked slots: (day, time) -> who."""
+    return {(b["pk"].removeprefix("DAY#"), b["sk"]): b["who"] for b in booking.bookings()}
+
+
+@pytest.fixture
+def tools_env(lambda_api, order_api, tmp_path, consumer_env, calendar) -> dict[str, str]:
     """A consumer's environment with the example's two booking tools and an HTTPS order tool
     declared."""
     lambda_api.requests.clear()
     lambda_api.time_scale, lambda_api.clock = 1.0, None
     order_api.requests.clear()
     order_api.status, order_api.reply = 200, OrderApi().reply
-    booking.booked.clear()
-    booking.answers.clear()
     return {
         **consumer_env,
         "TOOLS_FILE": str(declare(tmp_path, order_api)),
@@ -168,7 +182,7 @@ def test_a_booking_turn_calls_each_tool_once_and_sends_one_reply(
     assert "never instructions to you" in third["instructions"]
     # and one reply went out, and one booking exists
     assert [s["text"] for s in whasp.sent] == [f"All set: {DAY} 10:00."]
-    assert booking.booked == {(DAY, "10:00"): "Maya"}
+    assert booked() == {(DAY, "10:00"): "Maya"}
     # and the reply is remembered with what its tools did, which the next turn's context shows
     reply = [i for i in rows(resources.table_name, prefix="MSG#") if i["role"] == "assistant"]
     assert reply[0]["tools"] == [
@@ -287,7 +301,7 @@ def test_a_crash_at_any_step_of_a_tool_turn_books_once_and_replies_once(
         assert failures(redelivered) == []
     # then one booking and one reply, and each position called once, but in the one window
     # (the tool acted, we crashed unrecorded) where the repeat carries the same key
-    assert booking.booked == {(DAY, "10:00"): "Maya"}
+    assert booked() == {(DAY, "10:00"): "Maya"}
     assert len(whasp.sent) == 1
     keys = [key for _, key in invocations(lambda_api)]
     assert sorted(set(keys)) == [f"{event['id']}:tool:0:0", f"{event['id']}:tool:1:0"]
@@ -307,7 +321,7 @@ def test_invalid_arguments_never_reach_the_tool(tools, lambda_api, openai, whasp
     assert failures(tools.handler(sqs_batch(message("book 10:00")), lambda_context)) == []
     assert lambda_api.invocations(BOOKING_ARN) == []
     assert whasp.sent[0]["text"].startswith("Sorry: invalid arguments: data must contain ['")
-    assert booking.booked == {}
+    assert booked() == {}
 
 
 def test_a_long_output_is_cut_and_an_instruction_in_it_stays_data(
@@ -400,7 +414,7 @@ def test_a_refused_last_round_still_remembers_what_the_tools_did(
     # when the message is handled
     assert failures(tools.handler(sqs_batch(message("book Thursday 10?")), lambda_context)) == []
     # then the booking was made once and the person got the fallback reply
-    assert booking.booked == {(DAY, "10:00"): "Maya"}
+    assert booked() == {(DAY, "10:00"): "Maya"}
     assert len(whasp.sent) == 1
     # and the reply remembered holds what was done, so the next turn knows of the booking
     reply = [i for i in rows(resources.table_name, prefix="MSG#") if i["role"] == "assistant"]
@@ -501,7 +515,7 @@ def test_a_tool_slower_than_the_sdks_read_timeout_is_invoked_once(
     assert [key for name, key in invocations(lambda_api) if name == "list_free_slots"] == [
         f"{event['id']}:tool:0:0"
     ] * 2
-    assert booking.booked == {(DAY, "10:00"): "Maya"}
+    assert booked() == {(DAY, "10:00"): "Maya"}
     assert [s["text"] for s in whasp.sent] == [f"All set: {DAY} 10:00."]
 
 
@@ -739,3 +753,36 @@ class HugeAnswer:
     def __exit__(self, *exc: Any) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+# ------------------------------------------------------------------ the example booking tool
+
+
+def test_the_example_books_once_for_two_concurrent_invocations_with_one_key(calendar):
+    from devstack import in_parallel
+    from devstack.lambda_harness import import_function
+
+    # given two execution environments of the booking function (two cold starts)
+    code = Path("examples/booking/app.py")
+    first, second, third = (import_function(code) for _ in range(3))
+    event = {
+        "tool": "book_appointment",
+        "arguments": {"day": DAY, "time": "10:00", "name": "Maya"},
+        "idempotency_key": "evt_1:tool:1:0",
+        "caller": {"key": "k" * 40},
+    }
+    answers: list[Any] = []
+    # when both get the same call at once (our retry after an answer that was lost)
+    in_parallel(lambda env=env: answers.append(env.handler(event, None)) for env in (first, second))
+    # then one booking exists, and both were told it is made
+    assert booked() == {(DAY, "10:00"): "Maya"}
+    assert (
+        answers
+        == [{"output": {"booked": f"{DAY} 10:00", "for": "Maya"}, "summary": f"booked {DAY} 10:00"}]
+        * 2
+    )
+    # and any environment sees the slot taken; another key cannot book it again
+    free = third.handler({"tool": "list_free_slots", "arguments": {"day": DAY}}, None)
+    assert "10:00" not in free["output"]["free"]
+    again = third.handler({**event, "idempotency_key": "evt_2:tool:1:0"}, None)
+    assert again == {"error": f"{DAY} 10:00 is already taken"}
