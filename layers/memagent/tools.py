@@ -439,7 +439,10 @@ class ToolBox:
 def _read_capped(response: Any) -> bytes | None:
     """The body, or None past MAX_BODY_BYTES: then the rest is never read, the connection is
     closed instead of returned to the pool."""
-    declared = int(response.headers.get("Content-Length") or 0)
+    try:
+        declared = int(response.headers.get("Content-Length") or 0)
+    except ValueError:
+        declared = 0  # not a length: read, and count, what comes
     body = b"" if declared > MAX_BODY_BYTES else response.read(MAX_BODY_BYTES + 1)
     if declared > MAX_BODY_BYTES or len(body) > MAX_BODY_BYTES:
         response.close()
@@ -469,11 +472,12 @@ def _depth(value: Any) -> int:
 def _screened(name: str, summary: str) -> str:
     """A tool's summary as memory keeps it: screened like a fact (memagent.facts), a sentence
     that reads as an order dropped, since the next turns read it back."""
-    from memagent.facts import screen_summary
+    from memagent.facts import looks_like_instruction, plain, screen_summary
 
+    if not looks_like_instruction(summary):
+        return plain(summary)[:SUMMARY_CHARS]
+    logger.warning("tool summary screened", extra={"tool": name})
     kept = screen_summary(summary)
-    if kept != " ".join(summary.split()):
-        logger.warning("tool summary screened", extra={"tool": name})
     return (kept or "(its summary read as an instruction; not kept)")[:SUMMARY_CHARS]
 
 

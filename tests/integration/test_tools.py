@@ -604,15 +604,6 @@ def test_a_tool_gets_the_caller_it_declared_which_the_models_arguments_cannot_ch
     assert lambda_api.invocations(BOOKING_ARN)[0]["caller"] == book["caller"]
 
 
-def test_a_caller_the_declaration_cannot_ask_for_stops_the_cold_start(tmp_path, order_api):
-    from memagent.errors import ConfigurationError
-    from memagent.tools import load_tools, tool_hosts
-
-    path = declare(tmp_path, order_api, order_status="email")
-    with pytest.raises(ConfigurationError, match="'caller' 'email' is not one of"):
-        load_tools(path, hosts=tool_hosts(order_api.url), environ={"BOOKING_TOOL_ARN": BOOKING_ARN})
-
-
 # ------------------------------------------------------------------ what tools say is data
 
 
