@@ -205,13 +205,7 @@ class Consumer:
         processor = getattr(self, "_processor", None)
         return processor is not None and processor.expired.is_set()
 
-    def process(
-        self,
-        record: SQSRecord,
-        *,
-        seconds_left: float | None = None,
-        time_left: Callable[[], float] | None = None,
-    ) -> str:
+    def process(self, record: SQSRecord, *, time_left: Callable[[], float] | None = None) -> str:
         """Handle one record. With too little time left in the invocation (`time_left`: the
         Lambda context's, in seconds), fail it at once: it is retried later, instead of a Lambda
         timeout failing the whole batch. A tool turn checks it again before each step
@@ -221,15 +215,14 @@ class Consumer:
             raise Deferred("the invocation's deadline is near (watchdog)")
         settings = self.agent.settings
         budget = settings.record_time_budget_seconds
-        if seconds_left is None and time_left is not None:
-            seconds_left = time_left()
-        lead = settings.watchdog_seconds
-        self.agent.time_left = (
-            (lambda: time_left() - lead) if budget and time_left is not None else (lambda: None)
-        )
-        if seconds_left is not None and budget and seconds_left < budget:
-            metrics.add_metric(name="RecordsDeferred", unit=MetricUnit.Count, value=1)
-            raise Deferred("not enough time left in this invocation")
+        if not budget or time_left is None:
+            self.agent.time_left = lambda: None
+        else:
+            clock, lead = time_left, settings.watchdog_seconds
+            self.agent.time_left = lambda: clock() - lead
+            if clock() < budget:
+                metrics.add_metric(name="RecordsDeferred", unit=MetricUnit.Count, value=1)
+                raise Deferred("not enough time left in this invocation")
         try:
             event = self.parse_event(json.loads(record.body))
         except (ValueError, MalformedEvent) as error:

@@ -427,8 +427,8 @@ class ToolBox:
         except ValueError:
             answer = None
         if response.status >= 300:
-            error = answer.get("error") if isinstance(answer, dict) else None
-            return {"error": str(error or f"HTTP {response.status}")}
+            said = answer.get("error") if isinstance(answer, dict) else None
+            return {"error": str(said or f"HTTP {response.status}")}
         return (
             answer
             if answer is not None
