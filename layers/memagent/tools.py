@@ -2,7 +2,7 @@
 
 The operator declares tools in one JSON file shipped with the consumer (TOOLS_FILE, relative to
 the function's code: functions/consumer/), read and checked at cold start; a bad entry stops the
-cold start naming it:
+cold start naming it (docs/tools.md is the operator's page):
 
     {"tools": [
       {"name": "list_free_slots", "description": "Free appointment slots on a day",
@@ -10,7 +10,7 @@ cold start naming it:
                       "required": ["day"]},
        "lambda": "${BOOKING_TOOL_ARN}"},
       {"name": "order_status", "description": "Where an order is",
-       "parameters": {...},
+       "parameters": {...}, "caller": "phone",
        "https": {"url": "https://api.example.com/tools/order-status",
                  "auth_header": "Authorization", "auth_parameter": "/agent/orders-token",
                  "timeout_seconds": 5}}
