@@ -55,6 +55,14 @@ class FakeLambda(RecordingServer):
         with self._lock:
             self._slow.extend([(tool, seconds)] * n)
 
+    def reset(self) -> None:
+        """Forget the invocations and every slow or lost answer still to come; real time."""
+        with self._lock:
+            self.requests.clear()
+            self._slow.clear()
+            self._lost.clear()
+            self.time_scale, self.clock = 1.0, None
+
     def settle(self) -> None:
         """Let every slow invocation finish now, and wait until none runs."""
         self._released.set()

@@ -71,8 +71,7 @@ def booked() -> dict[tuple[str, str], str]:
 def tools_env(lambda_api, order_api, tmp_path, consumer_env, calendar) -> dict[str, str]:
     """A consumer's environment with the example's two booking tools and an HTTPS order tool
     declared."""
-    lambda_api.requests.clear()
-    lambda_api.time_scale, lambda_api.clock = 1.0, None
+    lambda_api.reset()
     order_api.requests.clear()
     order_api.status, order_api.reply = 200, OrderApi().reply
     return {
