@@ -494,8 +494,8 @@ def test_a_tool_slower_than_the_sdks_read_timeout_is_invoked_once(
     # given Lambda tools read with a 30 s timeout, on a Lambda clock 100 times faster than ours
     lambda_api.time_scale = 100
     consumer = load_function("consumer", {**tools_env, "TOOL_TIMEOUT_SECONDS": "0.3"}, monkeypatch)
-    # and a free-slots lookup that takes 40 s, still running when the client stops waiting
-    lambda_api.slow("list_free_slots", 40)
+    # and a free-slots lookup that takes 60 s, still running when the client stops waiting
+    lambda_api.slow("list_free_slots", 60)
     openai.responder = booking_model
     event = message("can I book Thursday at 10?")
     # when the turn calls it
