@@ -3,7 +3,8 @@ Invoke API, the offline model asking for them ("book me ... at 10:00": the free 
 booking), through the real consumer: model and tool calls per booking turn, then a crash after
 each step of that two-tool turn, redelivered until it succeeds. Every cell must end with one
 reply and each position's effect once; the one window (the tool acted, the result unrecorded)
-repeats the call under the same idempotency key, which the example turns into a no-op."""
+repeats the call under the same idempotency key, which the example's conditional write turns into
+a no-op: each cell books in a calendar table of its own (the template's BookingTable)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,11 @@ STEPS = [
 
 
 def run(stack: harness.Stack) -> dict[str, Any]:
+    import os
+
     from hardening import _crash_after
+
+    from devstack.resources import create_table, load_template
 
     booking = harness.load_handler(ROOT / "examples" / "booking" / "app.py", {})
     with FakeLambda({ARN: booking.handler}) as api:
@@ -47,7 +52,9 @@ def run(stack: harness.Stack) -> dict[str, Any]:
             stack.openai.reset()
             stack.whasp.reset()
             api.requests.clear()
-            booking.booked.clear()
+            calendar = f"tl-booking-{index}"
+            create_table(load_template(), calendar, logical_id="BookingTable")
+            os.environ["BOOKING_TABLE"] = calendar  # the example, in this process, reads it
             phone = f"+4477009{index:02d}0002"
             event = harness.whasp_message(ASK, chat=phone, created_at=harness.iso_now(5))
             if target is not None:
@@ -62,7 +69,7 @@ def run(stack: harness.Stack) -> dict[str, Any]:
                     "model_calls": len(stack.openai.calls()),
                     "tool_calls": len(keys),
                     "positions": len(set(keys)),
-                    "bookings": len(booking.booked),
+                    "bookings": len(booking.bookings()),
                     "replies": len(stack.whasp.texts_to(phone)),
                 }
             )

@@ -258,7 +258,7 @@ class Demo:
             "slots are replayed, and the booking is asked again under the same idempotency key."
         )
         api = self.stack.lambda_api
-        api.lose_answers("book_appointment", 2)  # the call and the Lambda client's one retry
+        api.lose_answers("book_appointment")  # one attempt a call: the queue's retry asks again
         before = len(self.stack.replies_to(self.address))
         reply = self.talk("Can you book me a session on 2026-12-03 at 10:00?")
         self.stack.wait_idle(timeout=120)

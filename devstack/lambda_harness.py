@@ -47,7 +47,8 @@ class LambdaContext:
     """The context object Lambda passes to a handler (the attributes Powertools reads).
 
     `get_remaining_time_in_millis` counts down from `timeout` seconds after creation, as the
-    function's own deadline does."""
+    function's own deadline does, on `clock` (seconds; default the real monotonic clock: a
+    devstack.clock.ScaledClock's `now` lets a test make time pass without waiting)."""
 
     def __init__(
         self,
@@ -56,6 +57,7 @@ class LambdaContext:
         memory: int = 512,
         timeout: float = 60.0,
         request_id: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.function_name = function_name
         self.function_version = "$LATEST"
@@ -66,10 +68,11 @@ class LambdaContext:
         self.aws_request_id = request_id or str(uuid.uuid4())
         self.log_group_name = f"/aws/lambda/{self.function_name}"
         self.log_stream_name = f"local/[$LATEST]{os.getpid()}"
-        self._deadline = time.monotonic() + float(timeout)
+        self._clock = clock
+        self._deadline = clock() + float(timeout)
 
     def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
+        return max(0, int((self._deadline - self._clock()) * 1000))
 
 
 # --------------------------------------------------------------------------- the loader

@@ -70,11 +70,14 @@ class LocalResources:
     queue_arns: dict[str, str]
 
 
-def create_table(template: dict[str, Any], name: str, *, client: Any = None) -> str | None:
-    """Create the one DynamoDB table of the template; return its stream ARN (if any)."""
+def create_table(
+    template: dict[str, Any], name: str, *, client: Any = None, logical_id: str = "MemoryTable"
+) -> str | None:
+    """Create a DynamoDB table of the template (the memory table unless `logical_id` says
+    another, the example tool's calendar); return its stream ARN (if any)."""
     client = client or _client("dynamodb")
-    (_logical_id, table), *others = resources_of_type(template, "AWS::DynamoDB::Table").items()
-    assert not others, "the template holds exactly one table"
+    tables = resources_of_type(template, "AWS::DynamoDB::Table")
+    table = tables[logical_id] if logical_id in tables else next(iter(tables.values()))
     props = table["Properties"]
     kwargs: dict[str, Any] = {
         "TableName": name,

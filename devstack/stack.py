@@ -56,7 +56,7 @@ from devstack.console import Console
 from devstack.delivery import QueueDelivery, StreamDelivery, queue_counts
 from devstack.events import META_TEST_APP_SECRET, META_TEST_VERIFY_TOKEN
 from devstack.lambda_harness import Outcome, memagent_logs_to, stream_filters
-from devstack.resources import ROOT, LocalResources, create_all, load_template
+from devstack.resources import ROOT, LocalResources, create_all, create_table, load_template
 from devstack.runtime import FunctionPool, base_environment
 from devstack.ttl import DEFAULT_LAG_SECONDS, TimeToLive
 from memagent.person import LOCAL_PERSON_KEY
@@ -389,7 +389,7 @@ class DevStack(Started):
             attributes[(logical_id, "QueueUrl")] = url
         for logical_id, resource in resources.items():
             kind = resource.get("Type")
-            if kind == "AWS::DynamoDB::Table":
+            if kind == "AWS::DynamoDB::Table" and logical_id == "MemoryTable":
                 refs[logical_id] = self.resources.table_name
                 arn = (
                     f"arn:aws:dynamodb:{REGION}:{cfn.ACCOUNT_ID}:table/{self.resources.table_name}"
@@ -425,11 +425,19 @@ class DevStack(Started):
 
     def _create_buckets(self, resolver: cfn.Resolver) -> None:
         """Create the template's S3 buckets whose Condition holds (e.g. the transcript archive,
-        when `parameters={"ArchiveBucket": "..."}`), named as the template names them, and its
-        EventBridge buses."""
+        when `parameters={"ArchiveBucket": "..."}`), named as the template names them, its
+        EventBridge buses, and its tables but the memory table (the example tool's calendar,
+        with ExampleBookingTool=true)."""
         import boto3
 
         for logical_id, resource in (self.template.get("Resources") or {}).items():
+            if resource.get("Type") == "AWS::DynamoDB::Table" and logical_id != "MemoryTable":
+                if "Condition" in resource and not resolver.condition(resource["Condition"]):
+                    continue
+                name = resolver.refs[logical_id] = f"{self.prefix}-{logical_id}".lower()
+                create_table(self.template, name, logical_id=logical_id)
+                arn = f"arn:aws:dynamodb:{REGION}:{cfn.ACCOUNT_ID}:table/{name}"
+                resolver.attributes[(logical_id, "Arn")] = arn
             if resource.get("Type") == "AWS::Events::EventBus":  # the operator notifications
                 name = resolver.refs[logical_id] = f"{self.prefix}-{logical_id}"
                 resolver.attributes[(logical_id, "Arn")] = boto3.client("events").create_event_bus(

@@ -28,8 +28,11 @@ after_restore(
 
 
 def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = None) -> str:
-    seconds_left = lambda_context.get_remaining_time_in_millis() / 1000 if lambda_context else None
-    return consumer.process(record, seconds_left=seconds_left)
+    if lambda_context is None:
+        return consumer.process(record)
+    return consumer.process(
+        record, time_left=lambda: lambda_context.get_remaining_time_in_millis() / 1000
+    )
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -106,6 +106,7 @@ def _toolbox(settings: ConsumerSettings) -> ToolBox | None:
     return ToolBox(
         settings.tools,
         max_output_chars=settings.tool_output_max_chars,
+        lambda_timeout_seconds=settings.tool_timeout_seconds,
         handoff=settings.handoff_tool,
     )
 
@@ -209,16 +210,24 @@ class Consumer:
         processor = getattr(self, "_processor", None)
         return processor is not None and processor.expired.is_set()
 
-    def process(self, record: SQSRecord, *, seconds_left: float | None = None) -> str:
-        """Handle one record. With too little time left in the invocation, fail it at once:
-        it is retried later, instead of a Lambda timeout failing the whole batch."""
+    def process(self, record: SQSRecord, *, time_left: Callable[[], float] | None = None) -> str:
+        """Handle one record. With too little time left in the invocation (`time_left`: the
+        Lambda context's, in seconds), fail it at once: it is retried later, instead of a Lambda
+        timeout failing the whole batch. A tool turn checks it again before each step
+        (memagent.tool_loop), ending the watchdog's lead early."""
         logger.append_keys(message_id=record.message_id)
         if self.expiring():
             raise Deferred("the invocation's deadline is near (watchdog)")
-        budget = self.agent.settings.record_time_budget_seconds
-        if seconds_left is not None and budget and seconds_left < budget:
-            metrics.add_metric(name="RecordsDeferred", unit=MetricUnit.Count, value=1)
-            raise Deferred("not enough time left in this invocation")
+        settings = self.agent.settings
+        budget = settings.record_time_budget_seconds
+        if not budget or time_left is None:
+            self.agent.time_left = lambda: None
+        else:
+            clock, lead = time_left, settings.watchdog_seconds
+            self.agent.time_left = lambda: clock() - lead
+            if clock() < budget:
+                metrics.add_metric(name="RecordsDeferred", unit=MetricUnit.Count, value=1)
+                raise Deferred("not enough time left in this invocation")
         try:
             event = self.parse_event(json.loads(record.body))
         except (ValueError, MalformedEvent) as error:

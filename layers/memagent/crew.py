@@ -12,6 +12,8 @@ from memagent.lifecycle import forget_key
 from memagent.notify import OperatorEvents
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from memagent.archive import KeptMedia, TranscriptArchive
     from memagent.lifecycle import Receipt
     from memagent.model import ModelClient
@@ -43,6 +45,9 @@ class Crew:
         self.handoff_timeout = timedelta(hours=settings.handoff_timeout_hours)
         # handoff notifications (memagent.notify); no bus configured: none sent
         self.events = OperatorEvents(settings.operator_event_bus, settings.agent_id)
+        # seconds the record's invocation has left for a turn's next step (None: no budget);
+        # the consumer sets it for each record (memagent.consumer.Consumer.process)
+        self.time_left: Callable[[], float | None] = lambda: None
 
     def _forget(self, pk: str, *, at: datetime | None = None) -> Receipt:
         """Erase a person (memagent.lifecycle), with this agent's archive and kept media. Every

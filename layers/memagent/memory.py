@@ -34,7 +34,8 @@ class Turn:
 
     @property
     def content(self) -> str:
-        """The turn as the model reads it later: a reply with what its tools did."""
+        """The turn in a fold's transcript: a reply with what its tools did. (A turn's context
+        gives the tools' lines apart, as their data: memagent.context.)"""
         if not self.tools:
             return self.text
         return f"[tools used: {'; '.join(self.tools)}]\n{self.text}"

@@ -19,6 +19,7 @@ from memagent.notify import HANDOFF_STARTED
 from memagent.observability import count, logger
 from memagent.provider import shorten
 from memagent.tool_loop import Answer, RejectedAfterTools, answer_with_tools
+from memagent.tools import Caller
 
 if TYPE_CHECKING:
     from memagent.context import Context
@@ -66,7 +67,8 @@ def reply(
         about=about,
     )
     used = crew.model.tokens_used
-    text, done, handoff = _ask_the_model(crew, pk, first or answering.event_id, context)
+    caller = Caller.of(pk, (message.chat, *message.aliases))
+    text, done, handoff = _ask_the_model(crew, pk, first or answering.event_id, context, caller)
     if handoff:  # the model handed the chat to a human (the built-in tool)
         notice = settings.handoff_notice
         return hand_to_human(
@@ -119,7 +121,9 @@ def _context(
     return context
 
 
-def _ask_the_model(crew: Crew, pk: str, event_id: str | None, context: Context) -> Answer:
+def _ask_the_model(
+    crew: Crew, pk: str, event_id: str | None, context: Context, caller: Caller
+) -> Answer:
     """The model's reply (calling the declared tools along the way, if any). The tool calls are
     recorded under `event_id`, the burst's first message: a burst that grows after a crash
     (the person wrote again meanwhile) replays them instead of calling the tools anew."""
@@ -127,7 +131,7 @@ def _ask_the_model(crew: Crew, pk: str, event_id: str | None, context: Context) 
         if crew.tools is None:
             return Answer(crew.model.reply(context, person=pk), ())
         assert event_id is not None
-        return answer_with_tools(crew, pk, event_id, context)
+        return answer_with_tools(crew, pk, event_id, context, caller)
     except ModelRejected as error:
         # the model will never accept this request (a refusal, an unsupported input):
         # the person still gets exactly one reply, and the operator a metric

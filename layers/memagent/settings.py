@@ -600,6 +600,7 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     tool_max_rounds: int = 3
     tool_max_calls: int = 6
     tool_output_max_chars: int = 4000
+    tool_timeout_seconds: float = 30.0  # a Lambda tool's answer (the SDK's read timeout)
     # budgets (memagent/budget.py): a longer reply is shortened to this many messages, longer
     # voice notes are not transcribed, and past a daily limit a person gets one notice a day
     max_reply_parts: int = 3
@@ -681,6 +682,10 @@ def _tools(read: Environment) -> dict:
         "tool_max_calls": read.integer("TOOL_MAX_CALLS", 6, minimum=1, maximum=50),
         "tool_output_max_chars": read.integer(
             "TOOL_OUTPUT_MAX_CHARS", 4000, minimum=200, maximum=100_000
+        ),
+        # longer than the tool functions' own Timeout, so their timeout is what answers
+        "tool_timeout_seconds": read.number(
+            "TOOL_TIMEOUT_SECONDS", 30, minimum=0, above=True, maximum=900
         ),
     }
 

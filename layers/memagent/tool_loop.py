@@ -23,7 +23,16 @@ so a redelivery resumes with the calls alone; the turn in progress still sends a
 A burst is answered once, so its tools are called once: they are recorded under its first
 message, which stays first if the burst grows after a crash. Tool outputs go to the model framed as
 data, cut to TOOL_OUTPUT_MAX_CHARS; what was done is remembered with the reply, one short line
-per call (memagent.memory.Turn.tools).
+per call (memagent.memory.Turn.tools), screened like a fact (memagent.tools).
+
+Each tool gets who asks (memagent.tools.Caller: the message's identifiers, as the provider's
+signed webhook gave them), as its declaration asks for it, beside the model's arguments.
+
+Time: before each model round and each tool call the turn checks the time its invocation has
+left (crew.time_left, set by the consumer where RECORD_TIME_BUDGET_SECONDS is): a step that
+might not end in time is not started. The turn stops there (Deferred: the record is back within
+DEFER_SECONDS, on another invocation) with what it did recorded, and the redelivery resumes at
+the same position instead of a timeout or the watchdog cutting a call off half-way.
 """
 
 from __future__ import annotations
@@ -31,12 +40,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from memagent.errors import ModelRejected
+from memagent.errors import Deferred, ModelRejected
 from memagent.observability import count, logger
 
 if TYPE_CHECKING:
     from memagent.context import Context
     from memagent.crew import Crew
+    from memagent.settings import ConsumerSettings
+    from memagent.tools import Caller
 
 ROUND = "tool_"  # ledger attributes: tool_<r> (the round's items), tool_<r>_<i> (a call's result)
 TOOL_NOTE = (
@@ -48,6 +59,11 @@ TOO_MANY = json.dumps({"error": "too many tool calls in this turn: answer with w
 # item), leaving the rest to the calls' results (TOOL_MAX_CALLS x TOOL_OUTPUT_MAX_CHARS) and the
 # entry's own attributes
 ROUNDS_MAX_BYTES = 200_000
+# The openai client honours a Retry-After of up to 60 s between its attempts (openai-python's
+# _calculate_retry_timeout), and the reply that may follow a round must still be stored and sent:
+# 3 attempts x 13 s + Retry-After capped at 2 x 5 s, as template.yaml's consumer budget counts it.
+RETRY_AFTER_SECONDS = 60.0
+SEND_SECONDS = 50.0
 
 
 class Answer(NamedTuple):
@@ -69,8 +85,32 @@ def tool_key(event_id: str, round_: int, index: int) -> str:
     return f"{event_id}:tool:{round_}:{index}"[-255:]
 
 
-def answer_with_tools(crew: Crew, pk: str, event_id: str, context: Context) -> Answer:
-    """The model's answer to the message `event_id`, calling tools along the way."""
+def model_round_seconds(settings: ConsumerSettings) -> float:
+    """The longest one model round can take: every attempt timing out, with the waits between."""
+    retries = settings.openai_max_retries
+    waits = RETRY_AFTER_SECONDS * retries
+    return settings.openai_timeout_seconds * (retries + 1) + waits
+
+
+def _in_time(crew: Crew, seconds: float, step: str) -> None:
+    """Start `step` only if the invocation has `seconds` left; otherwise stop the turn here:
+    what it did is recorded, and the redelivery resumes at this step."""
+    left = crew.time_left()
+    if left is None or left >= seconds:
+        return
+    count("ToolTurnsPaused")
+    logger.info(
+        "tool turn paused: too little time left",
+        extra={"step": step, "left": round(left, 1), "needed": round(seconds, 1)},
+    )
+    raise Deferred(f"{step} may take {seconds:.0f} s, {left:.0f} s left: resumed on redelivery")
+
+
+def answer_with_tools(
+    crew: Crew, pk: str, event_id: str, context: Context, caller: Caller | None = None
+) -> Answer:
+    """The model's answer to the message `event_id`, calling tools along the way for
+    `caller`."""
     assert crew.tools is not None
     settings = crew.settings
     entry = crew.store.ledger(pk, event_id) or {}
@@ -84,6 +124,7 @@ def answer_with_tools(crew: Crew, pk: str, event_id: str, context: Context) -> A
             items = json.loads(recorded)
         else:
             final = round_ == settings.tool_max_rounds
+            _in_time(crew, model_round_seconds(settings) + SEND_SECONDS, f"round {round_}")
             try:
                 acted = crew.model.act(
                     instructions, conversation, crew.tools.specs(), final=final, person=pk
@@ -107,7 +148,7 @@ def answer_with_tools(crew: Crew, pk: str, event_id: str, context: Context) -> A
                 # handoff notice (memagent/reply.py), as when the person asks for one
                 return Answer("", tuple(done), handoff=True)
             calls += 1
-            output = _call_once(crew, pk, entry, event_id, round_, index, call, calls)
+            output = _call_once(crew, pk, entry, event_id, round_, index, call, calls, caller)
             conversation.append(
                 {"type": "function_call_output", "call_id": call["call_id"], "output": output[0]}
             )
@@ -138,6 +179,7 @@ def _call_once(
     index: int,
     call: dict[str, Any],
     calls: int,
+    caller: Caller | None,
 ) -> tuple[str, str]:
     """(output for the model, summary for memory) of one call: recorded, or made now."""
     assert crew.tools is not None
@@ -147,8 +189,9 @@ def _call_once(
         return str(result["output"]), str(result.get("summary", ""))
     if calls > crew.settings.tool_max_calls:
         return TOO_MANY, ""
+    _in_time(crew, crew.tools.seconds(call["name"]), f"call {round_}.{index}")
     made = crew.tools.call(
-        call["name"], call.get("arguments", "{}"), tool_key(event_id, round_, index)
+        call["name"], call.get("arguments", "{}"), tool_key(event_id, round_, index), caller
     )
     crew.store.record_tool(
         pk, event_id, name, {"output": made.output, "summary": made.summary, "failed": made.failed}

@@ -2,7 +2,7 @@
 
 The operator declares tools in one JSON file shipped with the consumer (TOOLS_FILE, relative to
 the function's code: functions/consumer/), read and checked at cold start; a bad entry stops the
-cold start naming it:
+cold start naming it (docs/tools.md is the operator's page):
 
     {"tools": [
       {"name": "list_free_slots", "description": "Free appointment slots on a day",
@@ -10,7 +10,7 @@ cold start naming it:
                       "required": ["day"]},
        "lambda": "${BOOKING_TOOL_ARN}"},
       {"name": "order_status", "description": "Where an order is",
-       "parameters": {...},
+       "parameters": {...}, "caller": "phone",
        "https": {"url": "https://api.example.com/tools/order-status",
                  "auth_header": "Authorization", "auth_parameter": "/agent/orders-token",
                  "timeout_seconds": 5}}
@@ -22,16 +22,25 @@ invoke exactly the functions the template lists (ToolFunctionArns, the example's
 posts to an allow-listed origin (TOOL_HOSTS; https only, loopback excepted for the local stack),
 with an auth header read from SSM (cached like every secret), no redirects, a timeout.
 
-Both get the same JSON: {"tool": name, "arguments": {...}, "idempotency_key": key}, the key
-derived from the inbound event and the call's position in the turn (memagent/tool_loop.py), so a
-tool can make its own effect idempotent; HTTPS tools also get it as the Idempotency-Key header.
+Both get the same JSON: {"tool": name, "arguments": {...}, "idempotency_key": key, "caller":
+{...}}, the key derived from the inbound event and the call's position in the turn
+(memagent/tool_loop.py), so a tool can make its own effect idempotent; HTTPS tools also get it
+as the Idempotency-Key header. `caller` is who asks, as the provider's signed webhook said, never
+as the model wrote: what the declaration's "caller" asks for ("phone", "bsuid", "key": an opaque
+key of the person for this tool alone; several as a list; "none", the default: no `caller` at
+all). A tool authorises by it, never by its arguments (docs/tools.md).
 Both answer {"output": <any JSON>, "summary": "<a short line for memory>"} or, for a failure
 the model should hear about, {"error": "..."}. Arguments are checked against the declared
-schema before any call; invalid ones go back to the model as an error, never to the tool.
+schema before any call; invalid ones (bad JSON, nested deeper than MAX_ARGUMENT_DEPTH, outside
+the schema) go back to the model as an error, never to the tool. A tool's summary is screened
+like a fact before memory keeps it (memagent.facts): an order in it is dropped, never stored.
 
-A call that fails in a way a retry may fix (Lambda throttled or its function crashed or timed
-out; HTTP 408, 429, 5xx, a timeout) raises TransientError: the record retries on our backoff,
-and the calls already made are replayed from the ledger, not repeated.
+A Lambda tool is invoked once per call: the SDK does not retry it (botocore's standard mode
+would retry a read timeout while the first invocation still runs, and Invoke has no idempotency
+token). A call that fails in a way a retry may fix (Lambda throttled or its function crashed or
+timed out; HTTP 408, 429, 5xx, a timeout) raises TransientError: the record retries on our
+backoff with the same key, and the calls already made are replayed from the ledger, not
+repeated. An HTTPS tool's answer is read up to MAX_BODY_BYTES.
 """
 
 from __future__ import annotations
@@ -48,14 +57,18 @@ from memagent.observability import logger
 from memagent.origins import parse_origins, url_origin
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from memagent.origins import Origin
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the Responses API's rule for function names
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 MAX_TIMEOUT_SECONDS = 30.0
+CONNECT_SECONDS = 3.0
 SUMMARY_CHARS = 160
+MAX_ARGUMENT_DEPTH = 32  # nesting of the model's arguments; deeper is refused like bad JSON
+MAX_BODY_BYTES = 1024 * 1024  # an HTTPS tool's answer (a Lambda's is at most 6 MB by AWS)
+CALLERS = ("phone", "bsuid", "key")  # what a declaration's "caller" may ask for
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,7 @@ class Tool:
     auth_header: str | None = None
     auth: Any = field(default=None, repr=False)  # a settings.Secret: .get() -> the header value
     timeout_seconds: float = 10.0
+    caller: tuple[str, ...] = ()  # who asks, as the tool needs it (CALLERS); () none
     check: Callable[[Any], Any] = field(default=lambda data: data, repr=False, compare=False)
 
     def spec(self) -> dict[str, Any]:
@@ -79,6 +93,36 @@ class Tool:
             "parameters": self.parameters,
             "strict": False,
         }
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who asks, as the provider's signed webhook said: the person's identifiers and the key of
+    their memory. The model never writes any of it."""
+
+    person: str  # the partition key of the person's memory (memagent.person)
+    phone: str | None = None
+    bsuid: str | None = None
+
+    @classmethod
+    def of(cls, person: str, identifiers: Iterable[str]) -> Caller:
+        """From a message's identifiers (its chat and aliases): a phone is E.164, "+..."."""
+        ids = [i for i in identifiers if i]
+        phone = next((i for i in ids if i.startswith("+")), None)
+        bsuid = next((i for i in ids if not i.startswith("+")), None)
+        return cls(person, phone, bsuid)
+
+    def for_tool(self, tool: Tool) -> dict[str, str | None]:
+        """What `tool` declared it needs: an identifier it may not have is null."""
+        given: dict[str, str | None] = {}
+        for part in tool.caller:
+            if part == "key":  # the same person, another key per tool: no tool links them
+                from memagent.person import digest
+
+                given["key"] = digest(f"tool{chr(0x1F)}{tool.name}{chr(0x1F)}{self.person}")[:40]
+            else:
+                given[part] = getattr(self, part)
+        return given
 
 
 @dataclass(frozen=True)
@@ -149,11 +193,12 @@ def _tool(
         raise ValueError("'parameters' must be a JSON schema of type 'object'")
     if ("lambda" in entry) == ("https" in entry):
         raise ValueError("say where it runs: exactly one of 'lambda' or 'https'")
+    caller = _caller(entry.get("caller", "none"))
     if "lambda" in entry:
         arn = _from_environment(str(entry["lambda"]), environ)
         if not arn.startswith("arn:") or ":function:" not in arn:
             raise ValueError(f"'lambda' must be a function ARN, not {arn!r}")
-        return Tool(name, description.strip(), parameters, lambda_arn=arn)
+        return Tool(name, description.strip(), parameters, lambda_arn=arn, caller=caller)
     https = entry["https"]
     url = str(https["url"])
     origin = url_origin(url)
@@ -182,7 +227,19 @@ def _tool(
         auth_header=header,
         auth=auth,
         timeout_seconds=timeout,
+        caller=caller,
     )
+
+
+def _caller(value: Any) -> tuple[str, ...]:
+    """A declaration's "caller": "none", one of CALLERS, or a list of them."""
+    asked = [value] if isinstance(value, str) else value
+    if not isinstance(asked, list) or not all(isinstance(a, str) for a in asked):
+        raise ValueError(f"'caller' must be 'none' or some of {', '.join(CALLERS)}")
+    asked = [a for a in asked if a != "none"]
+    if unknown := [a for a in asked if a not in CALLERS]:
+        raise ValueError(f"'caller' {unknown[0]!r} is not one of none, {', '.join(CALLERS)}")
+    return tuple(dict.fromkeys(asked))
 
 
 def _from_environment(value: str, environ: Mapping[str, str]) -> str:
@@ -222,23 +279,30 @@ class ToolBox:
         *,
         max_output_chars: int = 4000,
         lambda_client: Any = None,
+        lambda_timeout_seconds: float = MAX_TIMEOUT_SECONDS,
         handoff: bool = False,
     ):
         self.tools = {tool.name: tool for tool in tools}
         self.builtins = {HANDOFF_TOOL.name: HANDOFF_TOOL} if handoff else {}
         self.max_output_chars = max_output_chars
+        self.lambda_timeout_seconds = lambda_timeout_seconds
         self._lambda = lambda_client
         if lambda_client is None and any(t.lambda_arn for t in tools):
             import boto3  # at cold start: the consumer's init, not the first tool call
             from botocore.config import Config
 
-            # one quick retry of a throttle or a 5xx; past it, the record's own backoff
+            # One attempt in all (total_max_attempts: max_attempts counts retries only, so the
+            # max_attempts=2 this replaces made 3): botocore's standard mode retries a read
+            # timeout (HTTPClientError is among its transient errors: botocore/retries/
+            # standard.py; boto3's "Retries" guide), which would invoke a slow tool again while
+            # it still runs, and Invoke has no idempotency token. A throttle, a 5xx or a timeout
+            # is the record's retry, on our backoff, with the same idempotency key.
             self._lambda = boto3.client(
                 "lambda",
                 config=Config(
-                    connect_timeout=3,
-                    read_timeout=MAX_TIMEOUT_SECONDS,
-                    retries={"mode": "standard", "max_attempts": 2},
+                    connect_timeout=CONNECT_SECONDS,
+                    read_timeout=lambda_timeout_seconds,
+                    retries={"mode": "standard", "total_max_attempts": 1},
                 ),
             )
         self._http: Any = None
@@ -250,18 +314,33 @@ class ToolBox:
         """Whether a call is the built-in handoff (the turn's step, not a call out)."""
         return name in self.builtins
 
-    def call(self, name: str, arguments: str, key: str) -> ToolResult:
-        """Call one tool with the model's arguments (a JSON string) under `key`."""
+    def seconds(self, name: str) -> float:
+        """The longest one call of `name` can take before it answers or fails."""
+        tool = self.tools.get(name)
+        if tool is None:
+            return 0.0
+        timeout = self.lambda_timeout_seconds if tool.lambda_arn else tool.timeout_seconds
+        return CONNECT_SECONDS + timeout
+
+    def call(self, name: str, arguments: str, key: str, caller: Caller | None = None) -> ToolResult:
+        """Call one tool with the model's arguments (a JSON string) under `key`, for `caller`."""
         tool = self.tools.get(name)
         if tool is None:
             return self._refused(f"there is no tool called {name!r}")
         try:
             parsed = json.loads(arguments or "{}")
+            if _depth(parsed) > MAX_ARGUMENT_DEPTH:
+                raise ValueError(f"nested deeper than {MAX_ARGUMENT_DEPTH} levels")
             tool.check(parsed)
-        except ValueError as error:  # bad JSON, or JsonSchemaValueException (a ValueError)
+        except (ValueError, RecursionError) as error:
+            # bad JSON, too deep (the decoder's own limit is RecursionError), or
+            # JsonSchemaValueException (a ValueError)
             logger.info("tool arguments refused", extra={"tool": name})
-            return self._refused(f"invalid arguments: {getattr(error, 'message', error)}")
-        payload = {"tool": name, "arguments": parsed, "idempotency_key": key}
+            why = "nested too deeply" if isinstance(error, RecursionError) else error
+            return self._refused(f"invalid arguments: {getattr(why, 'message', why)}")
+        payload: dict[str, Any] = {"tool": name, "arguments": parsed, "idempotency_key": key}
+        if tool.caller:  # after the arguments: nothing the model wrote reaches it
+            payload["caller"] = (caller or Caller("")).for_tool(tool)
         answer = self._lambda_call(tool, payload) if tool.lambda_arn else self._https(tool, payload)
         return self._result(name, answer)
 
@@ -280,7 +359,7 @@ class ToolBox:
             logger.info("tool output cut", extra={"tool": name, "chars": len(output)})
             output = output[: self.max_output_chars] + " [cut: the output was longer]"
         summary = answer.get("summary") or (f"failed: {answer['error']}" if failed else output)
-        return ToolResult(output=output, summary=str(summary)[:SUMMARY_CHARS], failed=failed)
+        return ToolResult(output=output, summary=_screened(name, str(summary)), failed=failed)
 
     def _lambda_call(self, tool: Tool, payload: dict[str, Any]) -> Any:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -327,26 +406,79 @@ class ToolBox:
                 body=json.dumps(payload).encode(),
                 headers=headers,
                 timeout=urllib3.Timeout(
-                    connect=min(3.0, tool.timeout_seconds), read=tool.timeout_seconds
+                    connect=min(CONNECT_SECONDS, tool.timeout_seconds), read=tool.timeout_seconds
                 ),
                 redirect=False,
+                preload_content=False,  # read up to MAX_BODY_BYTES, never the whole of it
             )
+        except urllib3.exceptions.HTTPError as error:
+            raise TransientError(f"tool {tool.name}: {type(error).__name__}") from None
+        try:
+            body = _read_capped(response)
         except urllib3.exceptions.HTTPError as error:
             raise TransientError(f"tool {tool.name}: {type(error).__name__}") from None
         if response.status in (408, 429) or response.status >= 500:
             raise TransientError(f"tool {tool.name}: HTTP {response.status}")
+        if body is None:
+            logger.info("tool answer over the size cap", extra={"tool": tool.name})
+            return {"error": f"the tool answered more than {MAX_BODY_BYTES} bytes"}
         try:
-            answer = json.loads(response.data or b"null")
+            answer = json.loads(body or b"null")
         except ValueError:
             answer = None
         if response.status >= 300:
-            error = answer.get("error") if isinstance(answer, dict) else None
-            return {"error": str(error or f"HTTP {response.status}")}
+            said = answer.get("error") if isinstance(answer, dict) else None
+            return {"error": str(said or f"HTTP {response.status}")}
         return (
             answer
             if answer is not None
             else {"error": "the tool answered something that is not JSON"}
         )
+
+
+def _read_capped(response: Any) -> bytes | None:
+    """The body, or None past MAX_BODY_BYTES: then the rest is never read, the connection is
+    closed instead of returned to the pool."""
+    try:
+        declared = int(response.headers.get("Content-Length") or 0)
+    except ValueError:
+        declared = 0  # not a length: read, and count, what comes
+    body = b"" if declared > MAX_BODY_BYTES else response.read(MAX_BODY_BYTES + 1)
+    if declared > MAX_BODY_BYTES or len(body) > MAX_BODY_BYTES:
+        response.close()
+        return None
+    response.release_conn()
+    return body
+
+
+def _depth(value: Any) -> int:
+    """How deeply `value` nests lists and objects (a scalar: 0), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children = list(item.values())
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_ARGUMENT_DEPTH:
+            return deepest
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def _screened(name: str, summary: str) -> str:
+    """A tool's summary as memory keeps it: screened like a fact (memagent.facts), a sentence
+    that reads as an order dropped, since the next turns read it back."""
+    from memagent.facts import looks_like_instruction, plain, screen_summary
+
+    if not looks_like_instruction(summary):
+        return plain(summary)[:SUMMARY_CHARS]
+    logger.warning("tool summary screened", extra={"tool": name})
+    kept = screen_summary(summary)
+    return (kept or "(its summary read as an instruction; not kept)")[:SUMMARY_CHARS]
 
 
 def tool_hosts(value: str | None) -> frozenset[Origin]:

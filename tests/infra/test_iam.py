@@ -406,3 +406,26 @@ def test_the_person_key_is_read_by_the_functions_that_derive_keys_and_by_no_othe
         (function, "secretsmanager:GetSecretValue", key)
         for function in ("WebhookFunction", "ConsumerFunction", "AdminFunction")
     }
+
+
+def test_the_example_tool_may_read_and_write_its_calendar_and_no_other_table(shape) -> None:
+    # given the stack as deployed (the example booking tool on, or off)
+    cfn, parameters = shape
+    grants = {
+        (action, resource)
+        for function, action, resource in listing(cfn, parameters)
+        if function == "BookingToolFunction" and action.startswith("dynamodb:")
+    }
+    if not parameters.get("ExampleBookingTool"):
+        assert grants == set()
+        return
+    # then its conditional booking (TransactWriteItems is authorised as its PutItems), its
+    # idempotency read and its day's Query, on its own table only
+    assert grants == {
+        ("dynamodb:GetItem", "BookingTable.Arn"),
+        ("dynamodb:PutItem", "BookingTable.Arn"),
+        ("dynamodb:Query", "BookingTable.Arn"),
+    }
+    # and no other function may touch it
+    others = {f for f, _, r in listing(cfn, parameters) if r.startswith("BookingTable")}
+    assert others == {"BookingToolFunction"}

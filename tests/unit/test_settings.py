@@ -176,6 +176,11 @@ def test_the_tools_file_is_checked_at_cold_start_naming_the_bad_entry(tmp_path):
             "name": "slots",
             "parameters": {"type": "object", "required": 3},
         },
+        "tool #2 (slots): 'caller' 'email' is not one of none, phone, bsuid, key": {
+            **good,
+            "name": "slots",
+            "caller": ["key", "email"],
+        },
         "tool #2: the name 'list_free_slots' is declared twice": good,
     }
     for expected, second in cases.items():
@@ -185,6 +190,10 @@ def test_the_tools_file_is_checked_at_cold_start_naming_the_bad_entry(tmp_path):
             ConsumerSettings.from_env(env)
     tools.write_text(json.dumps({"tools": [good]}))
     assert [t.name for t in ConsumerSettings.from_env(env).tools] == ["list_free_slots"]
+    with pytest.raises(ConfigurationError, match="TOOL_TIMEOUT_SECONDS: must be above 0"):
+        ConsumerSettings.from_env({**env, "TOOL_TIMEOUT_SECONDS": "0"})
+    timed = ConsumerSettings.from_env({**env, "TOOL_TIMEOUT_SECONDS": "12"})
+    assert timed.tool_timeout_seconds == 12
     tools.write_text("not json")
     with pytest.raises(ConfigurationError, match=r"TOOLS_FILE .*not a JSON object"):
         ConsumerSettings.from_env(env)
