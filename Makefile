@@ -12,8 +12,8 @@ help:
 	@echo "make test      the test suite, in parallel, without the slow tier (creates .venv)"
 	@echo "make test-slow the slow tier: sam build, the demo, the bench smoke, the 20 x 60 stack run"
 	@echo "make test-all  both (CI runs both)"
-	@echo "make mutation  mutmut on the domain modules (MODULE=facts: one), a score per module"
-	@echo "make lint      ruff lint and format check"
+	@echo "make mutation  mutmut on the domain modules (MODULE=memory.facts: one), a score per module"
+	@echo "make lint      ruff lint and format check, import-linter's contracts"
 	@echo "make validate  sam validate --lint (offline)"
 	@echo "make scan      checkov on template.yaml (its own virtualenv, .venv-scan)"
 	@echo "make build     sam build for python3.13/arm64, then check the artifacts"
@@ -62,6 +62,7 @@ mutation: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
@@ -108,4 +109,4 @@ bench: $(STAMP)
 	$(PY) bench/run.py --out docs/benchmarks.md
 
 clean:
-	rm -rf .aws-sam .pytest_cache .ruff_cache .hypothesis
+	rm -rf .aws-sam .pytest_cache .ruff_cache .hypothesis .import_linter_cache

@@ -61,7 +61,7 @@ def deliver(
     """One run: a fresh table, the consumer cold-started with COALESCE_BURSTS, every round."""
     from conversation import realistic_model
 
-    from memagent.provider import idempotency_key
+    from memagent.providers.seam import idempotency_key
 
     consumer = stack.consumer(
         "bu", realistic_model, COALESCE_BURSTS="true" if coalesce else "false"

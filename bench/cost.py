@@ -338,7 +338,7 @@ def full_history_model_input(measured: dict[str, Any], assumptions: Assumptions)
 def worst_day(template: dict[str, Any], assumptions: Assumptions) -> dict[str, Any]:
     """One person's worst day of model tokens at the template's default limits, in dollars.
 
-    Every call made for a person counts on their day (memagent.budget): replies, photo
+    Every call made for a person counts on their day (memagent.memory.budget): replies, photo
     descriptions, voice note transcriptions and memory folds; past the limit no reply,
     description or transcription is made. So the counted tokens are at most PersonDailyTokens
     (and the one call that crosses it), priced here at the input rate, plus PersonDailyTurns
@@ -346,7 +346,7 @@ def worst_day(template: dict[str, Any], assumptions: Assumptions) -> dict[str, A
     ones already). What the limit does not stop: the folds of what the person writes past it
     (still remembered, and folded like the rest), at most one folded turn's input per message
     plus its share of the fold's own prompt, summary and notes."""
-    from memagent import compaction
+    from memagent.compaction import fold as compaction
     from memagent.settings import MemorySettings
 
     defaults = {

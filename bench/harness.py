@@ -31,7 +31,7 @@ from devstack.lambda_harness import (  # noqa: F401
     memagent_logs_to,
     retried,
 )
-from memagent.person import LOCAL_PERSON_KEY, person_key
+from memagent.memory.person import LOCAL_PERSON_KEY, person_key
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "whsec_" + base64.b64encode(b"memagent-bench-only-secret-do-not-use").decode()
@@ -49,7 +49,7 @@ POWERTOOLS_ENV = {
     # Outside Lambda the Tracer disables itself anyway; said explicitly so no daemon is tried.
     "POWERTOOLS_TRACE_DISABLED": "1",
     "POWERTOOLS_DEV": "false",
-    "PERSON_KEY": LOCAL_PERSON_KEY,  # the documented local key (memagent.person)
+    "PERSON_KEY": LOCAL_PERSON_KEY,  # the documented local key (memagent.memory.person)
     "MEMAGENT_LOCAL_STACK": "1",  # which only a local run accepts
 }
 # Set before any benchmark imports memagent (each imports this module first): Powertools'
@@ -285,7 +285,7 @@ def write_units(size: int) -> int:
     return max(1, math.ceil(size / 1024))
 
 
-# what the per-person budget counters (memagent/budget.py) add to the items a turn writes
+# what the per-person budget counters (memagent/memory/budget.py) add to the items a turn writes
 BUDGET_ATTRIBUTES = ("budget_day", "day_turns", "day_tokens", "counted_seq", "notice_day", "tokens")
 
 

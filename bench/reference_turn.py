@@ -27,7 +27,7 @@ from typing import Any
 
 from boto3.dynamodb.conditions import Key
 
-from memagent.whasp import idempotency_key
+from memagent.providers.whasp import idempotency_key
 
 
 class ReferenceAgent:
@@ -132,7 +132,7 @@ def on_stand_ins(stack: Any, table_name: str, *, model_retries: int) -> Referenc
     from harness import SYSTEM_PROMPT
     from openai import OpenAI
 
-    from memagent.whasp import WhaspClient
+    from memagent.providers.whasp import WhaspClient
 
     return ReferenceAgent(
         table_name,

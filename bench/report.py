@@ -290,7 +290,7 @@ bytecode cached; bench/import_time.py):
 - every function creates its AWS clients at init (the `+ one client` row is that cost alone:
   botocore reads its service and endpoint data files), so that Lambda's init, which runs before
   the first request with the full CPU (and, with SnapStart, once per version), pays it instead of
-  the first request; the webhook creates none: its two SQS calls go through memagent.sqs
+  the first request; the webhook creates none: its two SQS calls go through memagent.aws.sqs
   (botocore's credentials, SigV4 signer and HTTP session, the JSON protocol's SendMessage and
   SendMessageBatch mapped by hand), whose credentials and connection pool are also set up at
   init; the consumer and compactor import the OpenAI client and its Responses API at init for the
@@ -792,7 +792,7 @@ bill:
   versions published after it is turned on: deploy it together with a change of the functions'
   code or configuration to publish one at once.
 - Restored environments reseed their random jitter and drop their model client and cached
-  secrets (memagent.snapstart), so no two copies share them.
+  secrets (memagent.aws.snapstart), so no two copies share them.
 """
 
 

@@ -11,7 +11,7 @@
 2. The outage survived before any dead letter: the model answers 500 to everything; the record
    is retried on our schedule until SQS moves it to the dead-letter queue (maxReceiveCount from
    template.yaml). Measured: AWS hours from the first receive to the dead-letter queue. Also
-   given: the schedule's worst-case arithmetic (memagent.backoff, every delay at its shortest),
+   given: the schedule's worst-case arithmetic (memagent.aws.backoff, every delay at its shortest),
    and what a fixed retry delay as quick as our first one would survive with the same receives.
 """
 
@@ -28,7 +28,7 @@ from devstack import moto_fixes
 from devstack.clock import SQS_CLOCK
 from devstack.delivery import QueueDelivery, in_process
 from devstack.resources import load_template, max_receive_count
-from memagent.backoff import RetrySchedule, outage_survived_seconds
+from memagent.aws.backoff import RetrySchedule, outage_survived_seconds
 
 HOUR = 3600.0
 

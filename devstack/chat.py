@@ -9,7 +9,7 @@ Type a message and the agent answers, as on WhatsApp. Commands:
     /days N                let N days pass (later messages are dated N days later)
     /replace +14155550199  whasp replaces the business number (number.replaced)
     /optout                whasp opts the chat out (as after STOP); writing again lifts it
-    /forget                the operator erases the person (memagent.lifecycle.forget)
+    /forget                the operator erases the person (memagent.lifecycle.rights.forget)
     /human                 the operator takes the chat over (the agent stays quiet)
     /say TEXT              the operator writes to the person, as the business
     /back                  the operator hands the chat back to the agent
@@ -199,7 +199,7 @@ class Chat:
         )
 
     def forget(self) -> None:
-        from memagent.lifecycle import forget
+        from memagent.lifecycle.rights import forget
 
         self.stack.wait_idle(timeout=60)
         receipt = forget(self.stack.store(), self.stack.agent_id, self.phone)

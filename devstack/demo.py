@@ -292,7 +292,7 @@ class Demo:
         )
         self._check_same_memory(pk_before)
         if self.offline:
-            from memagent.context import NEW_NUMBER_LINE
+            from memagent.memory.context import NEW_NUMBER_LINE
 
             told = [NEW_NUMBER_LINE in notes_of(c) for c in self._replies(before)]
             self.check(told == [True, False], "the model is told about the new number once")
@@ -426,9 +426,11 @@ class Demo:
     def forget(self) -> None:
         self.console.heading("9. Maya asks the operator to erase her (GDPR art. 17)")
         try:
-            from memagent.lifecycle import forget
+            from memagent.lifecycle.rights import forget
         except ImportError:
-            self.console.note("memagent.lifecycle.forget is not available in this version: skipped")
+            self.console.note(
+                "memagent.lifecycle.rights.forget is not available in this version: skipped"
+            )
             return
         self.stack.wait_idle(timeout=60)
         identifier = self.bsuid if self.meta else MAYA  # Meta: by her current BSUID

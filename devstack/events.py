@@ -2,7 +2,8 @@
 anything else that invokes a handler directly (as `sam local invoke -e` would).
 
     http_event(body, headers)       API Gateway HTTP API, payload format 2.0
-    signed_headers(body, event_id)  whasp's Standard Webhooks headers (memagent.whasp.sign)
+    signed_headers(body, event_id)  whasp's Standard Webhooks headers
+                                    (memagent.providers.whasp.sign)
     whasp_message(text, ...)        a whasp `message.received` event
     sqs_record(event) / sqs_batch   SQS FIFO records from the per-person queue
     meta_notification(...)          a Meta Cloud API webhook body (meta_message, meta_status,
@@ -19,9 +20,9 @@ import uuid
 from typing import Any
 
 from devstack.apigw import http_api_event
-from memagent.person import agent_key, person_key
-from memagent.queue import deduplication_id
-from memagent.whasp import sign
+from memagent.aws.queue import deduplication_id
+from memagent.memory.person import agent_key, person_key
+from memagent.providers.whasp import sign
 
 AGENT = "coach"
 BUSINESS = "+14155550100"
@@ -213,7 +214,7 @@ def meta_body(notification: dict[str, Any]) -> bytes:
 
 def meta_headers(body: bytes, *, app_secret: str) -> dict[str, str]:
     """The header Meta signs a webhook POST with (API Gateway v2 lower-cases header names)."""
-    from memagent.meta import sign as meta_sign
+    from memagent.providers.meta import sign as meta_sign
 
     return {"x-hub-signature-256": meta_sign(app_secret, body), "user-agent": "facebookexternalua"}
 

@@ -46,7 +46,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from devstack import RecordingServer, Reply, Request
-from memagent.context import FACTS_HEADING, NEW_NUMBER_LINE, PICKED_HEADING, SUMMARY_HEADING
+from memagent.memory.context import FACTS_HEADING, NEW_NUMBER_LINE, PICKED_HEADING, SUMMARY_HEADING
 
 RESPONSES = "/v1/responses"
 BEDROCK_RESPONSES = "/openai/v1/responses"
@@ -412,8 +412,8 @@ def bedrock_token_problem(token: str, key_id: str | None) -> str | None:
 
 def undocumented_fields(body: dict[str, Any]) -> list[str]:
     """The request's fields AWS does not document bedrock-runtime's Responses API as taking
-    (memagent.model.BEDROCK_FIELDS says which it does, and where AWS says so)."""
-    from memagent.model import BEDROCK_FIELDS
+    (memagent.model.client.BEDROCK_FIELDS says which it does, and where AWS says so)."""
+    from memagent.model.client import BEDROCK_FIELDS
 
     return sorted(set(body) - BEDROCK_FIELDS)
 
@@ -555,8 +555,8 @@ def _reply(request: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-# The notes are read as memagent.context and memagent.model write them (their own headings), so
-# rewording a heading there cannot leave the offline model silently blind to it.
+# The notes are read as memagent.memory.context and memagent.model.client write them (their own
+# headings), so rewording a heading there cannot leave the offline model silently blind to it.
 _NONE = {"", "(none)", "(empty)"}
 
 
@@ -671,7 +671,7 @@ def _summary(request: dict[str, Any], messages: list[str]) -> str:
 
 
 def _previous_summary(request: dict[str, Any]) -> str:
-    """The summary a fold starts from (memagent.model's "Current summary:" paragraph)."""
+    """The summary a fold starts from (memagent.model.client's "Current summary:" paragraph)."""
     return _note("\n".join(_texts(request)), "Current summary:\n")
 
 
@@ -762,7 +762,7 @@ def _facts(messages: list[str], dates: dict[str, datetime] | None = None) -> lis
 
 # ---------------------------------------------------------------------- reading requests
 
-# A fold's transcript line: "Person (2026-12-01): ..." (memagent.model), or "user: ...".
+# A fold's transcript line: "Person (2026-12-01): ..." (memagent.model.client), or "user: ...".
 _USER_LINE = re.compile(r"^\s*(?:user|person)\s*(?:\([^)]*\))?\s*:\s*(.+)$", re.I)
 
 

@@ -1,6 +1,6 @@
 """A stand-in for whasp's outbound API: sending texts and downloading media.
 
-Implements the assumed contract in the project's whasp adapter (memagent.whasp):
+Implements the assumed contract in the project's whasp adapter (memagent.providers.whasp):
 
     POST /v1/messages   Authorization: Bearer <key>, Idempotency-Key: <= 255 chars
                         {"from", "to", "type": "text", "text" (<= 4,096 chars)}

@@ -247,7 +247,7 @@ def stream_record(raw: dict[str, Any], stream_arn: str) -> dict[str, Any]:
     if isinstance(created, datetime):
         record["dynamodb"]["ApproximateCreationDateTime"] = int(created.timestamp())
     if "userIdentity" in record:  # the TTL's deletions (devstack.ttl)
-        from memagent.stream import lambda_identity
+        from memagent.aws.stream import lambda_identity
 
         record["userIdentity"] = lambda_identity(record["userIdentity"])
     record["eventVersion"] = "1.1"

@@ -59,7 +59,7 @@ from devstack.lambda_harness import Outcome, memagent_logs_to, stream_filters
 from devstack.resources import ROOT, LocalResources, create_all, create_table, load_template
 from devstack.runtime import FunctionPool, base_environment
 from devstack.ttl import DEFAULT_LAG_SECONDS, TimeToLive
-from memagent.person import LOCAL_PERSON_KEY
+from memagent.memory.person import LOCAL_PERSON_KEY
 
 # The documented TEST-ONLY webhook secret (scripts/sign_events.py, tests/conftest.py). Public on
 # purpose: the local endpoint accepts what the sample events and the docs sign with it.
@@ -970,13 +970,13 @@ class DevStack(Started):
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def person_key(self, phone: str) -> str:
-        from memagent.person import person_key
+        from memagent.memory.person import person_key
 
         return person_key(self.agent_id, phone)
 
     def view(self, phone: str) -> PersonView:
         """The person an identifier (phone or BSUID) reaches now."""
-        from memagent.lifecycle import resolve
+        from memagent.lifecycle.rights import resolve
 
         return self.view_key(resolve(self.store(), self.agent_id, phone))
 
@@ -1043,7 +1043,7 @@ class DevStack(Started):
 
     def store(self) -> Any:
         """A memagent MemoryStore on the local table (for operator actions such as forget)."""
-        from memagent.store import MemoryStore
+        from memagent.store.memory_store import MemoryStore
 
         assert self.resources is not None
         return MemoryStore(self.resources.table_name)

@@ -13,7 +13,7 @@ What AWS documents, and this stand-in does:
   Records[].userIdentity.type "Service", Records[].userIdentity.principalId
   "dynamodb.amazonaws.com"" (Streams API reference, Record). GetRecords spells the Identity
   shape's members PrincipalId and Type (botocore's model); Lambda's records, principalId and
-  type (devstack.lambda_harness.stream_record, memagent.stream). Dated at the deletion.
+  type (devstack.lambda_harness.stream_record, memagent.aws.stream). Dated at the deletion.
 
 Time is AWS's time on this machine, devstack.clock (no sleeping: advance it, then sweep):
 

@@ -93,13 +93,13 @@ def mutate(module: str, tests: list[str], max_children: int) -> Counter[str]:
     return statuses
 
 
-SCREENING = ("_INSTRUCTION_PATTERNS", "_FILLER", "_SENTENCE_BREAK")  # in memagent.facts
+SCREENING = ("_INSTRUCTION_PATTERNS", "_FILLER", "_SENTENCE_BREAK")  # in memagent.memory.facts
 
 
 def screening_variants() -> list[tuple[str, str, int, str]]:
     """(regex name, what was removed, pattern index, the pattern without it) for every pattern
     of the instruction screen and every alternative of every group in them."""
-    from memagent import facts
+    from memagent.memory import facts
 
     variants = []
     for name in SCREENING:
@@ -154,7 +154,7 @@ def _without_each(pattern: str, start: int, bars: list[int], end: int) -> list[t
 def screening() -> tuple[int, int]:
     """Remove each screening pattern and alternative in turn: a screening test must fail.
     Returns (variants, variants a test failed on)."""
-    from memagent import facts
+    from memagent.memory import facts
 
     tests = screening_tests()
     original = {name: getattr(facts, name) for name in SCREENING}

@@ -25,10 +25,11 @@ With --stack, the table name, agent id, buckets and person key are read from the
 stack (its MemoryTableName, MediaBucketName, TranscriptArchiveBucketName and PersonKeySecretArn
 outputs and AgentId parameter), with your usual AWS credentials; kept media and archived
 transcripts are exported and erased too. For the local stack, point boto3 at it with
-AWS_ENDPOINT_URL, set PERSON_KEY to its documented local value (memagent.person.LOCAL_PERSON_KEY)
-with MEMAGENT_LOCAL_STACK=1 (the functions' rule: that key is refused outside a local run), and
-pass --table and --agent (and --media-bucket, --archive-bucket). The same operations are
-served over HTTP by the admin API (AdminApiUrl output, AWS_IAM).
+AWS_ENDPOINT_URL, set PERSON_KEY to its documented local value
+(memagent.memory.person.LOCAL_PERSON_KEY) with MEMAGENT_LOCAL_STACK=1 (the functions' rule: that key
+is refused outside a local run), and pass --table and --agent (and --media-bucket,
+--archive-bucket). The same operations are served over HTTP by the admin API (AdminApiUrl output,
+AWS_IAM).
 
 Export and forget run only under the stack's own person key: under any other every phone's key
 is another, so an export would find nothing and a forget erase nothing, and both would say so
@@ -49,12 +50,12 @@ from urllib.parse import quote
 
 import boto3
 
-from memagent.archive import KeptMedia, TranscriptArchive
+from memagent.aws.archive import KeptMedia, TranscriptArchive
 from memagent.errors import ConfigurationError, SecretUnavailable
-from memagent.lifecycle import export, forget
-from memagent.provider import PERSON_ID
+from memagent.lifecycle.rights import export, forget
+from memagent.providers.seam import PERSON_ID
 from memagent.settings import person_key_secret
-from memagent.store import MemoryStore
+from memagent.store.memory_store import MemoryStore
 
 # CloudFormation's own tag on what a stack creates (the CloudFormation user guide, "Resource
 # tag": aws:cloudformation:stack-name, logical-id and stack-id, created automatically)

@@ -42,9 +42,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from devstack.events import META_TEST_APP_SECRET
-from memagent.meta import HEADER_SIGNATURE as META_HEADER_SIGNATURE
-from memagent.meta import sign as meta_sign
-from memagent.whasp import HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP, SECRET_PREFIX, sign
+from memagent.providers.meta import HEADER_SIGNATURE as META_HEADER_SIGNATURE
+from memagent.providers.meta import sign as meta_sign
+from memagent.providers.whasp import (
+    HEADER_ID,
+    HEADER_SIGNATURE,
+    HEADER_TIMESTAMP,
+    SECRET_PREFIX,
+    sign,
+)
 
 TEST_SECRET = SECRET_PREFIX + base64.b64encode(b"memagent-test-only-secret-do-not-use").decode()
 EVENTS_DIR = Path(__file__).resolve().parent.parent / "events"

@@ -37,7 +37,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--near", type=float, default=1.0, help="share of the guide to list from")
     args = parser.parse_args()
-    files = sorted((ROOT / "layers" / "memagent").glob("*.py"))
+    files = sorted((ROOT / "layers" / "memagent").rglob("*.py"))
     files += sorted((ROOT / "functions").glob("*/app.py"))
     rows = [
         (lines, kind, f"{path.relative_to(ROOT)}:{name}")

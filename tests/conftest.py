@@ -20,7 +20,7 @@ from devstack import events, lambda_harness
 from devstack.aws import MotoServer, aws_env
 from devstack.events import http_event, sqs_batch, sqs_record  # noqa: F401 (for the tests)
 from devstack.resources import LocalResources, create_all, load_template
-from memagent.person import LOCAL_PERSON_KEY
+from memagent.memory.person import LOCAL_PERSON_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_SECRET = "whsec_" + base64.b64encode(b"memagent-test-only-secret-do-not-use").decode()
@@ -37,7 +37,7 @@ os.environ.update(
         "POWERTOOLS_DEV": "false",
         # a local run: the webhook accepts the published TEST_SECRET (refused in AWS)
         "MEMAGENT_LOCAL_STACK": "1",
-        # the documented local key of person keys (memagent.person): AWS generates its own
+        # the documented local key of person keys (memagent.memory.person): AWS generates its own
         "PERSON_KEY": LOCAL_PERSON_KEY,
     }
 )
@@ -281,7 +281,7 @@ def compactor_env(resources, openai) -> dict[str, str]:
         "OPENAI_API_KEY": "sk-test",
         "OPENAI_MODEL": "gpt-6-luna",
         "OPENAI_BASE_URL": f"{openai.url}/v1",
-        # what failed on the stream is retried from here (memagent.compaction_retry)
+        # what failed on the stream is retried from here (memagent.compaction.retry)
         "FAILURE_QUEUE_URL": resources.queue_urls["CompactionFailureQueue"],
     }
 
@@ -356,8 +356,8 @@ def seed_turns(
     from dataclasses import replace
     from datetime import UTC, datetime, timedelta
 
-    from memagent.memory import Turn
-    from memagent.person import person_key
+    from memagent.memory.person import person_key
+    from memagent.memory.types import Turn
 
     start = start or datetime(2026, 11, 1, 8, tzinfo=UTC)
     pk = person_key(agent, phone)

@@ -14,8 +14,8 @@ from openai import OpenAI
 from devstack.aws import MotoServer, aws_env
 from devstack.fake_openai import FakeOpenAI
 from devstack.fake_whasp import FakeWhasp
-from memagent.context import FACTS_HEADING  # the heading the consumer writes
-from memagent.model import COMPACTION_SCHEMA  # the schema the compactor sends, not a copy
+from memagent.memory.context import FACTS_HEADING  # the heading the consumer writes
+from memagent.model.client import COMPACTION_SCHEMA  # the schema the compactor sends, not a copy
 
 API_KEY = "whasp-test-key"
 OUR_NUMBER = "+14155550100"
@@ -273,7 +273,7 @@ def test_bedrock_runtime_refuses_a_field_aws_does_not_document(openai_server):
     # given the stand-in's bedrock-runtime path, with any well-formed bearer token
     from botocore.credentials import Credentials
 
-    from memagent.bedrock import bearer_token
+    from memagent.model.bedrock import bearer_token
 
     token = bearer_token(Credentials("AKIDEXAMPLE", "secret"), "us-east-1")
     bedrock = OpenAI(base_url=f"{openai_server.url}/openai/v1", api_key=token, max_retries=0)

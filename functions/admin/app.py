@@ -13,9 +13,10 @@ DELETE /people/{id}/handoff            hand the chat back to the agent
 POST   /people/{id}/messages           the operator writes: {"text": "..."}, Idempotency-Key
 GET    /handoffs                       who is waiting for a human, oldest first
 
-Each request writes one audit line (memagent.audit): the caller's IAM ARN, the action, the
-person's hashed key, the time and the outcome; never content. Bad input is a 400 saying what is
-wrong, an unknown person or fact a 404, a refused edit a 409, Meta's closed 24-hour window 422.
+Each request writes one audit line (memagent.lifecycle.audit_trail): the caller's IAM ARN, the
+action, the person's hashed key, the time and the outcome; never content. Bad input is a 400 saying
+what is wrong, an unknown person or fact a 404, a refused edit a 409, Meta's closed 24-hour window
+422.
 
 `{id}` is any of the person's identifiers: a phone in E.164, or a Meta business-scoped user id.
 
@@ -23,7 +24,7 @@ A reply needs a take-over first: POST .../messages while no handoff is in force 
 back, or HandoffTimeoutHours passed without an operator reply) is a 409 "take the chat over first",
 and nothing is stored or sent; a retry of a reply already stored (same person, same Idempotency-Key)
 still finishes it. Two requests with one key at once: one sends, the other is a 409 "being sent"
-(retried, it answers the first's result). See memagent/operator_handoff.py.
+(retried, it answers the first's result). See memagent/operator/handoff.py.
 """
 
 import json
@@ -35,9 +36,7 @@ from urllib.parse import unquote
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from memagent import audit as actions
-from memagent.archive import KeptMedia, TranscriptArchive
-from memagent.audit import audit
+from memagent.aws import KeptMedia, OperatorEvents, TranscriptArchive
 from memagent.errors import (
     ConcurrentUpdate,
     ConfigurationError,
@@ -49,15 +48,14 @@ from memagent.errors import (
     UnknownPerson,
     WindowClosed,
 )
-from memagent.lifecycle import export, forget
-from memagent.notify import OperatorEvents
+from memagent.lifecycle import audit, export, forget
+from memagent.lifecycle import audit_trail as actions
+from memagent.memory import person_key
 from memagent.observability import logger, metrics
-from memagent.operator import Operator
-from memagent.operator_seat import identifier
-from memagent.operator_store import OperatorStore
-from memagent.person import person_key
+from memagent.operator import Operator, identifier
 from memagent.providers import provider_from_settings
 from memagent.settings import AdminSettings
+from memagent.store import OperatorStore
 
 settings = AdminSettings.from_env()
 store = OperatorStore(settings.table_name)

@@ -4,7 +4,7 @@ and a state item's deletion; the TTL's (the person was silent for InactiveRetent
 forgetting them, as an operator's erasure would, anyone else's is ignored (a filter on a
 DynamoDB stream can name only the record's dynamodb key, not its userIdentity). Also fired by
 CompactionFailureQueue, where the stream's mapping sends what failed all its retries: those
-jobs are done again later, on a backoff (memagent.compaction_retry)."""
+jobs are done again later, on a backoff (memagent.compaction.retry)."""
 
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
@@ -15,18 +15,22 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from memagent.archive import KeptMedia, TranscriptArchive
-from memagent.backoff import BackoffProcessor, Retries, RetrySchedule
-from memagent.compaction import Compactor
-from memagent.compaction_retry import FOLD, FailedCompactions, Job, job_of
+from memagent.aws import (
+    BackoffProcessor,
+    FailureQueue,
+    KeptMedia,
+    Retries,
+    RetrySchedule,
+    StreamReader,
+    TranscriptArchive,
+    after_restore,
+)
+from memagent.compaction import FOLD, Compactor, FailedCompactions, Job, job_of
 from memagent.lifecycle import expire
 from memagent.model import ModelClient
 from memagent.observability import logger, metrics
-from memagent.queue import FailureQueue
 from memagent.settings import CompactorSettings, secrets_of
-from memagent.snapstart import after_restore
 from memagent.store import MemoryStore
-from memagent.stream import StreamReader
 
 settings = CompactorSettings.from_env()
 model = ModelClient(settings)

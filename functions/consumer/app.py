@@ -3,17 +3,17 @@ of one person's consecutive messages in the batch gets one reply, after its last
 
 A failed record fails itself and the rest of its person's group in the batch (skip_group_on_error),
 so nobody's messages are answered out of order; other people's records go on. The failed records
-come back after our backoff, not the queue's visibility timeout (memagent.consumer).
+come back after our backoff, not the queue's visibility timeout (memagent.turn.consumer).
 """
 
 from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from memagent.consumer import Consumer
+from memagent.aws import after_restore
 from memagent.observability import logger, metrics
 from memagent.settings import ConsumerSettings, secrets_of
-from memagent.snapstart import after_restore
+from memagent.turn import Consumer
 
 settings = ConsumerSettings.from_env()
 consumer = Consumer.from_settings(settings)

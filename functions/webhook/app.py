@@ -12,6 +12,7 @@ import json
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from memagent.aws import EventQueue
 from memagent.errors import (
     BadRequest,
     BodyTooLarge,
@@ -20,7 +21,6 @@ from memagent.errors import (
     SecretUnavailable,
 )
 from memagent.observability import logger, metrics
-from memagent.queue import EventQueue
 from memagent.settings import WebhookSettings
 from memagent.webhook import challenge, receive
 

@@ -23,20 +23,23 @@ from functools import partial
 from typing import Any, ClassVar, TypeVar
 
 from memagent.errors import ConfigurationError, SecretUnavailable
-from memagent.origins import parse_media_origins, parse_origins
-from memagent.signing import (
-    LOCAL_PERSON_KEY,
+from memagent.providers import (
     check_signing_secrets,
     is_local_stack,
+    parse_media_origins,
+    parse_origins,
     refuse_published,
 )
 
 _T = TypeVar("_T")
 
 SECRET_MAX_AGE_SECONDS = 300
+# The person key of the tests, the local stack and `sam local` (memagent.memory.person, which
+# re-exports it): published, so never one a deployed stack may keep (refuse_published)
+LOCAL_PERSON_KEY = "memagent-local-person-key-published-never-use-in-aws"
 # The secret's read is on the webhook's path (cold start, then every SECRET_MAX_AGE_SECONDS):
 # 2 attempts in all x (0.5 s connect + 1 s read) + one backoff under 1 s = 4 s at worst, so it
-# and the SQS call (memagent.queue.DEADLINE_CONFIG, 4 s) fit whasp's 10 s deadline.
+# and the SQS call (memagent.aws.queue.DEADLINE_CONFIG, 4 s) fit whasp's 10 s deadline.
 SSM_CONFIG = {
     "connect_timeout": 0.5,
     "read_timeout": 1.0,
@@ -261,7 +264,7 @@ class Environment:
             return Secret(name, value=None, parameter=None)
 
     def person_key(self) -> Secret:
-        """The stack's key for person keys (memagent.person), required by every function."""
+        """The stack's key for person keys (memagent.memory.person), required by every function."""
         try:
             return person_key_secret(self._env)
         except ConfigurationError as error:
@@ -304,7 +307,7 @@ def _off(value: str) -> str | None:
 
 
 def _time_zone(read: Environment) -> str:
-    from memagent.clock import is_zone
+    from memagent.memory import is_zone
 
     name = read.text("TIME_ZONE", "UTC")
     if name.upper() != "UTC" and not is_zone(name):
@@ -361,7 +364,7 @@ class WebhookSettings:
             meta_app_secret=read.secret("META_APP_SECRET") if meta else None,
             meta_verify_token=read.secret("META_VERIFY_TOKEN") if meta else None,
         )
-        read.person_key()  # checked here, read by memagent.person on first use
+        read.person_key()  # checked here, read by memagent.memory.person on first use
         read.check()
         return settings
 
@@ -377,7 +380,8 @@ class MemorySettings:
     ledger_ttl_days: int = 30
     # a person silent this long is forgotten (TTL on their state item); 0 keeps them until erased
     inactive_retention_days: int = 365
-    # memory a stack before keyed person keys kept is looked up (and moved: memagent.upgrade)
+    # memory a stack before keyed person keys kept is looked up (and moved:
+    # memagent.lifecycle.upgrade)
     legacy_person_keys: bool = True
     max_facts: int = 200
     max_fact_chars: int = 160
@@ -405,7 +409,7 @@ class MemorySettings:
         if keep >= threshold:
             read.problems.append("COMPACT_KEEP: must be smaller than COMPACT_THRESHOLD")
         if cls.reads_person_keys:
-            read.person_key()  # checked here, read by memagent.person on first use
+            read.person_key()  # checked here, read by memagent.memory.person on first use
         return {
             "agent_id": _agent_id(read),
             "table_name": read.text("TABLE_NAME"),
@@ -443,7 +447,7 @@ class ModelSettings(MemorySettings):
     openai_cache_fields: bool = True
     openai_cache_retention: str | None = "24h"
     # the stack's model tokens a day, replies, descriptions, transcriptions and folds alike
-    # (memagent.budget.StackBudget): 0, none (StackTokenBudgetAlarm still watches)
+    # (memagent.memory.budget.StackBudget): 0, none (StackTokenBudgetAlarm still watches)
     stack_daily_tokens_hard_limit: int = 0
 
     @classmethod
@@ -453,7 +457,7 @@ class ModelSettings(MemorySettings):
         base_url = read.optional("OPENAI_BASE_URL")
         region = None
         if provider == "bedrock":
-            from memagent.bedrock import is_bedrock_runtime, runtime_url
+            from memagent.model import is_bedrock_runtime, runtime_url
 
             region = read.optional("AWS_REGION") or read.text("AWS_DEFAULT_REGION")
             if (
@@ -543,7 +547,7 @@ class ProviderSettings:
 
     @property
     def media_origins(self) -> frozenset[tuple[str, str, int]]:
-        """whasp media may come only from these origins (memagent.origins.Origin)."""
+        """whasp media may come only from these origins (memagent.providers.origins.Origin)."""
         return parse_media_origins(self.whasp_media_origins, self.whasp_api_url or "")
 
 
@@ -576,9 +580,9 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     media_max_bytes: int = 10 * 1024 * 1024
     opt_out_policy: str = "keep"
     forget_keyword: str = "forget me"
-    handoff_phrases: tuple[str, ...] = ()  # memagent.keywords.HANDOFF_PHRASES unless set
+    handoff_phrases: tuple[str, ...] = ()  # memagent.turn.keywords.HANDOFF_PHRASES unless set
     handoff_notice: str = ""
-    opt_out_words: tuple[str, ...] = ()  # memagent.keywords.OPT_OUT_WORDS unless set
+    opt_out_words: tuple[str, ...] = ()  # memagent.turn.keywords.OPT_OUT_WORDS unless set
     parking_queue_url: str | None = None
     record_time_budget_seconds: float = 0
     # retries: a failed record comes back after a backoff we set on the event queue (QUEUE_URL);
@@ -595,13 +599,13 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     coalesce_bursts: bool = True
     whasp_api_key: Secret | None = field(default=None, repr=False)
     meta_access_token: Secret | None = field(default=None, repr=False)
-    # the operator's tools (TOOLS_FILE, memagent/tools.py) and the bounds of a turn with them
+    # the operator's tools (TOOLS_FILE, memagent/model/tools.py) and the bounds of a turn with them
     tools: tuple = ()
     tool_max_rounds: int = 3
     tool_max_calls: int = 6
     tool_output_max_chars: int = 4000
     tool_timeout_seconds: float = 30.0  # a Lambda tool's answer (the SDK's read timeout)
-    # budgets (memagent/budget.py): a longer reply is shortened to this many messages, longer
+    # budgets (memagent/memory/budget.py): a longer reply is shortened to this many messages, longer
     # voice notes are not transcribed, and past a daily limit a person gets one notice a day
     max_reply_parts: int = 3
     max_audio_seconds: int = 300
@@ -658,7 +662,7 @@ def _tools(read: Environment) -> dict:
         return {}
     from pathlib import Path
 
-    from memagent.tools import load_tools, tool_hosts
+    from memagent.model import load_tools, tool_hosts
 
     try:
         hosts = tool_hosts(read.optional("TOOL_HOSTS"))
@@ -692,8 +696,8 @@ def _tools(read: Environment) -> dict:
 
 def _handoff(read: Environment) -> dict:
     """HANDOFF_PHRASES: comma-separated phrases that ask for a human ("off": none); unset, the
-    defaults in several languages (memagent.keywords)."""
-    from memagent.keywords import HANDOFF_NOTICE, HANDOFF_PHRASES
+    defaults in several languages (memagent.turn.keywords)."""
+    from memagent.turn import HANDOFF_NOTICE, HANDOFF_PHRASES
 
     raw = read.optional("HANDOFF_PHRASES")
     if raw is None:
@@ -714,8 +718,8 @@ def _handoff(read: Environment) -> dict:
 def _opt_out_words(read: Environment) -> tuple[str, ...]:
     """OPT_OUT_WORDS: comma-separated messages that opt the person out, each a whole message
     (never a word inside a sentence); unset, the defaults in the languages of the handoff
-    phrases (memagent.keywords.OPT_OUT_WORDS). "stop" and "unsubscribe" always count."""
-    from memagent.keywords import OPT_OUT_WORDS, STOP_WORDS, normalised
+    phrases (memagent.turn.keywords.OPT_OUT_WORDS). "stop" and "unsubscribe" always count."""
+    from memagent.turn import OPT_OUT_WORDS, STOP_WORDS, normalised
 
     raw = read.optional("OPT_OUT_WORDS")
     if raw is None:
@@ -750,7 +754,7 @@ def _media_origins(
 @dataclass(frozen=True, kw_only=True)
 class CompactorSettings(ModelSettings):
     reads_person_keys: ClassVar[bool] = False
-    # CompactionFailureQueue (memagent.compaction_retry): a failed stream batch's jobs are queued
+    # CompactionFailureQueue (memagent.compaction.retry): a failed stream batch's jobs are queued
     # there to run after retry_base_seconds, and a job that fails again comes back on a backoff
     # doubling from there up to retry_max_seconds; without it, they wait for the visibility timeout
     failure_queue_url: str | None = None

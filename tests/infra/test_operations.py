@@ -241,7 +241,7 @@ def test_the_dashboard_shows_the_pipelines_health(cfn: Template) -> None:
 
 def test_every_custom_metric_on_the_dashboard_is_one_the_code_emits(cfn: Template) -> None:
     code = "\n".join(
-        path.read_text() for path in (ROOT / "layers" / "memagent").glob("*.py")
+        path.read_text() for path in (ROOT / "layers" / "memagent").rglob("*.py")
     ) + "\n".join(path.read_text() for path in (ROOT / "functions").glob("*/app.py"))
     emitted = set(re.findall(r"\"([A-Z][A-Za-z]+)\"", code))
     shown = {

@@ -26,7 +26,8 @@ TEMPLATE = ROOT / "template.yaml"
 STREAM_SAMPLE = ROOT / "events" / "compactor-stream-record.json"
 # Parameters without a default that `sam deploy --guided` would ask for.
 PARAMETERS = {"WhaspApiUrl": "https://api.whasp.example"}
-# The boolean the consumer sets on a person's STATE item when compaction is due (memagent.store).
+# The boolean the consumer sets on a person's STATE item when compaction is due
+# (memagent.store.memory_store).
 COMPACTION_FLAG = "compaction_due"
 # Services holding the person's data: wildcards on these would undo least privilege.
 DATA_SERVICES = ("dynamodb", "sqs", "s3", "ssm", "secretsmanager", "kms", "logs")
@@ -379,7 +380,7 @@ def test_a_retry_never_overlaps_a_running_attempt(cfn: Template) -> None:
 
 
 def test_a_twelve_hour_outage_reaches_no_dead_letter_queue(cfn: Template) -> None:
-    from memagent.backoff import RetrySchedule, outage_survived_seconds
+    from memagent.aws.backoff import RetrySchedule, outage_survived_seconds
 
     # given the consumer's retry schedule and the queue's redrive policy and retention
     mapping = consumer_mapping(cfn)
@@ -437,7 +438,7 @@ def test_a_batch_of_ordinary_text_turns_never_defers_a_record(cfn: Template) -> 
 
 
 def test_the_compactor_fits_its_worst_fold_in_its_timeout(cfn: Template) -> None:
-    from memagent.compaction import FOLD_MAX_PARTS
+    from memagent.compaction.fold import FOLD_MAX_PARTS
 
     # given the compactor, its stream batch size and its model settings
     mapping = compactor_mapping(cfn)
@@ -502,7 +503,7 @@ def compaction_dead_letter_queue_id(cfn: Template) -> str:
 def test_a_failed_compaction_is_retried_later_from_its_queue_through_a_long_outage(
     cfn: Template,
 ) -> None:
-    from memagent.backoff import RetrySchedule, outage_survived_seconds
+    from memagent.aws.backoff import RetrySchedule, outage_survived_seconds
 
     # given the compactor's mapping of its failure queue, its retry schedule and the redrive
     mapping = compaction_retry_mapping(cfn)
@@ -863,14 +864,15 @@ def test_a_refused_meta_token_is_alarmed(cfn: Template) -> None:
 
 
 def test_a_refused_model_key_or_bedrock_access_is_alarmed(cfn: Template) -> None:
-    # memagent.model counts ModelAuthFailed when a key or token is refused after a fresh read
+    # memagent.model.client counts ModelAuthFailed when a key or token is refused after a fresh read
     alarms = [a["Properties"] for a in resources(cfn, "AWS::CloudWatch::Alarm").values()]
     (alarm,) = [a for a in alarms if a.get("MetricName") == "ModelAuthFailed"]
     assert alarm["Threshold"] == 0 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
 
 
 def test_an_optional_field_the_model_refuses_is_alarmed(cfn: Template) -> None:
-    # memagent.model counts ModelFieldRefused when a 400 names an optional field it then drops
+    # memagent.model.client counts ModelFieldRefused when a 400 names an optional field it then
+    # drops
     alarms = [a["Properties"] for a in resources(cfn, "AWS::CloudWatch::Alarm").values()]
     (alarm,) = [a for a in alarms if a.get("MetricName") == "ModelFieldRefused"]
     assert alarm["Threshold"] == 0 and alarm["ComparisonOperator"] == "GreaterThanThreshold"

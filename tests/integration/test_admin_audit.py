@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from memagent.person import person_key
+from memagent.memory.person import person_key
 from tests.conftest import AGENT, MAYA, load_function
 from tests.integration.test_lifecycle import admin_event, fill
 

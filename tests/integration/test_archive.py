@@ -16,8 +16,8 @@ from typing import Any
 import boto3
 import pytest
 
-from memagent.lifecycle import forget
-from memagent.person import person_key
+from memagent.lifecycle.rights import forget
+from memagent.memory.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, seed_turns
 from tests.integration.test_lifecycle import admin_event
 
@@ -161,7 +161,7 @@ def test_the_command_line_tool_exports_and_erases_archived_transcripts(
 
 def test_the_admin_export_includes_kept_media(resources, monkeypatch, lambda_context):
     # given a voice note kept between attempts (its text not stored yet)
-    from memagent.archive import KeptMedia
+    from memagent.aws.archive import KeptMedia
 
     media_bucket = f"media-{resources.table_name}".lower()
     boto3.client("s3").create_bucket(Bucket=media_bucket)

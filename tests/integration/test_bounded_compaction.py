@@ -8,7 +8,7 @@ import re
 import boto3
 from boto3.dynamodb.conditions import Key
 
-from memagent.person import person_key
+from memagent.memory.person import person_key
 from tests.conftest import AGENT, MAYA, seed_turns
 from tests.integration.test_compactor import fold_reply, run, state
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from devstack.lambda_harness import reported_failures as failures
-from memagent.keywords import FORGET_QUESTION, FORGOTTEN_REPLY
-from memagent.provider import split_text
+from memagent.providers.seam import split_text
+from memagent.turn.keywords import FORGET_QUESTION, FORGOTTEN_REPLY
 from tests.conftest import AGENT, MAYA, load_function, sqs_batch, whasp_message
 from tests.integration.test_consumer import at, media_message, message, state, turns
 
@@ -147,7 +147,7 @@ def stack_tokens(table_name: str, day: str = "") -> int:
     """The stack's model tokens today (StackBudget's counter item)."""
     import boto3
 
-    from memagent.budget import day_of
+    from memagent.memory.budget import day_of
 
     day = day or day_of(datetime.now(UTC))
     key = {"pk": f"STACK#{AGENT}", "sk": f"DAY#{day}"}

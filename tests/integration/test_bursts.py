@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from devstack.fake_openai import notes_of, turns_of
-from memagent.person import person_key
+from memagent.memory.person import person_key
 from tests.conftest import AGENT, BUSINESS, MAYA, load_function, sqs_batch, sqs_record
 from tests.integration.faults import Crash, Died, crash_after
 from tests.integration.test_consumer import (
@@ -198,7 +198,7 @@ def test_forget_me_then_yes_inside_one_batch_erases(
 ):
     batch = sqs_batch(message("hello", 0), message("forget me", 1), message("yes", 2))
     assert failures(consumer.handler(batch, lambda_context)) == []
-    from memagent.keywords import FORGET_QUESTION, FORGOTTEN_REPLY
+    from memagent.turn.keywords import FORGET_QUESTION, FORGOTTEN_REPLY
 
     replies = whasp.texts_to(MAYA)
     assert replies[1:] == [FORGET_QUESTION, FORGOTTEN_REPLY]
@@ -351,7 +351,7 @@ def test_a_late_event_from_before_an_erasure_ending_a_burst_still_answers_it(
 ):
     from datetime import datetime
 
-    from memagent.lifecycle import forget
+    from memagent.lifecycle.rights import forget
 
     # given Maya wrote, was answered, then was forgotten at minute 10
     old = message("I live at 1 Private Road", 0)
@@ -373,7 +373,7 @@ def test_kept_media_of_an_event_from_before_an_erasure_is_discarded(
 ):
     from datetime import datetime
 
-    from memagent.lifecycle import forget
+    from memagent.lifecycle.rights import forget
 
     # given a voice note whose first attempt kept its file, and an erasure after it was sent
     voice = media_message("audio", whasp.add_media(b"O" * 99, "audio/ogg"), "audio/ogg", 0)

@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 
-from memagent.facts import fact_key
-from memagent.lifecycle import forget
-from memagent.person import person_key
+from memagent.lifecycle.rights import forget
+from memagent.memory.facts import fact_key
+from memagent.memory.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, seed_turns
 from tests.integration.test_compactor import items, seqs, state, summary
 

@@ -22,7 +22,7 @@ from devstack.clock import SQS_CLOCK
 from devstack.delivery import QueueDelivery, in_process
 from devstack.lambda_harness import retried, sqs_message_record, stream_failure_record
 from devstack.resources import load_template, max_receive_count
-from memagent.person import person_key
+from memagent.memory.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, seed_turns
 from tests.integration.test_compactor import fold_reply, seqs, state, summary
 
@@ -271,7 +271,7 @@ def test_a_ttl_expiry_that_failed_on_the_stream_is_read_back_as_forgetting_the_p
 def test_a_job_for_a_person_erased_meanwhile_brings_nothing_back(
     compactor, store, resources, lambda_context
 ):
-    from memagent.lifecycle import forget_key
+    from memagent.lifecycle.rights import forget_key
 
     # given Maya's fold was queued for later, and she was erased meanwhile
     seed_turns(store, MAYA, [f"message {i}" for i in range(45)])

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from devstack.lambda_harness import passes_filters, retried, stream_filters
 from devstack.resources import load_template
 from memagent.errors import TransientError
-from memagent.person import person_key
+from memagent.memory.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, seed_turns
 
 FILTERS = stream_filters(load_template())
@@ -356,7 +356,7 @@ def test_optional_archive_keeps_the_folded_transcript_until_forget(
     transcript = json.loads(s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read())
     assert [t["seq"] for t in transcript] == list(range(1, 26))
     # and forget removes it with everything else
-    from memagent.lifecycle import forget
+    from memagent.lifecycle.rights import forget
 
     receipt = forget(compactor.compactor.store, AGENT, MAYA, archive=compactor.compactor.archive)
     assert receipt.by_kind["archived"] == 1

@@ -17,7 +17,7 @@ from boto3.dynamodb.conditions import Key
 from devstack.fake_openai import notes_of, turns_of
 from devstack.lambda_harness import reported_failures as failures
 from devstack.lambda_harness import retried
-from memagent.person import person_key
+from memagent.memory.person import person_key
 from tests.conftest import (
     AGENT,
     BUSINESS,
@@ -122,7 +122,7 @@ def test_notes_come_after_the_system_prompt(consumer, resources, openai, lambda_
     store = consumer.consumer.agent.store
     pk = person_key(AGENT, MAYA)
     consumer.handler(sqs_batch(message("hello", 0)), lambda_context)
-    from memagent.memory import Fact
+    from memagent.memory.types import Fact
 
     store.commit_compaction(
         pk,
@@ -409,7 +409,7 @@ def test_a_turn_the_model_refuses_gets_one_fallback_reply(consumer, openai, whas
     response = consumer.handler(sqs_batch(message("something the model refuses")), lambda_context)
     assert failures(response) == []
     assert len(whasp.sent) == 1
-    from memagent.reply import FALLBACK_REPLY
+    from memagent.turn.reply import FALLBACK_REPLY
 
     assert whasp.sent[0]["text"] == FALLBACK_REPLY
 

@@ -98,9 +98,9 @@ class ManualTimer:
 def test_an_invocation_that_reaches_its_deadline_leaves_no_answered_record_undeleted(
     consumer_env, queued, whasp, monkeypatch, lambda_context
 ):
-    import memagent.consumer
+    import memagent.turn.consumer
 
-    monkeypatch.setattr(memagent.consumer, "Timer", ManualTimer)
+    monkeypatch.setattr(memagent.turn.consumer, "Timer", ManualTimer)
     ManualTimer.made.clear()
     consumer = load_function("consumer", {**consumer_env, "WATCHDOG_SECONDS": "10"}, monkeypatch)
     handle = consumer.consumer.agent.handle

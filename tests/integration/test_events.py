@@ -9,8 +9,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from memagent.person import person_key
-from memagent.whasp import sign
+from memagent.memory.person import person_key
+from memagent.providers.whasp import sign
 from tests.conftest import AGENT, MAYA, TEST_SECRET, load_function, seed_turns
 from tests.integration.webhook_calls import webhook_env
 

@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 from devstack.events import sqs_batch
 from devstack.fake_openai import notes_of
 from devstack.lambda_harness import retried
-from memagent.person import person_key
+from memagent.memory.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, whasp_message
 
 FOLD_EARLY = {"COMPACT_THRESHOLD": "4", "COMPACT_KEEP": "2"}  # a fold every two messages

@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 
-import memagent.identity
+import memagent.turn.identity
 from devstack.events import meta_contact, meta_message, meta_notification
-from memagent.person import legacy_key, person_key
+from memagent.memory.person import legacy_key, person_key
 from tests.conftest import AGENT
 from tests.integration.test_meta import (  # noqa: F401 (fixtures)
     MAYA_BSUID,
@@ -81,7 +81,7 @@ def test_no_key_group_id_or_log_line_is_computable_from_a_phone_without_the_stac
 def test_the_person_key_is_read_from_secrets_manager_and_computes_other_keys(
     moto_server, monkeypatch
 ):
-    import memagent.person as person
+    import memagent.memory.person as person
 
     # given a stack whose key is its generated secret (no plain PERSON_KEY)
     arn = boto3.client("secretsmanager").create_secret(
@@ -306,7 +306,7 @@ def test_a_late_ttl_expiry_keeps_the_new_conversation_its_state_and_its_phone_li
     monkeypatch,
     lambda_context,
 ):
-    from memagent.store import MemoryStore
+    from memagent.store.memory_store import MemoryStore
     from tests.conftest import load_function
 
     compactor = load_function("compactor", compactor_env, monkeypatch)
@@ -579,7 +579,7 @@ def _user_changed(kind: str, *, at: int, **fields) -> dict:
 def test_a_recycled_number_with_a_new_bsuid_is_a_stranger_to_the_previous_owners_memory(
     webhook, queue, consumer, openai, graph, resources, lambda_context
 ):
-    from memagent.lifecycle import export
+    from memagent.lifecycle.rights import export
 
     store = consumer.consumer.agent.store
     # given phone P with BSUID X told the agent something no one else may see
@@ -764,7 +764,7 @@ def test_a_new_bsuids_text_before_its_user_changed_user_id_in_one_post_has_the_m
 def test_a_new_bsuids_text_a_post_before_its_user_changed_user_id_ends_in_one_memory(
     webhook, queue, consumer, openai, resources, lambda_context
 ):
-    from memagent.lifecycle import forget
+    from memagent.lifecycle.rights import forget
 
     _exchange(
         webhook,
@@ -815,11 +815,11 @@ def test_a_contacts_entry_for_another_wa_id_does_not_give_its_bsuid(
 def test_a_recycled_number_does_not_carry_over_the_previous_owners_memory_of_before_keyed_keys(
     webhook, queue, consumer, openai, graph, resources, lambda_context, monkeypatch
 ):
-    from memagent.lifecycle import export
+    from memagent.lifecycle.rights import export
 
     # given Maya (BSUID X, phone P) as a stack before keyed keys kept her
     with monkeypatch.context() as old_stack:
-        old_stack.setattr(memagent.identity, "person_key", legacy_key)
+        old_stack.setattr(memagent.turn.identity, "person_key", legacy_key)
         first = text_from(
             "my HIV test came back positive", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW
         )

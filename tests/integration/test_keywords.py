@@ -1,4 +1,4 @@
-"""The person's keywords as a person writes them (memagent/keywords.py): "STOP.", "Stop!", a
+"""The person's keywords as a person writes them (memagent/turn/keywords.py): "STOP.", "Stop!", a
 full-width STOP and every default opt-out word end the sends, on whasp and on Meta's Cloud API
 (where STOP is ours to honour: Meta sends no opt-out event for chats), while the same word
 inside a sentence is an ordinary message. Through the handlers: whasp's SQS records into the
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from devstack.events import META_NUMBER_ID
-from memagent.keywords import OPT_OUT_WORDS
+from memagent.turn.keywords import OPT_OUT_WORDS
 from tests.conftest import MAYA, sqs_batch
 from tests.integration.test_bursts import ledger, rows
 from tests.integration.test_consumer import failures, message

@@ -15,10 +15,10 @@ import pytest
 from devstack.apigw import http_api_event
 from devstack.fake_openai import notes_of, turns_of
 from devstack.lambda_harness import reported_failures as failures
-from memagent.lifecycle import forget
-from memagent.person import person_key
-from memagent.store import MemoryStore, ledger_sk
-from memagent.store_erasure import BUDGET_COUNTERS
+from memagent.lifecycle.rights import forget
+from memagent.memory.person import person_key
+from memagent.store.erasure import BUDGET_COUNTERS
+from memagent.store.memory_store import MemoryStore, ledger_sk
 from tests.conftest import (
     AGENT,
     BUSINESS,
@@ -47,7 +47,7 @@ def scan(table_name: str) -> list[dict[str, Any]]:
 
 def only_the_mark(state: dict[str, Any]) -> bool:
     """An erased person's state item: the erasure mark, and the day's budget counters (counts,
-    no content: memagent.store_erasure)."""
+    no content: memagent.store.erasure)."""
     return set(state) - set(BUDGET_COUNTERS) == {"pk", "sk", "erased_at"}
 
 
@@ -208,7 +208,7 @@ def test_admin_delete_forgets_and_returns_a_receipt(admin, resources, lambda_con
 def test_admin_delete_erases_media_kept_under_another_identifier(
     resources, monkeypatch, lambda_context
 ):
-    from memagent.archive import KeptMedia
+    from memagent.aws.archive import KeptMedia
 
     bucket = f"{resources.table_name}-media"
     boto3.client("s3").create_bucket(Bucket=bucket)
@@ -473,7 +473,7 @@ def test_after_number_replaced_the_same_person_gets_the_same_context(
         sqs_batch(whasp_message("Thanks", number=NEW_NUMBER, created_at="2026-11-29T10:06:00Z")),
         lambda_context,
     )
-    from memagent.context import NEW_NUMBER_LINE
+    from memagent.memory.context import NEW_NUMBER_LINE
 
     assert NEW_NUMBER_LINE in notes_of(call)
     assert NEW_NUMBER_LINE not in notes_of(openai.calls()[-1])

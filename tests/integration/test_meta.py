@@ -27,7 +27,7 @@ from devstack.events import (
     meta_status,
 )
 from devstack.lambda_harness import retried, sqs_message_record
-from memagent.person import person_key
+from memagent.memory.person import person_key
 from tests.conftest import AGENT, load_function, reset_for_each_test
 from tests.integration.faults import crash_after, crash_before
 from tests.integration.test_lifecycle import only_the_mark
@@ -217,7 +217,7 @@ def test_a_wrong_or_missing_signature_is_401_and_queues_nothing(webhook, queue, 
         response = webhook.handler(http_event(body, headers), lambda_context)
         assert response["statusCode"] == 401
     # signed with another app's secret
-    from memagent.meta import sign
+    from memagent.providers.meta import sign
 
     other = {"x-hub-signature-256": sign("another-apps-secret", body)}
     assert webhook.handler(http_event(body, other), lambda_context)["statusCode"] == 401
@@ -433,7 +433,7 @@ def test_user_changed_number_keeps_the_memory_for_the_new_phone(
 def test_forget_and_export_accept_either_identifier(
     webhook, queue, consumer, resources, lambda_context
 ):
-    from memagent.lifecycle import export, forget
+    from memagent.lifecycle.rights import export, forget
 
     for notification in (
         text_from("I live in Leeds", phone=MAYA_PHONE, at=NOW),
@@ -462,7 +462,7 @@ def test_after_an_erasure_a_new_memory_is_found_by_either_identifier_again(
 ):
     from datetime import UTC, datetime
 
-    from memagent.lifecycle import export, forget
+    from memagent.lifecycle.rights import export, forget
 
     post(webhook, text_from("I live in Leeds", phone=MAYA_PHONE, bsuid=MAYA_BSUID), lambda_context)
     queue.drain(consumer, lambda_context)
@@ -569,10 +569,10 @@ def test_a_crash_after_meta_answered_then_a_sent_status_does_not_send_again(
 def test_an_operator_reply_whose_sent_status_arrived_is_not_sent_again_by_the_retry(
     webhook, queue, consumer, graph, resources, monkeypatch, lambda_context
 ):
-    """The operator's send keys (memagent.operator_handoff.reply_event: the person and the
+    """The operator's send keys (memagent.operator.handoff.reply_event: the person and the
     Idempotency-Key) come back in Meta's status webhooks and find the reply's ledger entry."""
     from devstack.lambda_harness import LambdaContext
-    from memagent.meta import GraphClient
+    from memagent.providers.meta import GraphClient
     from tests.integration.test_operator import call, person
 
     # given Maya talked to the agent, and an operator took her chat over
@@ -865,7 +865,7 @@ def test_a_late_identity_change_from_before_an_erasure_links_nothing(
 ):
     from datetime import UTC, datetime
 
-    from memagent.lifecycle import forget
+    from memagent.lifecycle.rights import forget
 
     post(webhook, text_from("I'm Maya", phone=MAYA_PHONE, at=NOW), lambda_context)
     queue.drain(consumer, lambda_context)
@@ -900,8 +900,8 @@ def test_no_memory_is_started_in_a_key_linked_to_another_person(resources):
     import pytest
 
     from memagent.errors import ConcurrentUpdate
-    from memagent.memory import PersonState, Turn
-    from memagent.store import MemoryStore
+    from memagent.memory.types import PersonState, Turn
+    from memagent.store.memory_store import MemoryStore
 
     store = MemoryStore(resources.table_name)
     phone, bsuid = person_key(AGENT, MAYA_PHONE), person_key(AGENT, MAYA_BSUID)
@@ -924,7 +924,7 @@ def test_no_memory_is_started_in_a_key_linked_to_another_person(resources):
 def test_a_crash_after_the_goodbye_erases_on_retry_without_a_second_goodbye(
     webhook, queue, consumer, graph, resources, monkeypatch, lambda_context
 ):
-    from memagent.keywords import FORGOTTEN_REPLY
+    from memagent.turn.keywords import FORGOTTEN_REPLY
 
     post(webhook, text_from("forget me", phone=MAYA_PHONE, at=NOW), lambda_context)
     queue.drain(consumer, lambda_context)
@@ -958,7 +958,7 @@ def test_a_post_of_twelve_messages_is_queued_in_two_batch_calls(
     webhook, queue, monkeypatch, lambda_context
 ):
     calls: list[str] = []
-    sqs = webhook.queue._sqs  # the webhook's own sender (memagent.sqs): boto3's call shapes
+    sqs = webhook.queue._sqs  # the webhook's own sender (memagent.aws.sqs): boto3's call shapes
 
     def counting(name: str) -> Any:
         send = getattr(sqs, name)

@@ -22,7 +22,7 @@ from devstack.events import sqs_batch
 from devstack.fake_openai import RESPONSES, TRANSCRIPTIONS, upload_fields
 from devstack.lambda_harness import retried
 from devstack.openai_schema import problems as schema_problems
-from memagent.person import person_key
+from memagent.memory.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, seed_turns, whasp_message
 
 

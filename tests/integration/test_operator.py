@@ -16,7 +16,7 @@ import boto3
 import pytest
 
 from devstack.apigw import http_api_event
-from memagent.person import person_key
+from memagent.memory.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, sqs_batch, whasp_message
 
 OPERATOR_ARN = "arn:aws:iam::123456789012:user/operator"
@@ -535,7 +535,7 @@ def test_two_requests_at_once_with_one_key_send_once_on_meta(
     import threading
 
     from devstack import lambda_harness
-    from memagent.meta import GraphClient
+    from memagent.providers.meta import GraphClient
 
     admin, graph = meta_admin
     taken_over_on_meta(admin, consumer, lambda_context)
@@ -703,12 +703,12 @@ def test_a_reply_the_model_was_writing_when_the_operator_took_over_is_never_sent
 ):
     import types
 
-    import memagent.turn
+    import memagent.turn.agent
     from devstack.fake_openai import offline_model
 
     # the turn's pause before retrying a lost race, recorded instead of waited
     pauses: list[float] = []
-    monkeypatch.setattr(memagent.turn, "time", types.SimpleNamespace(sleep=pauses.append))
+    monkeypatch.setattr(memagent.turn.agent, "time", types.SimpleNamespace(sleep=pauses.append))
     # given Maya has talked to the agent
     say(agent, lambda_context, "Hi, I'm Maya", minutes_ago=10)
     taken = []
@@ -758,10 +758,10 @@ def test_a_take_over_that_read_the_chat_just_before_a_message_was_stored_hands_i
     import threading
     import types
 
-    import memagent.turn
+    import memagent.turn.agent
     from devstack.fake_openai import offline_model
 
-    monkeypatch.setattr(memagent.turn, "time", types.SimpleNamespace(sleep=lambda _s: None))
+    monkeypatch.setattr(memagent.turn.agent, "time", types.SimpleNamespace(sleep=lambda _s: None))
     say(agent, lambda_context, "Hi, I'm Maya", minutes_ago=10)
     stored, taken = threading.Event(), threading.Event()
     smashed = whasp_message(

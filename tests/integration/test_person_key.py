@@ -19,7 +19,7 @@ import pytest
 
 from devstack.lambda_harness import reported_failures as failures
 from memagent.errors import ConfigurationError
-from memagent.person import LOCAL_PERSON_KEY
+from memagent.memory.person import LOCAL_PERSON_KEY
 from tests.conftest import AGENT, MAYA, OTHER_SECRET, load_function, sqs_batch, whasp_message
 from tests.integration.test_webhook_hardening import queued as queued  # a fixture
 from tests.integration.webhook_calls import post_signed, webhook_env
@@ -36,7 +36,7 @@ def deployed(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def key_under(secret: str, phone: str) -> str:
-    """A phone's partition key under `secret` (memagent.person's HMAC, computed here)."""
+    """A phone's partition key under `secret` (memagent.memory.person's HMAC, computed here)."""
     digest = hmac.new(secret.encode(), f"{AGENT}\x1f{phone}".encode(), hashlib.sha256)
     return f"P#{digest.hexdigest()[:40]}"
 
@@ -69,7 +69,7 @@ def test_a_deployed_function_refuses_the_published_local_key_at_cold_start(
 def test_the_published_local_key_in_the_stacks_secret_fails_closed(
     resources, queued, monkeypatch, lambda_context
 ):
-    import memagent.person as person
+    import memagent.memory.person as person
 
     # given a deployed webhook whose generated secret was overwritten with the local key
     deployed(monkeypatch)
@@ -88,7 +88,7 @@ def test_the_published_local_key_in_the_stacks_secret_fails_closed(
 def test_the_stacks_secret_wins_over_a_plain_person_key(
     consumer_env, resources, monkeypatch, lambda_context
 ):
-    import memagent.person as person
+    import memagent.memory.person as person
 
     # given a consumer with both: the stack's secret, and a PERSON_KEY left in its environment
     arn = a_secret()

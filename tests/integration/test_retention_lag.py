@@ -15,7 +15,7 @@ import boto3
 import pytest
 
 from devstack.fake_openai import turns_of
-from memagent.person import person_key
+from memagent.memory.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, whasp_message
 from tests.integration.test_meta import Queue
 from tests.integration.webhook_calls import post_signed, webhook_env
@@ -130,8 +130,8 @@ def test_a_person_whose_retention_ended_before_the_ttl_deleted_them_gets_none_of
 
 def test_no_write_renews_a_state_whose_retention_has_ended(pipeline, resources):
     from memagent.errors import ConcurrentUpdate
-    from memagent.memory import Turn
-    from memagent.store import MemoryStore
+    from memagent.memory.types import Turn
+    from memagent.store.memory_store import MemoryStore
 
     # given Maya's retention ended a day ago, her state not deleted yet
     now = datetime.now(UTC)

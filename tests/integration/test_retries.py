@@ -21,7 +21,7 @@ from devstack.clock import SQS_CLOCK
 from devstack.delivery import QueueDelivery, in_process
 from devstack.lambda_harness import reported_failures as failures
 from devstack.resources import load_template, max_receive_count
-from memagent.person import person_key
+from memagent.memory.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, sqs_batch, whasp_message
 from tests.integration.webhook_calls import signed_request, webhook_env
 

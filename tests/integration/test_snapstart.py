@@ -111,7 +111,7 @@ def test_a_restored_consumer_on_bedrock_signs_its_own_token(
 def test_without_the_runtime_library_nothing_is_registered(monkeypatch):
     import sys
 
-    from memagent.snapstart import after_restore
+    from memagent.aws.snapstart import after_restore
 
     monkeypatch.setitem(sys.modules, "snapshot_restore_py", None)  # as outside Lambda
     assert after_restore(lambda: None) is False

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from devstack.events import AGENT
-from memagent.person import LOCAL_PERSON_KEY
+from memagent.memory.person import LOCAL_PERSON_KEY
 from tests.integration.test_webhook import TEST_SECRET
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
@@ -71,7 +71,7 @@ def test_a_whasp_stack_without_tools_on_openai_loads_neither_meta_nor_tools_nor_
     modules = loaded_modules(function)
     # then it loaded its own code (the probe saw the package) but not the parts it does not use
     assert "memagent.settings" in modules
-    for unused in ("memagent.meta", "memagent.tools", "memagent.bedrock"):
+    for unused in ("memagent.providers.meta", "memagent.model.tools", "memagent.model.bedrock"):
         assert unused not in modules, f"the {function} function imports {unused}"
 
 
@@ -81,4 +81,6 @@ def test_a_meta_stack_loads_metas_adapter_and_never_whasps(function):
     modules = loaded_modules(function, **META)
     # then whasp's adapter is not loaded (Meta's is, once a request or the consumer needs it)
     assert "memagent.settings" in modules
-    assert "memagent.whasp" not in modules, f"the {function} function imports memagent.whasp"
+    assert "memagent.providers.whasp" not in modules, (
+        f"the {function} function imports memagent.providers.whasp"
+    )

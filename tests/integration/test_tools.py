@@ -779,7 +779,7 @@ def test_deeply_nested_arguments_are_refused_like_invalid_ones(
 def test_an_https_tools_huge_answer_is_read_only_up_to_the_cap(
     tools_env, openai, whasp, tmp_path, monkeypatch, lambda_context
 ):
-    from memagent.tools import MAX_BODY_BYTES
+    from memagent.model.tools import MAX_BODY_BYTES
 
     # given an order endpoint that streams 32 MB of JSON with no Content-Length
     with HugeAnswer(32 * 1024 * 1024) as huge:

@@ -1,5 +1,5 @@
-"""A stack deployed before keyed person keys, upgraded (memagent.upgrade): the memory it kept
-under a bare SHA-256 of (agent, phone) is the person's again from their next message, and the
+"""A stack deployed before keyed person keys, upgraded (memagent.lifecycle.upgrade): the memory it
+kept under a bare SHA-256 of (agent, phone) is the person's again from their next message, and the
 admin API's forget reaches it."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import boto3
 import pytest
 from boto3.dynamodb.conditions import Key
 
-import memagent.identity
+import memagent.turn.identity
 from devstack.lambda_harness import reported_failures as failures
 from devstack.lambda_harness import retried
-from memagent.person import legacy_key, person_key
+from memagent.memory.person import legacy_key, person_key
 from tests.conftest import AGENT, MAYA, sqs_batch
 from tests.integration.test_consumer import SAM, message
 from tests.integration.test_lifecycle import admin, admin_event, only_the_mark  # noqa: F401 (fixture)
@@ -28,7 +28,7 @@ def partition(resources, pk: str) -> list[dict]:
 def before_the_upgrade(consumer, lambda_context, monkeypatch, *texts: str) -> list[dict]:
     """Maya's messages, handled as a stack before keyed keys did: keyed by the bare hash."""
     with monkeypatch.context() as old_stack:
-        old_stack.setattr(memagent.identity, "person_key", legacy_key)
+        old_stack.setattr(memagent.turn.identity, "person_key", legacy_key)
         batches = [sqs_batch(message(text, minute)) for minute, text in enumerate(texts)]
         for batch in batches:
             assert failures(consumer.handler(batch, lambda_context)) == []

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook
 
-from memagent.person import LOCAL_PERSON_KEY, agent_key, person_key
-from memagent.queue import deduplication_id
+from memagent.aws.queue import deduplication_id
+from memagent.memory.person import LOCAL_PERSON_KEY, agent_key, person_key
 from tests.conftest import (
     AGENT,
     MAYA,
@@ -449,10 +449,10 @@ def test_the_webhook_cold_path_loads_no_model_code_no_pydantic_no_xray_sdk_and_n
     modules = set(eval(result.stdout))  # noqa: S307 (a list of names printed by our own code)
     loaded = {m.split(".")[0] for m in modules}
     # then neither the model client and its HTTP stack, nor pydantic, nor the X-Ray SDK is loaded
-    assert "memagent.sqs" in modules  # the probe saw the real module load
+    assert "memagent.aws.sqs" in modules  # the probe saw the real module load
     for heavy in ("openai", "httpx", "httpx2", "pydantic", "pydantic_core", "aws_xray_sdk"):
         assert heavy not in loaded, f"the webhook's cold path imports {heavy}"
-    # and no boto3 client is built: SQS is reached with botocore's signer alone (memagent.sqs),
+    # and no boto3 client is built: SQS is reached with botocore's signer alone (memagent.aws.sqs),
     # without boto3, botocore's client and session, or its endpoint and service data
     assert "botocore.auth" in modules
     for machinery in ("boto3", "botocore.client", "botocore.session", "botocore.regions"):

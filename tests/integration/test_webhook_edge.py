@@ -108,9 +108,9 @@ def test_batches_that_cannot_start_before_the_deadline_are_a_503(
     meta_webhook, resources, monkeypatch, lambda_context
 ):
     # given a POST whose batches would all start past the fan-out deadline (a slow SQS)
-    import memagent.queue
+    import memagent.aws.queue
 
-    monkeypatch.setattr(memagent.queue, "FANOUT_DEADLINE_SECONDS", -1.0)
+    monkeypatch.setattr(memagent.aws.queue, "FANOUT_DEADLINE_SECONDS", -1.0)
     body = meta_body(many_messages(25))
     request = http_event(body, meta_headers(body, app_secret=APP_SECRET))
     # then the provider hears 503 at once and retries later, instead of waiting past its timeout

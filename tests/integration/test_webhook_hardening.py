@@ -151,7 +151,7 @@ def test_phones_that_only_look_like_e164_are_refused(webhook, queued, lambda_con
 
 
 def test_e164_pattern_needs_ascii_digits_and_a_full_match():
-    from memagent.whasp import E164
+    from memagent.providers.whasp import E164
 
     assert E164.match("+447700900123")
     for phone in (

@@ -1,4 +1,4 @@
-"""The webhook's own SQS sender (memagent.sqs), through the webhook handler: its requests land
+"""The webhook's own SQS sender (memagent.aws.sqs), through the webhook handler: its requests land
 in moto's FIFO queue over HTTP; against a local stand-in for SQS, a refused batch entry, a 5xx,
 throttling and a timeout each become a 503 after at most one retry, and every request is
 signed with SigV4 for `sqs` with the credentials of the moment."""
@@ -19,12 +19,12 @@ from botocore.config import Config
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-import memagent.queue
-import memagent.sqs
+import memagent.aws.queue
+import memagent.aws.sqs
 from devstack import LoopbackServer, Reply, Request
 from devstack.events import meta_body, meta_contact, meta_headers, meta_message, meta_notification
-from memagent.person import person_key
-from memagent.queue import deduplication_id
+from memagent.aws.queue import deduplication_id
+from memagent.memory.person import person_key
 from tests.conftest import AGENT, MAYA, TEST_SECRET, http_event, load_function, whasp_message
 from tests.integration.webhook_calls import call, signed_request
 
@@ -80,7 +80,7 @@ SENT = sqs_ok({"MessageId": "5fea7756-0ea4-451a-a703-a558b933e274", "SequenceNum
 def pauses(monkeypatch) -> list[float]:
     """The sender's waits between attempts, recorded instead of slept."""
     recorded: list[float] = []
-    monkeypatch.setattr(memagent.sqs, "pause", recorded.append)
+    monkeypatch.setattr(memagent.aws.sqs, "pause", recorded.append)
     return recorded
 
 
@@ -90,11 +90,11 @@ def stand_in(monkeypatch) -> Any:
     connect and read timeouts scaled down 10x, so a timeout costs 0.1 s, not 1 s)."""
     servers: list[StandInSqs] = []
     scaled = Config(
-        connect_timeout=memagent.queue.DEADLINE_CONFIG.connect_timeout / 10,
-        read_timeout=memagent.queue.DEADLINE_CONFIG.read_timeout / 10,
-        retries=memagent.queue.DEADLINE_CONFIG.retries,
+        connect_timeout=memagent.aws.queue.DEADLINE_CONFIG.connect_timeout / 10,
+        read_timeout=memagent.aws.queue.DEADLINE_CONFIG.read_timeout / 10,
+        retries=memagent.aws.queue.DEADLINE_CONFIG.retries,
     )
-    monkeypatch.setattr(memagent.queue, "_CONFIG", scaled)
+    monkeypatch.setattr(memagent.aws.queue, "_CONFIG", scaled)
 
     def start(*replies: Reply) -> StandInSqs:
         server = StandInSqs(*replies).start()
@@ -173,7 +173,7 @@ def test_a_whasp_event_lands_in_the_fifo_queue_in_the_persons_group(
 ):
     queue_url = resources.queue_urls["EventQueue"]
     webhook = whasp_webhook(queue_url, monkeypatch)
-    assert isinstance(webhook.queue._sqs, memagent.sqs.SqsSender)  # not a boto3 client
+    assert isinstance(webhook.queue._sqs, memagent.aws.sqs.SqsSender)  # not a boto3 client
     event = whasp_message(event_id="evt_sender_1")
     # when whasp delivers one event
     assert post_whasp(webhook, event, lambda_context) == 200
@@ -348,7 +348,9 @@ def test_an_error_answer_raises_what_a_boto3_client_raises(
 ):
     # given SQS answers an error, as its JSON protocol writes it
     stand_in(sqs_error(400, code, query_error))
-    sender = memagent.sqs.SqsSender(AWS_QUEUE_URL, config=Config(retries={"total_max_attempts": 1}))
+    sender = memagent.aws.sqs.SqsSender(
+        AWS_QUEUE_URL, config=Config(retries={"total_max_attempts": 1})
+    )
     client = boto3.client(
         "sqs", region_name="us-east-1", config=Config(retries={"total_max_attempts": 1})
     )

@@ -10,7 +10,7 @@ from boto3.dynamodb.conditions import Key
 
 from devstack.fake_openai import turns_of
 from devstack.lambda_harness import reported_failures as failures
-from memagent.person import person_key
+from memagent.memory.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, sqs_batch, whasp_message
 
 

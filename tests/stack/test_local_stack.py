@@ -22,7 +22,7 @@ import pytest
 from devstack.fake_openai import FakeOpenAI
 from devstack.resources import create_all, load_template
 from devstack.stack import DevStack
-from memagent.store import ledger_sk
+from memagent.store.memory_store import ledger_sk
 
 ROOT = Path(__file__).resolve().parents[2]
 PEOPLE = 20

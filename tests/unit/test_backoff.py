@@ -6,7 +6,7 @@ import random
 
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from memagent.backoff import Retries, RetrySchedule, outage_survived_seconds
+from memagent.aws.backoff import Retries, RetrySchedule, outage_survived_seconds
 from memagent.errors import Deferred, TransientError
 
 

@@ -8,8 +8,8 @@ import pytest
 from botocore.credentials import Credentials
 
 from devstack.fake_openai import bedrock_problems, bedrock_token_problem
-from memagent import bedrock
-from memagent.model import bedrock_subset
+from memagent.model import bedrock
+from memagent.model.client import bedrock_subset
 
 KEYS = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "session-token")
 SIGNED_AT = datetime(2026, 12, 1, 11, 0, 0)

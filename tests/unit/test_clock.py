@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfoNotFoundError
 
 import pytest
 
-from memagent import clock
+from memagent.memory import clock
 
 AT = datetime(2026, 3, 2, 23, 30, tzinfo=UTC)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from memagent.compaction_retry import FOLD, FORGET, Job, job_of
+from memagent.compaction.retry import FOLD, FORGET, Job, job_of
 
 PK = "P#0123abcd"
 TTL = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}

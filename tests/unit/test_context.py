@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memagent.context import build_context
-from memagent.memory import Fact, Memory, Summary, Turn
+from memagent.memory.context import build_context
+from memagent.memory.types import Fact, Memory, Summary, Turn
 
 PROMPT = "You are Luna, a warm companion. Keep replies short."
 START = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)

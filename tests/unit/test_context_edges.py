@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from memagent.context import build_context
-from memagent.memory import Fact, Memory, Turn
+from memagent.memory.context import build_context
+from memagent.memory.types import Fact, Memory, Turn
 from tests.unit.test_context import PROMPT, START
 
 

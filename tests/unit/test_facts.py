@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memagent.facts import (
+from memagent.memory.facts import (
     cap_facts,
     fact_key,
     looks_like_instruction,
@@ -14,7 +14,7 @@ from memagent.facts import (
     screen_facts,
     screen_summary,
 )
-from memagent.memory import Fact
+from memagent.memory.types import Fact
 
 LEGIT_FACTS = [
     "Works nights as a nurse",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from memagent.errors import ConfigurationError
-from memagent.keywords import HANDOFF_PHRASES, OPT_OUT_WORDS, asks_for_human
 from memagent.settings import ConsumerSettings
+from memagent.turn.keywords import HANDOFF_PHRASES, OPT_OUT_WORDS, asks_for_human
 
 BASE = {
     "AGENT_ID": "coach",

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 from memagent.errors import MalformedEvent, ModelRejected, TransientError
-from memagent.inbound import message_text, voice_seconds
-from memagent.provider import InboundMessage, Media
+from memagent.providers.seam import InboundMessage, Media
+from memagent.turn.inbound import message_text, voice_seconds
 
 AT = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 

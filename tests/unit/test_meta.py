@@ -1,4 +1,4 @@
-"""memagent.meta on payloads exactly as the `pywa` library's fixtures hold them
+"""memagent.providers.meta on payloads exactly as the `pywa` library's fixtures hold them
 (tests/data/updates/*.json: message.json "text" and "voice", system.json, message_status.json):
 cut into queued units by the webhook's parser, then parsed back by the consumer's."""
 
@@ -9,14 +9,14 @@ import json
 import pytest
 
 from memagent.errors import BadRequest, InvalidSignature, MalformedEvent
-from memagent.meta import (
+from memagent.providers.meta import (
     answer_challenge,
     parse_event,
     parse_notification,
     sign,
     verify_signature,
 )
-from memagent.provider import IdentityChanged, InboundMessage, ReplyStatus
+from memagent.providers.seam import IdentityChanged, InboundMessage, ReplyStatus
 
 METADATA = {"display_phone_number": "972123456789", "phone_number_id": "1122334455667"}
 CONTACT = {

@@ -1,4 +1,4 @@
-"""A person's state is defined once (memagent.memory.PersonState): the store's parser and what
+"""A person's state is defined once (memagent.memory.types.PersonState): the store's parser and what
 an erasure strips are derived from its fields, so a new attribute is read, and erased, or
 fails here."""
 
@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memagent.memory import Kind, PersonState, _held
-from memagent.store import state_reader
-from memagent.store_erasure import _STATE_CONTENT, KEPT_ON_ERASURE, state_attributes
+from memagent.memory.types import Kind, PersonState, _held
+from memagent.store.erasure import _STATE_CONTENT, KEPT_ON_ERASURE, state_attributes
+from memagent.store.memory_store import state_reader
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memagent.errors import BadRequest
-from memagent.provider import (
+from memagent.providers.seam import (
     header,
     idempotency_key,
     json_body,

@@ -2,15 +2,15 @@
 alternative in it, and ordinary facts near each that are kept.
 
 Each refused case is caught by one alternative alone, so removing any alternative or pattern
-from memagent.facts fails a case here (`make mutation MODULE=facts` checks it, removing each in
-turn). A new alternative needs its own case.
+from memagent.memory.facts fails a case here (`make mutation MODULE=memory.facts` checks it,
+removing each in turn). A new alternative needs its own case.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from memagent.facts import looks_like_instruction, screen_facts
+from memagent.memory.facts import looks_like_instruction, screen_facts
 
 REFUSED = [
     # --- an order addressed to the agent: <agent> must / should / ... (each agent word once)

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from memagent.errors import ConfigurationError
-from memagent.person import LOCAL_PERSON_KEY
+from memagent.memory.person import LOCAL_PERSON_KEY
 from memagent.settings import CompactorSettings, ConsumerSettings, WebhookSettings
 
 CONSUMER = {

@@ -1,4 +1,4 @@
-"""Where the webhook's SQS sender sends (memagent.sqs.endpoint_for): boto3's endpoint
+"""Where the webhook's SQS sender sends (memagent.aws.sqs.endpoint_for): boto3's endpoint
 overrides first, else the queue URL's own origin, which is right in every partition."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import NoRegionError
 
-from memagent.sqs import endpoint_for, region_from_env, signing_region
+from memagent.aws.sqs import endpoint_for, region_from_env, signing_region
 
 QUEUE = "https://sqs.eu-west-1.amazonaws.com/123456789012/whasp-agent-EventQueue.fifo"
 

@@ -1,0 +1,29 @@
+"""A person's rights over what we keep: erasure, export and the silent person's
+expiry (rights); memory kept under a pre-keyed person key carried over (upgrade); the audit
+line every erasure, export and operator action leaves (audit_trail).
+
+Its face: the names the other wings and the functions use, each imported from its module on
+first use (memagent.face). Modules other wings import whole: `audit_trail`.
+"""
+
+from memagent import face
+
+# each module of this wing -> the names the other wings and the functions use from it
+__getattr__, __all__ = face(
+    __name__,
+    {
+        "audit_trail": ["ERASE", "audit"],
+        "rights": [
+            "Receipt",
+            "expire",
+            "expired_by_ttl",
+            "export",
+            "forget",
+            "forget_key",
+            "left_by_ttl",
+            "left_half_done",
+            "resolve",
+        ],
+        "upgrade": ["carry_over"],
+    },
+)

@@ -1,0 +1,41 @@
+"""What we keep per person, as plain data (types), and the pure rules read from it:
+whose memory it is (person keys), their clock, the model's context, the facts' screening and
+the day's budget. No I/O: tests call it without any outside system.
+
+Its face: the names the other wings and the functions use, each imported from its module on
+first use (memagent.face). Modules other wings import whole: `clock`.
+"""
+
+from memagent import face
+
+# each module of this wing -> the names the other wings and the functions use from it
+__getattr__, __all__ = face(
+    __name__,
+    {
+        "budget": ["converts", "counted", "day_of", "exhausted", "stack_budget"],
+        "clock": ["day", "is_zone", "person_zone"],
+        "context": ["Context", "build_context"],
+        "facts": [
+            "cap_facts",
+            "fact_key",
+            "key_of",
+            "looks_like_instruction",
+            "normalise",
+            "plain",
+            "screen_facts",
+            "screen_summary",
+        ],
+        "person": ["LOCAL_PERSON_KEY", "agent_key", "digest", "legacy_key", "person_key"],
+        "types": [
+            "Epoch",
+            "Fact",
+            "Handoff",
+            "Kind",
+            "Memory",
+            "PersonState",
+            "Summary",
+            "Turn",
+            "classed",
+        ],
+    },
+)

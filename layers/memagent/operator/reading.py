@@ -1,0 +1,69 @@
+"""The operator's seat: a hand on one person's memory, and on their chat when a human takes it.
+
+Used by the admin API (functions/admin/app.py), and so by scripts/people.py and the console.
+In parts: reading (here: the conversation, its summary and the facts, with their ids and dates;
+who waits for a human), memory by hand (memagent/operator/edits.py: a fact added, corrected or
+deleted, the summary replaced), a human taking the chat (memagent/operator/handoff.py: take
+over, reply exactly once per idempotency key, hand back); memagent/operator/seat.py holds what
+they share (the person a request is about, the checks on what an operator types), and
+memagent/store/operator.py and store_handoff.py their writes.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from memagent.memory import Memory
+from memagent.operator.edits import MemoryEdits
+from memagent.operator.handoff import ChatHandoff, handoff_view
+from memagent.store import handoff_of, iso
+
+
+class Operator(MemoryEdits, ChatHandoff):
+    """What an operator can do to one person's memory and chat. Here: reading; memory by hand
+    and the handoff are in memagent/operator/edits.py and operator_handoff.py."""
+
+    def conversation(self, who: str) -> dict[str, Any]:
+        pk, memory = self.person(who)
+        return self._view(pk, memory)
+
+    def _view(self, pk: str, memory: Memory) -> dict[str, Any]:
+        state, summary = memory.state, memory.summary
+        return {
+            "person": pk,
+            "handoff": handoff_view(state.handoff, self.timeout, datetime.now(UTC)),
+            "opted_out": state.opted_out,
+            "last_inbound_at": iso(state.last_inbound_at),
+            "summary": (
+                {"text": summary.text, "at": iso(summary.at), "covers_up_to": summary.marker}
+                if summary
+                else None
+            ),
+            "facts": self.store.facts(pk),
+            "messages": [
+                {
+                    "seq": turn.seq,
+                    "by": "person" if turn.role == "user" else (turn.author or "agent"),
+                    "text": turn.text,
+                    "at": iso(turn.at),
+                }
+                for turn in memory.turns
+            ],
+        }
+
+    def facts(self, who: str) -> dict[str, Any]:
+        pk, _memory = self.person(who)
+        return {"person": pk, "facts": self.store.facts(pk)}
+
+    def waiting(self) -> dict[str, Any]:
+        """Who is waiting for a human, oldest handoff first (timed-out handoffs left out)."""
+        now = datetime.now(UTC)
+        people = []
+        for item in self.store.handoffs(self.settings.agent_id):
+            view = handoff_view(handoff_of(item), self.timeout, now)
+            if view["handed_off"]:  # the address: to open and answer the chat
+                people.append(
+                    {"person": item["pk"], "address": item.get("handoff_address"), **view}
+                )
+        return {"handoffs": people}

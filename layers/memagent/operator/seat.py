@@ -1,0 +1,70 @@
+"""What every part of the operator's seat (memagent/operator/reading.py) starts from: the person an
+identifier reaches, and the checks on what an operator types."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from memagent.aws import OperatorEvents
+from memagent.errors import InvalidEdit, UnknownPerson
+from memagent.lifecycle import resolve
+from memagent.memory import Memory
+from memagent.observability import logger
+from memagent.providers import PERSON_ID
+
+if TYPE_CHECKING:
+    from memagent.providers import Provider
+    from memagent.settings import MemorySettings
+    from memagent.store import OperatorStore
+
+
+def identifier(raw: str) -> str:
+    """A person's identifier from the path: a phone in E.164 or a Meta BSUID."""
+    if not PERSON_ID.match(raw):
+        raise InvalidEdit(
+            "the person must be a phone in E.164, e.g. +447700900123 (URL-encode the +), "
+            "or a Meta business-scoped user id, e.g. US.13491208655302741918"
+        )
+    return raw
+
+
+def required_text(value: Any, what: str, limit: int) -> str:
+    """A body's text field: a non-empty string of at most `limit` characters, stripped."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidEdit(f'"{what}" must be a non-empty string')
+    text = value.strip()
+    if len(text) > limit:
+        raise InvalidEdit(f'"{what}" is {len(text)} characters; at most {limit}')
+    return text
+
+
+class Seat:
+    """The operator's collaborators, and the person each request is about."""
+
+    def __init__(
+        self,
+        settings: MemorySettings,
+        store: OperatorStore,
+        *,
+        events: OperatorEvents | None = None,
+        provider: Callable[[], Provider] | None = None,
+        meta: bool = False,
+    ):
+        self.settings = settings
+        self.store = store
+        self.events = events or OperatorEvents(None, settings.agent_id)
+        self._provider = provider  # built on the first reply: reads need no provider secret
+        self._client: Provider | None = None
+        self.meta = meta  # Meta's 24-hour window applies to what the operator sends
+        self.timeout = timedelta(hours=settings.handoff_timeout_hours)
+
+    def person(self, who: str) -> tuple[str, Memory]:
+        """The person's key and memory; UnknownPerson if we hold none."""
+        pk = resolve(self.store, self.settings.agent_id, identifier(who))
+        memory = self.store.load(pk)
+        if not memory.state.last_seq:
+            raise UnknownPerson("no memory is held for this person")
+        logger.append_keys(person=pk)
+        return pk, memory

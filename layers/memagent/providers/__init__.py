@@ -1,0 +1,43 @@
+"""The messaging providers behind one seam. `seam` is what the turn, the memory and
+compaction know of a provider; `whasp` and `meta` are the two adapters (independent: neither
+imports the other, import-linter's contract); `configured` builds only the one a stack serves;
+`download`, `origins` and `signing` are the rules both adapters share.
+
+Each adapter is a face of its own: another wing imports `memagent.providers.whasp` or
+`memagent.providers.meta` directly, and only where that provider is served.
+
+Its face: the names the other wings and the functions use, each imported from its module on
+first use (memagent.face).
+"""
+
+from memagent import face
+
+# each module of this wing -> the names the other wings and the functions use from it
+__getattr__, __all__ = face(
+    __name__,
+    {
+        "configured": ["provider_from_settings"],
+        "origins": ["Origin", "parse_media_origins", "parse_origins", "url_origin"],
+        "seam": [
+            "ChatOptedOut",
+            "Event",
+            "IdentityChanged",
+            "InboundMessage",
+            "MarketingPreference",
+            "NumberReplaced",
+            "PERSON_ID",
+            "Provider",
+            "ReplyStatus",
+            "check_size",
+            "idempotency_key",
+            "parse_send_key",
+            "shorten",
+            "split_text",
+        ],
+        "signing": [
+            "check_signing_secrets",
+            "is_local_stack",
+            "refuse_published",
+        ],
+    },
+)

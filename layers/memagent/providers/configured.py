@@ -1,0 +1,39 @@
+"""The provider a stack serves (PROVIDER): its client and its queued-event parser, built from
+the settings of a function that sends (the consumer, the admin API). Only that provider's
+module is imported."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memagent.providers.seam import ParseEvent, Provider
+    from memagent.settings import ProviderSettings
+
+
+def provider_from_settings(settings: ProviderSettings) -> tuple[Provider, ParseEvent]:
+    """The configured provider's client and queued-event parser (only that one is imported)."""
+    if settings.provider == "meta":
+        from memagent.providers import meta
+        from memagent.providers.origins import parse_origins
+
+        client: Provider = meta.GraphClient(
+            settings.meta_graph_url,
+            settings.meta_access_token,
+            timeout_seconds=settings.whasp_timeout_seconds,
+            typing_indicator=settings.typing_indicator,
+            media_origins=parse_origins(settings.meta_media_origins, https_only=True),
+            media_deadline_seconds=settings.media_deadline_seconds,
+        )
+        return client, meta.parse_event
+    from memagent.providers import whasp
+
+    assert settings.whasp_api_url  # checked by ConsumerSettings.from_env
+    client = whasp.WhaspClient(
+        settings.whasp_api_url,
+        settings.whasp_api_key,
+        timeout_seconds=settings.whasp_timeout_seconds,
+        media_origins=settings.media_origins,
+        media_deadline_seconds=settings.media_deadline_seconds,
+    )
+    return client, whasp.parse_event

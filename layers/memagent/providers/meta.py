@@ -1,0 +1,757 @@
+"""The Meta WhatsApp Cloud API adapter: everything Meta-specific lives here and nowhere else.
+
+Written against Meta's public documentation (summarised in ../shared/META.md of the project's
+workspace) and the payloads in the `pywa` library's test fixtures:
+
+Webhook verification (GET)
+    ``hub.mode=subscribe``, ``hub.verify_token`` (ours) and ``hub.challenge``: answer 200 with the
+    raw challenge as plain text when the token matches, a 4xx otherwise.
+Webhook signature (POST)
+    ``X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body, keyed with the app secret>``.
+    No timestamp and no nonce: dedupe by message id (Meta retries non-200s for up to 7 days).
+Notifications
+    ``{"object": "whatsapp_business_account", "entry": [{"id", "changes": [{"field", "value"}]}]}``,
+    ``value`` holding ``metadata{phone_number_id}``, ``contacts[{wa_id?, user_id?}]``,
+    ``messages[]``, ``statuses[]``. One POST may carry many of each: we queue one event per
+    message (its own one-message notification, so the queued body keeps Meta's shape), and the
+    ``sent``/``failed`` statuses of our replies (matched through ``biz_opaque_callback_data``).
+Identity
+    A person is their business-scoped user id (BSUID, ``user_id``/``from_user_id``) when the
+    payload has one, else their phone (``wa_id``/``from``); the other one is an alias. System
+    messages ``user_changed_number`` / ``user_changed_user_id`` move a person to new identifiers.
+Sending
+    ``POST {graph}/{phone_number_id}/messages`` with a Bearer token; ``to`` a phone or
+    ``recipient`` a BSUID. No idempotency key exists: a repeat sends twice (see delivery.py for how
+    we shrink that window). Errors are decided on ``error.code``, not the HTTP status.
+Read receipt and typing indicator
+    The same endpoint, ``{"status": "read", "message_id", "typing_indicator": {"type": "text"}}``.
+Media
+    ``GET {graph}/{media_id}`` answers a URL that lives 5 minutes; ``GET <url>`` (Bearer) the bytes,
+    fetched only from Meta's media hosts (memagent.providers.download's rules, as for whasp).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import json
+import re
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from memagent.errors import (
+    BadRequest,
+    InvalidSignature,
+    MalformedEvent,
+    OptedOut,
+    SendRejected,
+    TransientError,
+)
+from memagent.providers import download
+from memagent.providers.origins import Origin, url_origin
+from memagent.providers.seam import (
+    IdentityChanged,
+    InboundMessage,
+    MarketingPreference,
+    Media,
+    ReplyStatus,
+    header,
+    json_body,
+)
+
+if TYPE_CHECKING:
+    from memagent.providers.seam import Event
+    from memagent.settings import Secret
+
+HEADER_SIGNATURE = "x-hub-signature-256"
+SIGNATURE_PREFIX = "sha256="
+OBJECT = "whatsapp_business_account"
+
+MESSAGE = "meta.message"  # one inbound message (or system message), queued
+STATUS = "meta.status"  # the status of one of our replies, queued
+PREFERENCE = "meta.user_preferences"  # a marketing stop/resume, queued to be recorded
+QUEUED_TYPES = frozenset({MESSAGE, STATUS, PREFERENCE})
+QUEUED_STATUSES = frozenset({"sent", "failed"})  # `sent` proves a send; `failed` says why not
+IDENTITY_CHANGES = frozenset({"user_changed_number", "user_changed_user_id"})
+IGNORED_TYPES = frozenset({"reaction", "ephemeral"})  # acknowledged, not queued
+
+BSUID = re.compile(r"[A-Z]{2}\.[A-Za-z0-9.]{1,140}\Z")  # "US.13491208655302741918"
+PHONE = re.compile(r"\+?[1-9][0-9]{6,14}\Z")  # Meta's wa_id: digits, no "+"
+
+# error.code -> what to do (META.md "Errors"). Anything not listed and not 5xx is permanent.
+RETRY_CODES = frozenset({130429, 131056, 4, 80007, 131000, 1, 2, 131016, 131057})
+# an operator must renew the token, but the reply is retried on our backoff with the
+# ProviderAuthFailed alarm, never parked: a parked reply is a lost one, and a token is usually
+# fixed within hours (inside the outage budget)
+TOKEN_CODES = frozenset({190, 0, 10, 200})
+OPTED_OUT_CODES = frozenset({131050})  # the person stopped messages from this business
+WINDOW_CLOSED = 131047
+# Where Meta's media lookup sends the download (https://lookaside.fbsbx.com/whatsapp_business/
+# attachments/?mid=...); META_MEDIA_ORIGINS adds others, https only
+MEDIA_ORIGINS = frozenset({("https", "lookaside.fbsbx.com", 443)})
+
+
+# --------------------------------------------------------------------------- webhook
+
+
+def check_signature_header(headers: Mapping[str, str] | None) -> None:
+    """The cheap check, before the app secret is read: an unsigned request is a 401 at once."""
+    given = header(headers, HEADER_SIGNATURE)
+    if not given or not given.startswith(SIGNATURE_PREFIX):
+        raise InvalidSignature("missing signature header")
+
+
+def verify_signature(app_secret: str, headers: Mapping[str, str] | None, body: bytes) -> None:
+    """Check ``X-Hub-Signature-256`` over the raw bytes; raise InvalidSignature otherwise. The
+    bytes are hashed as received: Meta signs its escaped-unicode body, so re-serialised JSON
+    does not match."""
+    given = header(headers, HEADER_SIGNATURE)
+    if not given or not given.startswith(SIGNATURE_PREFIX) or not app_secret:
+        raise InvalidSignature("missing signature header")
+    expected = SIGNATURE_PREFIX + hmac.new(app_secret.encode(), body, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(given.encode("ascii", errors="replace"), expected.encode()):
+        raise InvalidSignature("no matching signature")
+
+
+def sign(app_secret: str, body: bytes) -> str:
+    """An ``X-Hub-Signature-256`` value, for the local stack, the tests and sample events."""
+    return SIGNATURE_PREFIX + hmac.new(app_secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def answer_challenge(verify_token: str, params: Mapping[str, str] | None) -> str:
+    """The subscription check: the challenge to echo, or InvalidSignature if it is not ours."""
+    params = params or {}
+    token = params.get("hub.verify_token") or ""
+    challenge = params.get("hub.challenge")
+    if params.get("hub.mode") != "subscribe" or not challenge or not verify_token:
+        raise InvalidSignature("not a subscription check")
+    if not hmac.compare_digest(token.encode(), verify_token.encode()):
+        raise InvalidSignature("wrong verify token")
+    return challenge
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """One queued unit cut out of a notification (the queue needs id, chat, raw)."""
+
+    id: str  # the SQS deduplication source: the wamid (statuses: wamid and status)
+    type: str
+    chat: str  # the FIFO group's identity
+    raw: dict[str, Any]
+    sender: frozenset[str] = frozenset()  # a message's BSUID and phone
+    introduces: frozenset[str] = frozenset()  # an identity change's new BSUID or phone
+
+    @property
+    def queued(self) -> bool:
+        return self.type in QUEUED_TYPES
+
+
+@dataclass(frozen=True)
+class Notification:
+    """What one POST carried: the units to queue, and what we acknowledged without queueing."""
+
+    envelopes: list[Envelope]
+    ignored: int
+    failed_codes: list[int]  # error codes of `failed` statuses, counted by the webhook
+    preferences: list[str]  # user_preferences values (marketing stop/resume), counted
+    groups: int = 0  # group messages: acknowledged and counted, never queued (out of scope)
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _phone(value: Any) -> str | None:
+    """A wa_id ("972987654321") as the E.164 phone we key people by ("+972987654321")."""
+    digits = _text(value)
+    if not digits or not PHONE.match(digits):
+        return None
+    return digits if digits.startswith("+") else f"+{digits}"
+
+
+def _bsuid(value: Any) -> str | None:
+    """A business-scoped user id, stored whole ("US.13491208655302741918")."""
+    text = _text(value)
+    return text if text and BSUID.match(text) else None
+
+
+def _contact_for(message: Mapping[str, Any], contacts: list[dict[str, Any]]) -> dict[str, Any]:
+    sender, sender_id = _text(message.get("from")), _text(message.get("from_user_id"))
+    for contact in contacts:
+        if (sender and contact.get("wa_id") == sender) or (
+            sender_id and contact.get("user_id") == sender_id
+        ):
+            return contact
+    return {}  # never someone else's entry, even the only one: its BSUID would become theirs
+
+
+def identities(
+    message: Mapping[str, Any], contact: Mapping[str, Any]
+) -> tuple[str | None, str | None]:
+    """(BSUID, phone) of a message's sender, each when the payload has it."""
+    bsuid = _bsuid(message.get("from_user_id")) or _bsuid(contact.get("user_id"))
+    phone = _phone(message.get("from")) or _phone(contact.get("wa_id"))
+    return bsuid, phone
+
+
+def preference_id(who: str, stamp: Any, choice: str) -> str:
+    """A marketing preference's event id (its dedupe key, logged): the person as a keyed
+    digest, so no phone or BSUID reaches the logs, nor one computable from a phone."""
+    from memagent.memory import digest
+
+    return f"pref:{digest(who)[:32]}:{stamp}:{choice}"
+
+
+def _one(entry: Mapping[str, Any], change: Mapping[str, Any], value: dict[str, Any], **items):
+    """A one-item notification in Meta's own shape: what we queue."""
+    sliced = {k: v for k, v in value.items() if k not in ("messages", "statuses", "contacts")}
+    sliced.update(items)
+    return {
+        "object": OBJECT,
+        "entry": [
+            {"id": entry.get("id"), "changes": [{"field": change.get("field"), "value": sliced}]}
+        ],
+    }
+
+
+def _walk(raw: Mapping[str, Any]) -> Iterator[tuple[dict, dict, dict]]:
+    for entry in _dicts(raw.get("entry")):
+        for change in _dicts(entry.get("changes")):
+            value = change.get("value")
+            if isinstance(value, dict):
+                yield entry, change, value
+
+
+def _is_turn(message: Mapping[str, Any], system: Mapping[str, Any]) -> bool:
+    """Whether a message is queued: what a person said, or a change of their identifiers. A
+    reaction is not a turn (answering every emoji would be a nuisance); other system messages
+    (e.g. customer_identity_changed, a security-code change) need nothing from us."""
+    kind = message.get("type")
+    if kind == "system":
+        return system.get("type") in IDENTITY_CHANGES
+    return kind not in IGNORED_TYPES
+
+
+def _introduced(message: Mapping[str, Any]) -> frozenset[str]:
+    """The identifiers an identity change gives the person: the new BSUID, the new phone."""
+    system = message.get("system") if isinstance(message.get("system"), dict) else {}
+    if message.get("type") != "system" or system.get("type") not in IDENTITY_CHANGES:
+        return frozenset()
+    new = (_bsuid(system.get("user_id")), _phone(system.get("wa_id") or system.get("new_wa_id")))
+    return frozenset(i for i in new if i)
+
+
+def _behind_changes(envelopes: list[Envelope]) -> list[Envelope]:
+    """A new identifier's messages in the same POST as the identity change that introduces
+    them (Meta may send the new id's first text before the change) go to the person's group,
+    behind the change: they are answered from the person's memory, not as a stranger's."""
+    joined = {i: e.chat for e in envelopes for i in e.introduces}
+    moved = [
+        dataclasses.replace(e, chat=next((joined[i] for i in e.sender if i in joined), e.chat))
+        if e.type == MESSAGE and not e.introduces
+        else e
+        for e in envelopes
+    ]
+    for change in [e for e in moved if e.introduces]:
+        at = moved.index(change)
+        first = next(
+            (
+                i
+                for i, e in enumerate(moved[:at])
+                if e.chat == change.chat and e.sender & change.introduces
+            ),
+            None,
+        )
+        if first is not None:
+            moved.insert(first, moved.pop(at))
+    return moved
+
+
+def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
+    """Cut a verified POST into queued units: one per message, one per status that matters."""
+    raw = json_body(body, max_bytes=max_bytes)
+    if not isinstance(raw, dict) or raw.get("object") != OBJECT:
+        raise BadRequest("not a WhatsApp Business Account notification")
+    envelopes: list[Envelope] = []
+    ignored, groups, failed_codes, preferences = 0, 0, [], []
+    for entry, change, value in _walk(raw):
+        where = (entry, change, value)
+        contacts = _dicts(value.get("contacts"))
+        for message in _dicts(value.get("messages")):
+            if message.get("group_id"):
+                # said in a group, not to us in private: never answered 1:1 nor stored in the
+                # sender's private memory (groups are out of scope: README)
+                groups += 1
+            elif envelope := _message_envelope(where, message, contacts):
+                envelopes.append(envelope)
+            else:
+                ignored += 1
+        for status in _dicts(value.get("statuses")):
+            if status.get("status") == "failed":
+                failed_codes.extend(
+                    e.get("code")
+                    for e in _dicts(status.get("errors"))
+                    if isinstance(e.get("code"), int)
+                )
+            if envelope := _status_envelope(where, status, contacts):
+                envelopes.append(envelope)
+            else:
+                ignored += 1
+        for preference in _dicts(value.get("user_preferences")):
+            choice = _text(preference.get("value")) or "unknown"
+            preferences.append(choice)
+            if envelope := _preference_envelope(where, preference, choice, contacts):
+                envelopes.append(envelope)
+        if not any(value.get(k) for k in ("messages", "statuses", "user_preferences")):
+            ignored += 1  # another field (account_update, templates...): acknowledged
+    return Notification(_behind_changes(envelopes), ignored, failed_codes, preferences, groups)
+
+
+Where = tuple[dict, dict, dict]  # the entry, change and value an item came in
+
+
+def _message_envelope(
+    where: Where, message: dict[str, Any], contacts: list[dict[str, Any]]
+) -> Envelope | None:
+    """A person's message as its own queued unit; None if it is no turn of theirs."""
+    wamid = _text(message.get("id"))
+    contact = _contact_for(message, contacts)
+    bsuid, phone = identities(message, contact)
+    system = message.get("system") if isinstance(message.get("system"), dict) else {}
+    if message.get("type") == "system":
+        bsuid = bsuid or _bsuid(system.get("previous_user_id"))
+    who = bsuid or phone
+    if not wamid or not who or not _is_turn(message, system):
+        return None
+    one = _one(*where, messages=[message], contacts=[contact] if contact else [])
+    # the FIFO group: the phone when the payload has one, so a person seen first by
+    # phone, then by phone and BSUID, stays one group (one turn at a time, in order)
+    sender = frozenset(i for i in (bsuid, phone) if i)
+    return Envelope(
+        id=wamid,
+        type=MESSAGE,
+        chat=phone or who,
+        raw=one,
+        sender=sender,
+        introduces=_introduced(message),
+    )
+
+
+def _status_envelope(
+    where: Where, status: dict[str, Any], contacts: list[dict[str, Any]]
+) -> Envelope | None:
+    """A status of one of our replies that matters, as its own queued unit; None if not."""
+    state = status.get("status")
+    ours = _text(status.get("biz_opaque_callback_data"))
+    who = _bsuid(status.get("recipient_user_id")) or _phone(status.get("recipient_id"))
+    wamid = _text(status.get("id"))
+    if state not in QUEUED_STATUSES or not ours or not who or not wamid:
+        return None
+    one = _one(*where, statuses=[status], contacts=contacts[:1])
+    # a group apart from the person's messages: a status must not wait behind the
+    # redelivery of the very message whose reply it confirms (see delivery.py)
+    return Envelope(id=f"{wamid}:{state}", type=STATUS, chat=f"status:{who}", raw=one)
+
+
+def _preference_envelope(
+    where: Where, preference: dict[str, Any], choice: str, contacts: list[dict[str, Any]]
+) -> Envelope | None:
+    """A marketing preference as its own queued unit; None without a person to set it on."""
+    phone = _phone(preference.get("wa_id"))
+    contact = next((c for c in contacts if _phone(c.get("wa_id")) == phone), {})
+    who = _bsuid(contact.get("user_id")) or phone
+    if not who:
+        return None
+    one = _one(*where, user_preferences=[preference], contacts=[contact])
+    stamp = preference.get("timestamp")
+    return Envelope(id=preference_id(who, stamp, choice), type=PREFERENCE, chat=who, raw=one)
+
+
+# --------------------------------------------------------------------------- queued events
+
+
+def _time(value: Any, field: str) -> datetime:
+    try:
+        return datetime.fromtimestamp(int(value), tz=UTC)
+    except (TypeError, ValueError, OverflowError, OSError):
+        raise MalformedEvent(f"{field} is not a Unix time") from None
+
+
+def _reply_text(message: Mapping[str, Any], kind: str) -> str | None:
+    """The words of a button or list reply, which reach us as their own message types, or the
+    answers of a WhatsApp Flow (interactive nfm_reply)."""
+    body = message.get(kind) if isinstance(message.get(kind), dict) else {}
+    if kind == "button":
+        return _text(body.get("text"))
+    reply = body.get(body.get("type")) if isinstance(body.get("type"), str) else None
+    if body.get("type") == "nfm_reply" and isinstance(reply, dict):
+        return _flow_answers(reply)
+    return _text(reply.get("title")) if isinstance(reply, dict) else None
+
+
+def _flow_answers(reply: Mapping[str, Any]) -> str:
+    """A Flow's answers ({name, body, response_json: a JSON string}) as the person's words."""
+    try:
+        answers = json.loads(reply.get("response_json") or "{}")
+    except (TypeError, ValueError, RecursionError):
+        answers = {}
+    fields = [
+        f"{key}: {value}"
+        for key, value in (answers.items() if isinstance(answers, dict) else [])
+        if key != "flow_token" and isinstance(value, str | int | float | bool | list)
+    ]
+    title = _text(reply.get("body")) or _text(reply.get("name")) or "a form"
+    return f"[filled in {title}] " + ("; ".join(fields) or "(no answers)")
+
+
+def _shared(message: Mapping[str, Any], kind: str) -> str | None:
+    """What is useful in a location, a contact card or an order (memagent.turn.inbound labels it
+    as shared): the place's name and address, the contacts' names, the order's items."""
+    body = message.get(kind)
+    if kind == "location" and isinstance(body, dict):
+        where = [_text(body.get("name")), _text(body.get("address"))]
+        named = ", ".join(w for w in where if w)
+        lat, lon = body.get("latitude"), body.get("longitude")
+        return named or (f"{lat}, {lon}" if lat is not None and lon is not None else None)
+    if kind == "contacts":
+        names = [_text((c.get("name") or {}).get("formatted_name")) for c in _dicts(body)]
+        return ", ".join(n for n in names if n) or None
+    if kind == "order" and isinstance(body, dict):
+        items = [
+            f"{i.get('quantity', 1)} x {i.get('product_retailer_id', 'an item')}"
+            + (
+                f" ({i['item_price']} {i.get('currency', '')})".replace(" )", ")")
+                if "item_price" in i
+                else ""
+            )
+            for i in _dicts(body.get("product_items"))
+        ]
+        note = _text(body.get("text"))
+        return "; ".join(items + ([note] if note else [])) or None
+    return None
+
+
+def _inbound(message: dict, value: dict, contact: dict) -> InboundMessage:
+    wamid = _text(message.get("id"))
+    number = _text((value.get("metadata") or {}).get("phone_number_id"))
+    if not wamid or not number:
+        raise MalformedEvent("message id or phone_number_id missing")
+    bsuid, phone = identities(message, contact)
+    if not bsuid and not phone:
+        raise MalformedEvent("message has neither a BSUID nor a phone")
+    at = _time(message.get("timestamp"), "timestamp")
+    kind = _text(message.get("type")) or "unknown"
+    text = caption = media = None
+    if kind == "text":
+        text = _text((message.get("text") or {}).get("body")) or ""
+    elif kind in ("button", "interactive"):
+        text, kind = _reply_text(message, kind), "text"
+    elif kind in ("audio", "image", "video", "document", "sticker"):
+        body = message.get(kind) if isinstance(message.get(kind), dict) else {}
+        caption = _text(body.get("caption"))
+        if _text(body.get("id")):
+            media = Media(
+                url=body["id"],  # the media id: a fresh download URL is fetched at use
+                mime_type=_text(body.get("mime_type")) or "application/octet-stream",
+                size=None,
+            )
+    elif kind in ("location", "contacts", "order"):
+        text = _shared(message, kind)
+        kind = "contact" if kind == "contacts" else kind
+    who = bsuid or phone
+    assert who is not None
+    return InboundMessage(
+        event_id=wamid,
+        created_at=at,
+        number=number,
+        chat=who,
+        label=None,
+        message_id=wamid,
+        kind=kind,
+        text=text,
+        caption=caption,
+        media=media,
+        sent_at=at,
+        aliases=(phone,) if bsuid and phone else (),
+        reply_to=phone,  # Meta: a phone in `to` wins over `recipient`; BSUID only without one
+    )
+
+
+def _identity_change(message: dict) -> IdentityChanged:
+    system = message.get("system") if isinstance(message.get("system"), dict) else {}
+    previous = [
+        _bsuid(system.get("previous_user_id")),
+        _bsuid(message.get("from_user_id")),
+        _phone(system.get("customer")),
+        _phone(message.get("from")),
+    ]
+    current = [
+        _bsuid(system.get("user_id")),
+        _phone(system.get("wa_id") or system.get("new_wa_id")),
+    ]
+    old = tuple(dict.fromkeys(i for i in previous if i))
+    new = tuple(dict.fromkeys(i for i in current if i and i not in old))
+    wamid = _text(message.get("id"))
+    if not wamid or not old or not new:
+        raise MalformedEvent("identity change without previous and new identifiers")
+    return IdentityChanged(
+        event_id=wamid,
+        created_at=_time(message.get("timestamp"), "timestamp"),
+        previous=old,
+        current=new,
+    )
+
+
+def _status(status: dict) -> ReplyStatus:
+    bsuid, phone = _bsuid(status.get("recipient_user_id")), _phone(status.get("recipient_id"))
+    wamid, key = _text(status.get("id")), _text(status.get("biz_opaque_callback_data"))
+    state = _text(status.get("status"))
+    if not wamid or not key or not state or not (bsuid or phone):
+        raise MalformedEvent("status without id, callback data or recipient")
+    codes = [e.get("code") for e in _dicts(status.get("errors")) if isinstance(e.get("code"), int)]
+    return ReplyStatus(
+        event_id=f"{wamid}:{state}",
+        created_at=_time(status.get("timestamp"), "timestamp"),
+        chat=bsuid or phone,  # type: ignore[arg-type]
+        aliases=(phone,) if bsuid and phone else (),
+        key=key,
+        message_id=wamid,
+        status=state,
+        error_code=codes[0] if codes else None,
+    )
+
+
+def _preference(preference: dict, contacts: list[dict]) -> MarketingPreference:
+    phone = _phone(preference.get("wa_id"))
+    contact = next((c for c in contacts if _phone(c.get("wa_id")) == phone), {})
+    bsuid = _bsuid(contact.get("user_id"))
+    choice = _text(preference.get("value"))
+    if not (bsuid or phone) or not choice:
+        raise MalformedEvent("user_preferences without a person or a value")
+    at = _time(preference.get("timestamp"), "timestamp")
+    return MarketingPreference(
+        event_id=preference_id(bsuid or phone, int(at.timestamp()), choice),  # type: ignore[arg-type]
+        created_at=at,
+        chat=bsuid or phone,  # type: ignore[arg-type]
+        aliases=(phone,) if bsuid and phone else (),
+        value=choice,
+    )
+
+
+def parse_event(raw: Mapping[str, Any]) -> Event:
+    """Turn a queued one-item notification into a domain event; MalformedEvent if we cannot."""
+    if not isinstance(raw, Mapping) or raw.get("object") != OBJECT:
+        raise MalformedEvent("not a WhatsApp Business Account notification")
+    for _entry, _change, value in _walk(raw):
+        contacts = _dicts(value.get("contacts"))
+        for message in _dicts(value.get("messages")):
+            if message.get("type") == "system":
+                system = message.get("system") if isinstance(message.get("system"), dict) else {}
+                if system.get("type") in IDENTITY_CHANGES:
+                    return _identity_change(message)
+                raise MalformedEvent("a system message we do not act on")
+            return _inbound(message, value, _contact_for(message, contacts))
+        for status in _dicts(value.get("statuses")):
+            return _status(status)
+        for preference in _dicts(value.get("user_preferences")):
+            return _preference(preference, contacts)
+    raise MalformedEvent("no message or status in the notification")
+
+
+# --------------------------------------------------------------------------- Graph API
+
+
+@dataclass(frozen=True)
+class GraphError:
+    status: int
+    code: int | None
+
+
+def _graph_error(status: int, data: bytes) -> GraphError:
+    try:
+        error = json.loads(data).get("error")
+    except (ValueError, AttributeError):
+        error = None
+    code = error.get("code") if isinstance(error, dict) else None
+    return GraphError(status, code if isinstance(code, int) else None)
+
+
+def _count(name: str) -> None:
+    from aws_lambda_powertools.metrics import MetricUnit
+
+    from memagent.observability import metrics
+
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
+
+
+class GraphClient:
+    """Sends replies, read receipts and fetches media over HTTP (urllib3, shipped with botocore).
+
+    POSTs are never retried by the client once the request may have reached Meta: there is no
+    idempotency key, so a blind retry could deliver a reply twice. Only connection failures
+    (nothing sent) are retried here; everything else is the turn's decision."""
+
+    def __init__(
+        self,
+        graph_url: str,
+        access_token: str | Secret,
+        *,
+        timeout_seconds: float = 10.0,
+        typing_indicator: bool = True,
+        media_origins: frozenset[Origin] = frozenset(),
+        media_deadline_seconds: float = 30.0,
+    ):
+        import urllib3
+        from urllib3.util import Retry, Timeout
+
+        self._graph = graph_url.rstrip("/")
+        # Meta's media hosts (https only), the Graph API's own origin and any the operator adds
+        graph_origin = url_origin(self._graph)
+        self._media_origins = MEDIA_ORIGINS | media_origins | ({graph_origin} - {None})
+        self._media_deadline = media_deadline_seconds
+        self._read_timeout = timeout_seconds
+        self._token = access_token  # a Secret is read on first use
+        self.typing_indicator = typing_indicator
+        self._http = urllib3.PoolManager(
+            retries=Retry(total=2, connect=2, read=0, status=0, redirect=0, raise_on_status=False),
+            timeout=Timeout(connect=3.0, read=timeout_seconds),
+        )
+
+    def _bearer(self, *, fresh: bool = False) -> dict[str, str]:
+        token = self._token if isinstance(self._token, str) else self._token.get(fresh=fresh)
+        return {"Authorization": f"Bearer {token}"}
+
+    @staticmethod
+    def _token_refused(response: Any) -> bool:
+        return response.status != 200 and _graph_error(response.status, response.data).code in (
+            TOKEN_CODES
+        )
+
+    def _post(self, sender: str, body: dict[str, Any]) -> Any:
+        """POST to the messages endpoint. A refused token (nothing was sent) is read again
+        past the secret cache and tried once more: a renewed token works at once."""
+        import urllib3
+
+        for fresh in (False, True):
+            try:
+                response = self._http.request(
+                    "POST",
+                    f"{self._graph}/{sender}/messages",
+                    body=json.dumps(body).encode(),
+                    headers={**self._bearer(fresh=fresh), "Content-Type": "application/json"},
+                )
+            except urllib3.exceptions.HTTPError as error:
+                raise TransientError(f"Graph API unreachable: {type(error).__name__}") from None
+            if not self._token_refused(response):
+                break
+        return response
+
+    @staticmethod
+    def _raise_for(response: Any) -> None:
+        """Map a Graph API error to our typed errors, on error.code (META.md)."""
+        error = _graph_error(response.status, response.data)
+        code = error.code
+        if error.status == 429:  # a rate limit whatever its code (613 comes this way)
+            raise TransientError(f"Graph API rate limit (HTTP 429, code {code})")
+        if code in TOKEN_CODES:
+            _count("ProviderAuthFailed")  # alarmed: an operator must renew the token
+            raise TransientError(f"Graph API refused the token (code {code})")
+        if code in RETRY_CODES or (code is None and (error.status == 429 or error.status >= 500)):
+            raise TransientError(f"Graph API answered {error.status} (code {code})")
+        if code in OPTED_OUT_CODES:
+            raise OptedOut(f"code {code}")
+        raise SendRejected(error.status, code=code)
+
+    def send_text(self, *, sender: str, to: str, text: str, key: str) -> str:
+        """Send one text part; return its wamid. `to` is a phone or a BSUID; `key` comes back
+        as biz_opaque_callback_data in this message's status webhooks."""
+        body: dict[str, Any] = {
+            "messaging_product": "whatsapp",
+            "recipient_type": "individual",
+            "type": "text",
+            "text": {"body": text, "preview_url": False},
+            "biz_opaque_callback_data": key,
+        }
+        if BSUID.match(to):
+            body["recipient"] = to
+        else:
+            body["to"] = to.removeprefix("+")  # Meta's wa_id form
+        response = self._post(sender, body)
+        if response.status != 200:
+            self._raise_for(response)
+        try:
+            return str(json.loads(response.data)["messages"][0]["id"])
+        except (ValueError, KeyError, IndexError, TypeError):
+            return ""  # accepted; the id only serves bookkeeping
+
+    def mark_read(self, message: InboundMessage) -> None:
+        body: dict[str, Any] = {
+            "messaging_product": "whatsapp",
+            "status": "read",
+            "message_id": message.message_id,
+        }
+        if self.typing_indicator:
+            body["typing_indicator"] = {"type": "text"}
+        response = self._post(message.number, body)
+        if response.status != 200:
+            self._raise_for(response)
+
+    def _get(self, url: str, *, fresh: bool = False) -> Any:
+        import urllib3
+
+        try:
+            return self._http.request("GET", url, headers=self._bearer(fresh=fresh), retries=2)
+        except urllib3.exceptions.HTTPError as error:
+            raise TransientError(f"media unreachable: {type(error).__name__}") from None
+
+    def _media_url(self, media_id: str) -> tuple[str, str | None]:
+        response = self._get(f"{self._graph}/{media_id}")
+        if self._token_refused(response):
+            response = self._get(f"{self._graph}/{media_id}", fresh=True)
+        if response.status != 200:
+            error = _graph_error(response.status, response.data)
+            if error.code in TOKEN_CODES:
+                _count("ProviderAuthFailed")
+                raise TransientError(f"media lookup refused the token (code {error.code})")
+            if error.code in RETRY_CODES or response.status == 429 or response.status >= 500:
+                raise TransientError(f"media lookup answered {response.status}")
+            raise MalformedEvent(f"media lookup answered {response.status} (code {error.code})")
+        try:
+            found = json.loads(response.data)
+            return str(found["url"]), found.get("mime_type")
+        except (ValueError, KeyError, TypeError):
+            raise MalformedEvent("media lookup without a url") from None
+
+    def fetch_media(self, url: str, *, max_bytes: int) -> tuple[bytes, str]:
+        """`url` is the media id: look up a fresh download URL (it lives 5 minutes), download it
+        by memagent.providers.download's rules (Meta's media hosts only, the token only to them,
+        every redirect hop checked, the size cap while streaming, one deadline for the lookups and
+        the download); on a 404 (the URL expired meanwhile) look it up once more."""
+        deadline = time.monotonic() + self._media_deadline
+        for _ in range(2):
+            found, mime_type = self._media_url(url)
+            try:
+                data, content_type = download.fetch(
+                    self._http,
+                    found,
+                    allowed=self._media_origins,
+                    key_origins=self._media_origins,
+                    key=lambda: self._bearer()["Authorization"].removeprefix("Bearer "),
+                    max_bytes=max_bytes,
+                    deadline_seconds=deadline - time.monotonic(),
+                    read_timeout=self._read_timeout,
+                )
+            except download.Refused as refused:
+                if refused.status == 404:
+                    continue
+                raise MalformedEvent(f"media download answered HTTP {refused.status}") from None
+            return data, content_type or mime_type or "application/octet-stream"
+        raise MalformedEvent("media URL expired twice")

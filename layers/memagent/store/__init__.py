@@ -1,0 +1,32 @@
+"""DynamoDB: the only wing that touches the memory table. `memory_store` (MemoryStore)
+has the key schema and the turn's one Query; its writes are in parts: turn, ledger, person,
+handoff, compaction, erasure, operator, all built on table's keys and conditional writes.
+
+Its face: the names the other wings and the functions use, each imported from its module on
+first use (memagent.face). Modules other wings import whole: `ledger`.
+"""
+
+from memagent import face
+
+# each module of this wing -> the names the other wings and the functions use from it
+__getattr__, __all__ = face(
+    __name__,
+    {
+        "erasure": ["KEPT_ON_ERASURE"],
+        "handoff": ["claim_holds"],
+        "ledger": ["PART", "SENDING", "SENT", "STORED", "Standing", "sent_parts"],
+        "memory_store": ["MemoryStore", "handoff_of"],
+        "operator": ["OperatorStore"],
+        "table": [
+            "ALIAS",
+            "EVT",
+            "FACT",
+            "MSG",
+            "STATE",
+            "SUMMARY",
+            "TRANSACTION_LIMIT",
+            "from_iso",
+            "iso",
+        ],
+    },
+)

@@ -1,0 +1,26 @@
+"""One turn: an SQS record -> a provider event -> the agent's answer (functions/consumer).
+
+`consumer` handles the batch, retries and backoff; `agent` (Agent.answer) is the turn read top
+to bottom, each step in the module its name says: identity, redelivery, remember (inbound),
+keywords, bursts, reply (tool_loop), delivery, events. `crew` is what every step is handed.
+
+Its face: the names the other wings and the functions use, each imported from its module on
+first use (memagent.face).
+"""
+
+from memagent import face
+
+# each module of this wing -> the names the other wings and the functions use from it
+__getattr__, __all__ = face(
+    __name__,
+    {
+        "consumer": ["Consumer"],
+        "keywords": [
+            "HANDOFF_NOTICE",
+            "HANDOFF_PHRASES",
+            "OPT_OUT_WORDS",
+            "STOP_WORDS",
+            "normalised",
+        ],
+    },
+)

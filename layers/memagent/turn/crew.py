@@ -1,0 +1,54 @@
+"""What an agent (persona) answers with: its settings, the memory store, the model, the
+provider, kept media, the transcript archive and the declared tools; built once
+(consumer.Consumer.from_settings) and handed to every step of a turn. The turn itself is
+memagent/turn/agent.py."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from memagent.aws import OperatorEvents
+from memagent.lifecycle import forget_key
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from memagent.aws import KeptMedia, TranscriptArchive
+    from memagent.lifecycle import Receipt
+    from memagent.model import ModelClient, ToolBox
+    from memagent.providers import Provider
+    from memagent.settings import ConsumerSettings
+    from memagent.store import MemoryStore
+
+
+class Crew:
+    def __init__(
+        self,
+        settings: ConsumerSettings,
+        store: MemoryStore,
+        model: ModelClient,
+        provider: Provider,
+        archive: TranscriptArchive | None = None,
+        media: KeptMedia | None = None,
+        tools: ToolBox | None = None,
+    ):
+        self.settings = settings
+        self.archive = archive
+        self.media = media  # voice notes and photos kept between attempts
+        self.store = store
+        self.model = model
+        self.provider = provider
+        self.tools = tools  # the operator's declared tools (memagent/model/tools.py), if any
+        self.ledger_ttl = timedelta(days=settings.ledger_ttl_days)
+        self.handoff_timeout = timedelta(hours=settings.handoff_timeout_hours)
+        # handoff notifications (memagent.aws.notify); no bus configured: none sent
+        self.events = OperatorEvents(settings.operator_event_bus, settings.agent_id)
+        # seconds the record's invocation has left for a turn's next step (None: no budget);
+        # the consumer sets it for each record (memagent.turn.consumer.Consumer.process)
+        self.time_left: Callable[[], float | None] = lambda: None
+
+    def _forget(self, pk: str, *, at: datetime | None = None) -> Receipt:
+        """Erase a person (memagent.lifecycle.rights), with this agent's archive and kept media.
+        Every step of a turn erases through here, so a test can strike a crash into it."""
+        return forget_key(self.store, pk, archive=self.archive, at=at, media=self.media)

@@ -1,0 +1,149 @@
+"""Sending a stored reply: its parts under send keys derived from the event, each part's
+provider id recorded as it goes out, and an undelivered reply taken back out of memory.
+
+Providers without an idempotency key (Meta) leave one window: Meta accepted a part, and we crashed
+(or timed out) before recording its message id. We record each part's id the moment the provider
+answers (`part_<n>` on the ledger entry), and the provider's `sent` status for the part, which
+carries our send key, records it too (`reply_status`); statuses run in a queue group of their
+own, so they do not wait behind the redelivery. A part is sent twice only if the crash fell in
+that window *and* the status webhook arrived after the redelivery's retry (seconds, usually).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from memagent.errors import AgentError, OptedOut, SendRejected, TransientError
+from memagent.observability import count, logger
+from memagent.providers import idempotency_key, split_text
+from memagent.store import ledger
+from memagent.turn.keywords import FORGOTTEN_REPLY
+
+if TYPE_CHECKING:
+    from memagent.memory import Turn
+    from memagent.providers import InboundMessage
+    from memagent.turn.crew import Crew
+
+
+def send(
+    crew: Crew,
+    pk: str,
+    message: InboundMessage,
+    event_id: str,
+    sender: str,
+    text: str,
+    sent: dict[int, str] | None = None,
+    *,
+    reply_seq: int | None = None,
+) -> str:
+    """Send the reply stored under `event_id`'s ledger entry (for a burst: its last
+    message's), the parts not yet `sent`, keyed by that event, so a repeat after any crash
+    is a no-op at the provider; record each part's id as the provider answers (the last
+    one with the end of the event's turn, in one write). A reply the provider refused
+    before any part went out is taken back out of memory (`reply_seq`): the memory holds
+    what the person saw, not what we meant to say."""
+    store = crew.store
+    parts = split_text(text)
+    sent = dict(sent or {})
+    try:
+        for part, chunk in enumerate(parts):
+            if part in sent:
+                continue  # a redelivery: this part went out before
+            sent[part] = (
+                crew.provider.send_text(
+                    sender=sender,
+                    to=message.address,
+                    text=chunk,
+                    key=idempotency_key(event_id, part),
+                )
+                or "sent"
+            )
+            if part < len(parts) - 1:
+                store.record_part(pk, event_id, part, sent[part])
+    except OptedOut:
+        _unsay(crew, pk, reply_seq, sent)
+        store.record_opt_out(pk, datetime.now(UTC))
+        store.finish_event(pk, event_id, ledger.OPTED_OUT)
+        count("RepliesBlockedByOptOut")
+        logger.info("reply not sent: the chat opted out")
+        return "opted_out"
+    except SendRejected as error:
+        details = {"http_status": error.status}
+        if error.code is not None:
+            details["error_code"] = error.code
+        _unsay(crew, pk, reply_seq, sent)
+        store.finish_event(pk, event_id, ledger.PARKED, **details)
+        count("ReplyParked")
+        logger.error("reply parked: the provider refused it", extra=details)
+        return "parked"
+    finished_with: dict = {f"{ledger.PART}{p}": i for p, i in sent.items()}
+    if reply_seq is not None:  # the entry names its reply, as a burst's covered ones do
+        finished_with.update(answered_by=event_id, reply_seq=reply_seq)
+    if not store.finish_event(pk, event_id, ledger.SENT, **finished_with):
+        _erased_meanwhile(crew, pk)
+    count("RepliesSent")
+    logger.info("reply sent", extra={"parts": len(parts)})
+    return "sent"
+
+
+def say_goodbye_and_forget(crew: Crew, pk: str, message: InboundMessage, answering: Turn) -> str:
+    """The person confirmed "forget me": send one last short reply, then erase. A crash in
+    between is safe: the redelivery finds the event still `stored`, skips the goodbye if the
+    ledger records it sent (else sends it again under the same Idempotency-Key, a no-op at
+    whasp) and erases. The erasure matters more than the goodbye: if the provider cannot take
+    it, we erase all the same."""
+    assert answering.event_id is not None
+    entry = crew.store.ledger(pk, answering.event_id) or {}
+    try:
+        # a provider without an idempotency key (Meta) would send it twice: a retry after
+        # a crash skips it when the goodbye is recorded (our write, or its `sent` status)
+        if 0 not in ledger.sent_parts(entry):
+            sent = crew.provider.send_text(
+                sender=answering.number or message.number,
+                to=message.address,
+                text=FORGOTTEN_REPLY,
+                key=idempotency_key(answering.event_id, 0),
+            )
+            crew.store.record_part(pk, answering.event_id, 0, sent or "sent")
+    except (OptedOut, SendRejected, TransientError) as error:
+        count("GoodbyeNotSent")
+        logger.warning("goodbye not sent; erasing anyway", extra={"error": type(error).__name__})
+    receipt = crew._forget(pk)
+    count("ForgottenOnRequest")
+    logger.info("forgotten at the person's request", extra={"removed": receipt.removed})
+    return "forgotten"
+
+
+def show_typing(crew: Crew, message: InboundMessage) -> None:
+    """Read receipt and typing indicator. Cosmetic: a failure never fails the turn."""
+    try:
+        crew.provider.mark_read(message)
+    except AgentError as error:
+        count("TypingIndicatorFailed")
+        logger.warning("typing indicator not shown", extra={"error": type(error).__name__})
+
+
+def _erased_meanwhile(crew: Crew, pk: str) -> None:
+    """The ledger entry is gone: the person was forgotten while we answered. The reply
+    (stored without touching the state) may have landed after the erasure's deletes: finish
+    the erasure, under the mark in force. A crash before this is finished by the
+    redelivery, which finds the message older than the mark."""
+    mark = crew.store.erasure_mark(pk)
+    if mark is None:
+        return  # no erasure mark: nothing to finish (the entry expired, or never was)
+    crew._forget(pk, at=mark)
+    count("ErasuresFinishedAfterTurn")
+    logger.info("the person was forgotten during the turn; erasure finished")
+
+
+def _unsay(crew: Crew, pk: str, reply_seq: int | None, sent: dict[int, str]) -> None:
+    """Delete an undelivered reply's turn, before the event is finished: a crash in between
+    is redelivered, refused again and ends here again (deleting twice is a no-op). What it
+    answered no longer awaits a reply (a reply stored alone left the list as it was)."""
+    if reply_seq is None or sent:
+        return  # unknown, or the person saw part of it: it stays
+    crew.store.clear_awaiting(pk)
+    crew.store.delete_turns(pk, [reply_seq])
+    count("RepliesUnsaid")
+    logger.info("undelivered reply removed from memory", extra={"seq": reply_seq})

@@ -1,0 +1,320 @@
+"""What the person's words ask of the agent itself: STOP, "forget me" (and its "yes"), "what do
+you remember about me" and "can I talk to a human?". Pure functions from text and memory to a
+decision. Each keyword is declared once, in KEYWORDS, with everything the turn asks of it (how it
+matches, whether it is answered alone, whether it keeps its meaning while a human has the chat,
+its answer): adding one touches this table (CONTRIBUTING.md, "Adding a keyword").
+
+- STOP (OPT_OUT_WORDS: "stop", "unsubscribe" and their like in the languages of the handoff
+  phrases) opts the person out: stored, never answered, and it drops what awaits an answer; the
+  opt-out lifts only with a message written after it.
+- "forget me" (the FORGET_KEYWORD setting) is answered with a question; "yes" to it erases,
+  after a short goodbye; anything else keeps the memory.
+- "what do you remember about me" is answered from the summary and facts, word for word.
+- "can I talk to a human?" (HANDOFF_PHRASES, several languages by default) hands the chat to
+  a human: answered once with HANDOFF_NOTICE, then the agent stores and says nothing until an
+  operator hands it back or HandoffTimeoutHours pass without an operator reply
+  (memagent/operator/handoff.py). STOP and "forget me" keep their meaning while a human has
+  the chat.
+
+Every keyword but the handoff phrases is a whole message: one normalisation (`normalised`: NFKC,
+case, punctuation and emoji around and between the words) decides, so "STOP.", "Stop!" and a
+full-width STOP (U+FF33...) are STOP, and "please don't stop" is not. The keywords that get an
+answer of their own never join a burst (memagent/turn/bursts.py), nor let the message before them
+wait.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from memagent.memory import PersonState
+
+if TYPE_CHECKING:
+    from memagent.memory import Memory
+    from memagent.providers import InboundMessage
+
+# always an opt-out, whatever OPT_OUT_WORDS says: whasp opts a chat out on STOP itself
+# (WHASP.md), and on Meta's Cloud API "STOP" is ours to honour (no opt-out event for chats)
+STOP_WORDS = ("stop", "unsubscribe")
+# OPT_OUT_WORDS' default: a whole message that says "stop messaging me" in the languages of the
+# handoff phrases, and nothing a person would write meaning anything else ("cancel", "end",
+# "basta" may be about a booking or a meal: left out)
+OPT_OUT_WORDS = (
+    *STOP_WORDS,
+    "stop all",  # English
+    "baja", "darme de baja",  # Spanish
+    "arrêt", "désabonner", "me désabonner", "désinscription",  # French
+    "parar", "descadastrar",  # Portuguese
+    "stopp", "abmelden", "abbestellen",  # German
+    "disiscrivimi", "annulla iscrizione",  # Italian
+)  # fmt: skip
+CONFIRM_WORDS = frozenset({"yes", "y", "confirm", "yes forget me", "yes, forget me"})
+RECALL_QUESTIONS = frozenset(
+    {
+        "what do you remember about me",
+        "what do you know about me",
+        "what do you remember",
+    }
+)
+FORGET_QUESTION = (
+    "Do you want me to forget everything about you: our messages, the summary and the notes "
+    "I keep? Reply YES to confirm. Anything else keeps your memory as it is."
+)
+# Phrases that ask for a human: a phrase of one word must be the whole message (give or take
+# "a", "please"); a longer one may stand anywhere in a short message ("can I talk to a human?")
+HANDOFF_PHRASES = (
+    # English
+    "human", "person", "real person", "agent", "operator",
+    "talk to a human", "talk to a person", "talk to someone", "talk to a real person",
+    "speak to a human", "speak to a person", "speak to someone", "speak with a human",
+    "speak with a person", "human please", "customer service", "live agent",
+    # Spanish
+    "humano", "persona", "hablar con una persona", "hablar con un humano",
+    "hablar con alguien", "hablar con un agente", "agente",
+    # French
+    "personne", "humain", "parler à quelqu'un", "parler à une personne",
+    "parler à un humain", "conseiller",
+    # Portuguese
+    "atendente", "falar com uma pessoa", "falar com um humano", "falar com alguém",
+    # German
+    "mensch", "mit einem menschen sprechen", "mitarbeiter",
+    # Italian
+    "operatore", "parlare con una persona", "parlare con un operatore",
+)  # fmt: skip
+HANDOFF_NOTICE = (
+    "I've asked a person from our team to take over. They'll answer you here as soon as they can."
+)
+_FILLER = frozenset(
+    [
+        "a",
+        "an",
+        "please",
+        "pls",
+        "plz",
+        "un",
+        "una",
+        "une",
+        "um",
+        "uma",
+        "ein",
+        "einen",
+        "svp",
+        "stp",
+        "por",
+        "favor",
+        "bitte",
+        "per",
+        "favore",
+    ]
+)
+_SHORT = 12  # words: a longer message mentioning "a person" is about something else
+FORGOTTEN_REPLY = "Done. I have forgotten everything about you. If you write again, we start fresh."
+
+
+class Words(Protocol):
+    """The settings the keywords read (memagent.settings.ConsumerSettings)."""
+
+    forget_keyword: str
+    handoff_phrases: tuple[str, ...]
+    handoff_notice: str
+    opt_out_words: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Keyword:
+    """What the message being answered asks for. `erase`: the person confirmed "forget me"
+    (a goodbye, then the erasure). Otherwise `reply` is the fixed answer (None: the model
+    answers) and `flags` the state flags stored with the reply."""
+
+    erase: bool = False
+    reply: str | None = None
+    flags: dict[str, Any] = field(default_factory=dict)
+    handoff: bool = False  # the person asked for a human: `reply` is the handoff notice
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One keyword and what the turn asks of it.
+
+    `matches`: the message (normalised), the person's state and the settings -> whether it is
+    this keyword. `alone`: answered on its own, as when sent alone: it never joins a burst, nor
+    lets the message before it wait. `in_handoff`: it keeps its meaning while a human has the
+    chat. `answer`: the decision when it is the message answered (None: never answered, STOP);
+    `flags` are those the message sets anyway (a pending "forget me" cancelled)."""
+
+    name: str
+    matches: Callable[[str, PersonState, Words], bool]
+    alone: bool
+    in_handoff: bool
+    answer: Callable[[Memory, Words, dict[str, Any]], Keyword] | None
+    text_only: bool = False  # a voice note's transcript never matches it
+
+
+def _said(words: tuple[str, ...] | frozenset[str] | str) -> frozenset[str]:
+    return frozenset(normalised(w) for w in ((words,) if isinstance(words, str) else words))
+
+
+KEYWORDS: tuple[Declared, ...] = (
+    # first: a STOP ends everything, a pending "forget me" or a human's chat included
+    Declared(
+        "stop",
+        matches=lambda said, state, words: said in _said((*STOP_WORDS, *words.opt_out_words)),
+        alone=False,  # it joins no burst: it drops it (nothing is sent after a STOP)
+        in_handoff=True,
+        answer=None,
+        text_only=True,
+    ),
+    Declared(
+        "confirm forget",
+        matches=lambda said, state, words: state.forget_pending and said in _said(CONFIRM_WORDS),
+        alone=True,
+        in_handoff=True,  # a person's rights do not wait for an operator
+        answer=lambda memory, words, flags: Keyword(erase=True),
+    ),
+    Declared(
+        "forget me",
+        matches=lambda said, state, words: said == normalised(words.forget_keyword),
+        alone=True,
+        in_handoff=True,
+        answer=lambda memory, words, flags: Keyword(
+            reply=FORGET_QUESTION, flags={"forget_pending": True}
+        ),
+    ),
+    Declared(
+        "recall",
+        matches=lambda said, state, words: said in _said(RECALL_QUESTIONS),
+        alone=True,
+        in_handoff=False,
+        answer=lambda memory, words, flags: Keyword(
+            reply=recall(memory, words.forget_keyword), flags=flags
+        ),
+    ),
+    Declared(
+        "handoff",
+        matches=lambda said, state, words: asks_for_human(said, words.handoff_phrases),
+        alone=True,
+        in_handoff=False,
+        answer=lambda memory, words, flags: Keyword(
+            reply=words.handoff_notice, flags=flags, handoff=True
+        ),
+    ),
+)
+
+
+def words_of(text: str) -> list[str]:
+    """The message's words: NFKC (a full-width STOP is "STOP"), case folded, punctuation
+    and emoji dropped; an apostrophe inside a word stays ("quelqu'un")."""
+    text = unicodedata.normalize("NFKC", text).casefold().replace("\u2019", "'")
+    spaced = "".join(c if c.isalnum() or c == "'" else " " for c in text)
+    return [w for w in (w.strip("'") for w in spaced.split()) if w]
+
+
+def normalised(text: str) -> str:
+    """The one form every keyword is matched in: "Stop!", "STOP." and "stop 🛑" are "stop"."""
+    return " ".join(words_of(text))
+
+
+def meaning(
+    text: str, state: PersonState, settings: Words, *, text_message: bool = True
+) -> Declared | None:
+    """The keyword this message is (the first in KEYWORDS that matches), or None.
+    `text_message`: False for a voice note's transcript or a photo's description."""
+    said = normalised(text)
+    return next(
+        (
+            k
+            for k in KEYWORDS
+            if (text_message or not k.text_only) and k.matches(said, state, settings)
+        ),
+        None,
+    )
+
+
+def is_stop(message: InboundMessage, text: str, settings: Words) -> bool:
+    """The person opts out: a text message that is one of the opt-out words, alone."""
+    found = meaning(text, PersonState(), settings, text_message=message.kind == "text")
+    return found is not None and found.name == "stop"
+
+
+def cancels_forget(text: str, state: PersonState) -> bool:
+    """A "forget me" awaits its "yes", and this message is anything else: the memory stays."""
+    return state.forget_pending and normalised(text) not in _said(CONFIRM_WORDS)
+
+
+def asks_for_human(text: str, phrases: tuple[str, ...] = HANDOFF_PHRASES) -> bool:
+    """Whether the person asks for a human (see HANDOFF_PHRASES)."""
+    said = words_of(text)
+    if not said or len(said) > _SHORT:
+        return False
+    bare = [w for w in said if w not in _FILLER]
+    for phrase in phrases:
+        wanted = words_of(phrase)
+        if len(wanted) == 1:
+            if bare == wanted:
+                return True
+        elif any(said[i : i + len(wanted)] == wanted for i in range(len(said))):
+            return True
+    return False
+
+
+def keeps_its_meaning(text: str, state: PersonState, settings: Words) -> bool:
+    """A message the agent still heeds while a human has the chat: STOP, "forget me" and its
+    "yes" (a person's rights do not wait for an operator)."""
+    found = meaning(text, state, settings)
+    return found is not None and found.in_handoff
+
+
+def keyword(text: str, memory: Memory, settings: Words) -> Keyword:
+    """The decision for the message being answered (`text`: the burst's last message)."""
+    # anything but its "yes" cancels a pending "forget me": the memory stays
+    flags: dict[str, Any] = {"forget_pending": False} if memory.state.forget_pending else {}
+    found = meaning(text, memory.state, settings)
+    if found is None or found.answer is None:
+        return Keyword(flags=flags)
+    return found.answer(memory, settings, flags)
+
+
+def answered_alone(message: InboundMessage, settings: Words) -> bool:
+    """A keyword that gets its own answer, as when sent alone ("forget me", "what do you
+    remember about me", "can I talk to a human?"): it never joins a burst, nor lets the
+    message before it wait. (The consumer's look ahead: the state is not read yet.)"""
+    if message.kind != "text" or not message.text:
+        return False
+    found = meaning(message.text, PersonState(), settings)
+    return found is not None and found.alone
+
+
+def waits(text: str, state: PersonState, settings: Words) -> bool:
+    """Whether a message just stored can leave its answer to a later one of its burst."""
+    found = meaning(text, state, settings)
+    return found is None or not found.alone
+
+
+def recall(memory: Memory, forget_keyword: str) -> str:
+    """Answer "what do you remember about me?" from the facts and summary, word for word."""
+    if not memory.facts and not memory.summary:
+        return "I don't keep any notes about you yet, only our recent messages."
+    lines = ["Here is what I remember about you:"]
+    if memory.summary:
+        lines.append(memory.summary.text)
+    lines.extend(f"- {fact.text}" for fact in memory.facts)
+    lines.append(f'To erase all of it, write "{forget_keyword}".')
+    return "\n".join(lines)
+
+
+def stopped_at(memory: Memory, settings: Words) -> datetime | None:
+    """The time of the person's STOP message behind the opt-out in force, if we hold it. An
+    opt-out learnt otherwise (whasp's 409) has no STOP time we trust: the next message lifts
+    it, as before, and whasp refuses the reply if the block still holds."""
+    state = memory.state
+    if not state.opted_out or state.opted_out_at is None:
+        return None
+    opt_outs = _said((*STOP_WORDS, *settings.opt_out_words))
+    stops = [t for t in memory.turns if t.role == "user" and normalised(t.text) in opt_outs]
+    if stops and stops[-1].at <= state.opted_out_at:
+        return stops[-1].at
+    return None

@@ -1,0 +1,242 @@
+"""The reply to the message being answered: a keyword's (memagent/turn/keywords.py) or the model's,
+from the context (memagent/memory/context.py, store=false); remembered in the slot its message
+reserved, then sent (memagent/turn/delivery.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from memagent.aws import HANDOFF_STARTED
+from memagent.errors import ModelRejected
+from memagent.memory import (
+    Turn,
+    build_context,
+    day_of,
+    digest,
+    exhausted,
+    person_zone,
+    stack_budget,
+)
+from memagent.observability import count, logger
+from memagent.providers import shorten
+from memagent.store import ledger
+from memagent.turn.delivery import say_goodbye_and_forget, send
+from memagent.turn.keywords import keyword
+from memagent.turn.tool_loop import Answer, RejectedAfterTools, answer_with_tools
+
+if TYPE_CHECKING:
+    from memagent.memory import Context, Memory
+    from memagent.providers import InboundMessage
+    from memagent.settings import ConsumerSettings
+    from memagent.turn.crew import Crew
+
+FALLBACK_REPLY = "Sorry, I couldn't take that in. Could you say it another way?"
+
+
+def reply(
+    crew: Crew,
+    pk: str,
+    message: InboundMessage,
+    memory: Memory,
+    answering: Turn,
+    *,
+    previous_inbound_at: datetime | None,
+    new_number: str | None,
+    about: str | None = None,
+    first: str | None = None,
+) -> str:
+    """Answer `answering` (with `about`: the burst's lines it answers together; `first`: the
+    event id of the burst's first message, which keeps its tool calls on its ledger entry)."""
+    settings = crew.settings
+    asked = keyword(answering.text, memory, settings)
+    if asked.erase:
+        return say_goodbye_and_forget(crew, pk, message, answering)
+    if asked.handoff:
+        return hand_to_human(crew, pk, message, memory, answering, asked.reply or "", asked.flags)
+    if asked.reply is not None:
+        return remember_and_send(crew, pk, message, memory, answering, asked.reply, asked.flags)
+    stack = stack_budget(crew.store, settings)
+    if exhausted(memory.state, settings) or stack.reached():
+        return over_budget(crew, pk, message, memory, answering, asked.flags)
+
+    context = _context(
+        settings,
+        message,
+        memory,
+        answering,
+        previous_inbound_at=previous_inbound_at,
+        new_number=new_number,
+        about=about,
+    )
+    used = crew.model.tokens_used
+    who = (message.chat, *message.aliases)
+    text, done, handoff = _ask_the_model(crew, pk, first or answering.event_id, context, who)
+    if handoff:  # the model handed the chat to a human (the built-in tool)
+        notice = settings.handoff_notice
+        return hand_to_human(
+            crew, pk, message, memory, answering, notice, asked.flags, reason="agent"
+        )
+    # at least 1: a model reply counts as a turn even where the endpoint reports no usage
+    tokens = max(1, crew.model.tokens_used - used)
+    stack.add(crew.model.tokens_used - used)
+    shortened = shorten(text, settings.max_reply_parts)
+    if shortened != text:  # "write me a novel": not 40 WhatsApp messages
+        count("RepliesShortened")
+        logger.info("reply shortened", extra={"chars": len(text), "kept": len(shortened)})
+    return remember_and_send(
+        crew, pk, message, memory, answering, shortened, asked.flags, tools=done, tokens=tokens
+    )
+
+
+def _context(
+    settings: ConsumerSettings,
+    message: InboundMessage,
+    memory: Memory,
+    answering: Turn,
+    *,
+    previous_inbound_at: datetime | None,
+    new_number: str | None,
+    about: str | None,
+) -> Context:
+    """The model's input for this turn, within the context's budgets
+    (memagent/memory/context.py)."""
+    context = build_context(
+        memory,
+        answering,
+        system_prompt=settings.system_prompt,
+        max_messages=settings.context_max_messages,
+        max_chars=settings.context_max_chars,
+        max_facts=settings.context_max_facts,
+        previous_inbound_at=previous_inbound_at,
+        new_number=new_number,
+        about=about,
+        now=datetime.now(UTC),
+        zone=person_zone(message.address, settings.time_zone),
+    )
+    logger.info(
+        "context built",
+        extra={
+            "turns": context.turns_used,
+            "chars": context.chars_used,
+            "facts": context.facts_used,
+        },
+    )
+    return context
+
+
+def _ask_the_model(
+    crew: Crew, pk: str, event_id: str | None, context: Context, who: tuple[str, ...]
+) -> Answer:
+    """The model's reply (calling the declared tools along the way, if any, as the person
+    `who` names: their identifiers). The tool calls are recorded under `event_id`, the burst's
+    first message: a burst that grows after a crash (the person wrote again meanwhile) replays
+    them instead of calling the tools anew."""
+    try:
+        if crew.tools is None:
+            return Answer(crew.model.reply(context, person=pk), ())
+        assert event_id is not None
+        # only a stack with tools loads them (memagent.model.tools)
+        from memagent.model import Caller
+
+        caller = Caller.of(pk, who, keyed=digest)
+        return answer_with_tools(crew, pk, event_id, context, caller)
+    except ModelRejected as error:
+        # the model will never accept this request (a refusal, an unsupported input):
+        # the person still gets exactly one reply, and the operator a metric
+        count("ModelRejected")
+        logger.error("model refused the turn; fallback reply", extra={"error": str(error)})
+        # what the tools did before a refusal stays remembered (a booking made)
+        done = error.done if isinstance(error, RejectedAfterTools) else ()
+        return Answer(FALLBACK_REPLY, done)
+
+
+def over_budget(
+    crew: Crew, pk: str, message: InboundMessage, memory: Memory, answering: Turn, flags: dict
+) -> str:
+    """The person reached today's limit: no model call. The day's first such message gets the
+    notice; the rest are kept (already stored, in order) and answered with tomorrow's."""
+    count("PersonBudgetReached")
+    day = day_of(answering.at)
+    if memory.state.notice_day != day:
+        logger.info("person's daily budget reached; notice sent")
+        notice = crew.settings.budget_notice
+        flags = {**flags, "notice_day": day}
+        return remember_and_send(crew, pk, message, memory, answering, notice, flags)
+    for event_id in memory.state.awaiting:
+        crew.store.finish_event(pk, event_id, ledger.SKIPPED, reason="over_budget")
+    crew.store.clear_awaiting(pk)
+    logger.info("person's daily budget reached; kept for tomorrow")
+    return "over_budget"
+
+
+def hand_to_human(
+    crew: Crew,
+    pk: str,
+    message: InboundMessage,
+    memory: Memory,
+    answering: Turn,
+    notice: str,
+    flags: dict,
+    *,
+    reason: str = "person",
+) -> str:
+    """The person asked for a human (or the model, through the built-in tool: `reason`
+    "agent"): the notice is the agent's last word until the chat is handed back (or times
+    out); the handoff is recorded with it, in the reply's write, and operators are told
+    (memagent.aws.notify)."""
+    now = datetime.now(UTC)
+    handoff = {
+        "handoff_agent": crew.settings.agent_id,
+        "handoff_since": now.isoformat(),
+        "handoff_reason": reason,
+        "handoff_waiting": 0,
+        "handoff_address": message.address,  # where the operator's replies go
+    }
+    decision = remember_and_send(crew, pk, message, memory, answering, notice, {**flags, **handoff})
+    count("HandoffsRequested")
+    logger.info("the person asked for a human: chat handed over")
+    crew.events.emit(HANDOFF_STARTED, pk, reason=reason, since=now)
+    return decision
+
+
+def remember_and_send(
+    crew: Crew,
+    pk: str,
+    message: InboundMessage,
+    memory: Memory,
+    answering: Turn,
+    text: str,
+    flags: dict,
+    *,
+    tools: tuple[str, ...] = (),
+    tokens: int = 0,
+) -> str:
+    """Store the reply to `answering` (and to every message awaiting with it), then send it;
+    unless the chat was handed to a human meanwhile (the store refuses the write, and the
+    turn's retry leaves the message to the human: memagent.turn.agent)."""
+    assert answering.event_id is not None
+    sender = answering.number or message.number
+    turn = Turn(
+        seq=answering.seq + 1,  # the slot reserved when the message was stored
+        role="assistant",
+        text=text,
+        at=datetime.now(UTC),
+        number=sender,
+        tools=tools,
+        tokens=tokens,
+    )
+    crew.store.remember_reply(
+        pk,
+        event_id=answering.event_id,
+        turn=turn,
+        # the answered message's time: the record at hand may be a late event from
+        # before an erasure that ends a burst written after it
+        event_time=max(message.created_at, answering.at),
+        extra_set=flags or None,
+        covered=memory.state.awaiting,
+        ledger_ttl=crew.ledger_ttl,
+        # a human taking the chat over since this turn read it refuses the write: not sent
+        handoff_since=memory.state.handoff.since if memory.state.handoff else None,
+    )
+    return send(crew, pk, message, answering.event_id, sender, text, reply_seq=turn.seq)
