@@ -238,7 +238,9 @@ def _in_group_order(receive_message: Any) -> Any:
     def receive_in_order(backend: Any, queue_name: str, *args: Any, **kwargs: Any) -> Any:
         with _SQS_LOCK:
             queue = backend.get_queue(queue_name)
-            for message in [m for m in queue.pending_messages if m.visible]:
+            # a snapshot (list() of a set is one step under the GIL): moto's other request
+            # threads (a send, a delete) change the set while this one reads it
+            for message in [m for m in list(queue.pending_messages) if m.visible]:
                 queue.pending_messages.discard(message)
             return receive_message(backend, queue_name, *args, **kwargs)
 
