@@ -49,8 +49,8 @@ def test_the_webhook_route_is_throttled_and_its_function_reserved(cfn: Template)
     burst = evaluate(cfn, route["ThrottlingBurstLimit"], PARAMETERS)
     webhook = function_behind(cfn, "/webhook")["Properties"]
     reserved = evaluate(cfn, webhook["ReservedConcurrentExecutions"], PARAMETERS)
-    # sized from an expected peak of 100 deliveries a second (README): 2x for redeliveries,
-    # and enough instances for that rate at 250 ms each
+    # sized from an expected peak of 100 deliveries a second (docs/security.md): 2x for
+    # redeliveries, and enough instances for that rate at 250 ms each
     assert (rate, burst) == (200, 400)
     assert reserved == rate * 0.25
     # and the consumer's own cap leaves it room in any account of the default 1,000

@@ -288,7 +288,7 @@ def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
         for message in _dicts(value.get("messages")):
             if message.get("group_id"):
                 # said in a group, not to us in private: never answered 1:1 nor stored in the
-                # sender's private memory (groups are out of scope: README)
+                # sender's private memory (groups are out of scope: docs/meta.md)
                 groups += 1
             elif envelope := _message_envelope(where, message, contacts):
                 envelopes.append(envelope)

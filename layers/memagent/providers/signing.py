@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from memagent.errors import ConfigurationError
 
 SECRET_PREFIX = "whsec_"  # noqa: S105 (a prefix, not a secret)
-# The secret the tests, sample events and local stack sign with. It is public (README), so a stack
-# using it accepts anybody's events: refused unless the process says it is a local run.
+# The secret the tests, sample events and local stack sign with. It is public
+# (docs/local-stack.md), so a stack using it accepts anybody's events: refused unless the process
+# says it is a local run.
 TEST_ONLY_SECRET = "whsec_bWVtYWdlbnQtdGVzdC1vbmx5LXNlY3JldC1kby1ub3QtdXNl"  # noqa: S105
 # `sam local invoke` sets AWS_SAM_LOCAL; the local stack and the tests set MEMAGENT_LOCAL_STACK.
 LOCAL_STACK_FLAGS = ("MEMAGENT_LOCAL_STACK", "AWS_SAM_LOCAL")
