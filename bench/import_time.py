@@ -57,6 +57,15 @@ IMPORT_BOTO3_CLIENT = "import boto3; boto3.client('sqs')"
 IMPORT_OPENAI = "import openai"
 # what the first model call loads besides: the Responses API and its types
 IMPORT_OPENAI_RESPONSES = "import openai.resources.responses"
+# The consumer's third-party floor: what it loads and creates at init, less its own code (memagent):
+# the Responses API, boto3 with the table's resource and a queue client, Powertools' logger,
+# metrics and batch utility. The consumer's row over this one is the price of memagent itself.
+IMPORT_CONSUMER_FLOOR = """
+import openai.resources.responses, boto3
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.utilities.batch import process_partial_response
+boto3.resource("dynamodb"); boto3.client("sqs")
+"""
 LOAD_FUNCTION = """
 sys.path.insert(0, {task_root!r})
 spec = importlib.util.spec_from_file_location("app", {path!r})
@@ -166,7 +175,7 @@ def measure(rows: dict[str, tuple[str, dict[str, str]]], runs: int) -> dict[str,
 def compare(runs: int) -> dict[str, Result]:
     """The baselines (`import boto3`, `import boto3` and one client, `import openai`) and each
     function's module load, `runs` fresh interpreters each. Keys: boto3, boto3_client, openai,
-    openai_responses, webhook, consumer, compactor."""
+    openai_responses, consumer_floor, webhook, consumer, compactor."""
     with tempfile.TemporaryDirectory() as home:
         env = lambda_like_env(home)
         rows = {
@@ -174,6 +183,7 @@ def compare(runs: int) -> dict[str, Result]:
             "boto3_client": (IMPORT_BOTO3_CLIENT, env),
             "openai": (IMPORT_OPENAI, env),
             "openai_responses": (IMPORT_OPENAI_RESPONSES, env),
+            "consumer_floor": (IMPORT_CONSUMER_FLOOR, env),
         }
         for function in FUNCTIONS:
             app = ROOT / "functions" / function / "app.py"

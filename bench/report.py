@@ -231,10 +231,28 @@ IMPORT_LABELS = {
     "boto3_client": "`import boto3` + one client (`boto3.client('sqs')`)",
     "openai": "`import openai`",
     "openai_responses": "`import openai.resources.responses` (what the first model call loads)",
+    "consumer_floor": "the consumer's libraries alone (the row above, boto3 with a DynamoDB "
+    "resource and an SQS client, Powertools' logger, metrics and batch)",
     "webhook": "functions/webhook/app.py",
     "consumer": "functions/consumer/app.py",
     "compactor": "functions/compactor/app.py",
 }
+
+
+def _consumer_remainder(imports: dict[str, Any]) -> str:
+    """What the consumer's cold start costs over `import openai`, and over its libraries."""
+    if "consumer_floor" not in imports:
+        return ""
+    consumer, floor = imports["consumer"]["median"], imports["consumer_floor"]["median"]
+    over_openai = consumer - imports["openai"]["median"]
+    own = consumer - floor
+    return f"""- the consumer over `import openai`: {_n(over_openai)} ms, of which \
+{_n(over_openai - own)} ms are its other libraries (boto3 and its two clients, Powertools: the \
+libraries row) and {_n(own)} ms ({own / consumer:.0%} of the whole) its own code: memagent's \
+turn, memory, store, provider and model wings and the settings check. What a stack does not use \
+is not loaded: a whasp stack never imports the Meta wing, a stack without tools never \
+memagent.model.tools, Bedrock's token generator only with `ModelProvider=bedrock` \
+(tests/integration/test_stack_imports.py)."""
 
 
 def _webhook_section(w: dict[str, Any]) -> str:
@@ -297,6 +315,7 @@ bytecode cached; bench/import_time.py):
   same reason (the `openai.resources.responses` row is that floor), which is why they cost more
   than `import openai` alone. No X-Ray SDK in any function, no pydantic in the webhook
   (docs/observability.md).
+{_consumer_remainder(imports)}
 - `openai` imported by the webhook: {openai}
 - third-party packages it loads: {", ".join(imports["packages"])}
 """
