@@ -1,7 +1,5 @@
-"""The Meta WhatsApp Cloud API adapter: everything Meta-specific lives here and nowhere else.
-
-Written against Meta's public documentation (summarised in ../shared/META.md of the project's
-workspace) and the payloads in the `pywa` library's test fixtures:
+"""Meta's webhook: the signature and subscription check, the notification cut into the units
+we queue (parse_notification), and a queued unit read back as a domain event (parse_event).
 
 Webhook verification (GET)
     ``hub.mode=subscribe``, ``hub.verify_token`` (ours) and ``hub.challenge``: answer 200 with the
@@ -15,19 +13,6 @@ Notifications
     ``messages[]``, ``statuses[]``. One POST may carry many of each: we queue one event per
     message (its own one-message notification, so the queued body keeps Meta's shape), and the
     ``sent``/``failed`` statuses of our replies (matched through ``biz_opaque_callback_data``).
-Identity
-    A person is their business-scoped user id (BSUID, ``user_id``/``from_user_id``) when the
-    payload has one, else their phone (``wa_id``/``from``); the other one is an alias. System
-    messages ``user_changed_number`` / ``user_changed_user_id`` move a person to new identifiers.
-Sending
-    ``POST {graph}/{phone_number_id}/messages`` with a Bearer token; ``to`` a phone or
-    ``recipient`` a BSUID. No idempotency key exists: a repeat sends twice (see delivery.py for how
-    we shrink that window). Errors are decided on ``error.code``, not the HTTP status.
-Read receipt and typing indicator
-    The same endpoint, ``{"status": "read", "message_id", "typing_indicator": {"type": "text"}}``.
-Media
-    ``GET {graph}/{media_id}`` answers a URL that lives 5 minutes; ``GET <url>`` (Bearer) the bytes,
-    fetched only from Meta's media hosts (memagent.providers.download's rules, as for whasp).
 """
 
 from __future__ import annotations
@@ -36,23 +21,23 @@ import dataclasses
 import hashlib
 import hmac
 import json
-import re
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from memagent.errors import (
-    BadRequest,
-    InvalidSignature,
-    MalformedEvent,
-    OptedOut,
-    SendRejected,
-    TransientError,
+from memagent.errors import BadRequest, InvalidSignature, MalformedEvent
+from memagent.providers.meta.identity import (
+    IDENTITY_CHANGES,
+    _bsuid,
+    _contact_for,
+    _introduced,
+    _phone,
+    _text,
+    changed_identifiers,
+    identities,
+    preference_id,
 )
-from memagent.providers import download
-from memagent.providers.origins import Origin, url_origin
 from memagent.providers.seam import (
     IdentityChanged,
     InboundMessage,
@@ -65,7 +50,6 @@ from memagent.providers.seam import (
 
 if TYPE_CHECKING:
     from memagent.providers.seam import Event
-    from memagent.settings import Secret
 
 HEADER_SIGNATURE = "x-hub-signature-256"
 SIGNATURE_PREFIX = "sha256="
@@ -76,26 +60,7 @@ STATUS = "meta.status"  # the status of one of our replies, queued
 PREFERENCE = "meta.user_preferences"  # a marketing stop/resume, queued to be recorded
 QUEUED_TYPES = frozenset({MESSAGE, STATUS, PREFERENCE})
 QUEUED_STATUSES = frozenset({"sent", "failed"})  # `sent` proves a send; `failed` says why not
-IDENTITY_CHANGES = frozenset({"user_changed_number", "user_changed_user_id"})
 IGNORED_TYPES = frozenset({"reaction", "ephemeral"})  # acknowledged, not queued
-
-BSUID = re.compile(r"[A-Z]{2}\.[A-Za-z0-9.]{1,140}\Z")  # "US.13491208655302741918"
-PHONE = re.compile(r"\+?[1-9][0-9]{6,14}\Z")  # Meta's wa_id: digits, no "+"
-
-# error.code -> what to do (META.md "Errors"). Anything not listed and not 5xx is permanent.
-RETRY_CODES = frozenset({130429, 131056, 4, 80007, 131000, 1, 2, 131016, 131057})
-# an operator must renew the token, but the reply is retried on our backoff with the
-# ProviderAuthFailed alarm, never parked: a parked reply is a lost one, and a token is usually
-# fixed within hours (inside the outage budget)
-TOKEN_CODES = frozenset({190, 0, 10, 200})
-OPTED_OUT_CODES = frozenset({131050})  # the person stopped messages from this business
-WINDOW_CLOSED = 131047
-# Where Meta's media lookup sends the download (https://lookaside.fbsbx.com/whatsapp_business/
-# attachments/?mid=...); META_MEDIA_ORIGINS adds others, https only
-MEDIA_ORIGINS = frozenset({("https", "lookaside.fbsbx.com", 443)})
-
-
-# --------------------------------------------------------------------------- webhook
 
 
 def check_signature_header(headers: Mapping[str, str] | None) -> None:
@@ -165,51 +130,6 @@ def _dicts(value: Any) -> list[dict[str, Any]]:
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _phone(value: Any) -> str | None:
-    """A wa_id ("972987654321") as the E.164 phone we key people by ("+972987654321")."""
-    digits = _text(value)
-    if not digits or not PHONE.match(digits):
-        return None
-    return digits if digits.startswith("+") else f"+{digits}"
-
-
-def _bsuid(value: Any) -> str | None:
-    """A business-scoped user id, stored whole ("US.13491208655302741918")."""
-    text = _text(value)
-    return text if text and BSUID.match(text) else None
-
-
-def _contact_for(message: Mapping[str, Any], contacts: list[dict[str, Any]]) -> dict[str, Any]:
-    sender, sender_id = _text(message.get("from")), _text(message.get("from_user_id"))
-    for contact in contacts:
-        if (sender and contact.get("wa_id") == sender) or (
-            sender_id and contact.get("user_id") == sender_id
-        ):
-            return contact
-    return {}  # never someone else's entry, even the only one: its BSUID would become theirs
-
-
-def identities(
-    message: Mapping[str, Any], contact: Mapping[str, Any]
-) -> tuple[str | None, str | None]:
-    """(BSUID, phone) of a message's sender, each when the payload has it."""
-    bsuid = _bsuid(message.get("from_user_id")) or _bsuid(contact.get("user_id"))
-    phone = _phone(message.get("from")) or _phone(contact.get("wa_id"))
-    return bsuid, phone
-
-
-def preference_id(who: str, stamp: Any, choice: str) -> str:
-    """A marketing preference's event id (its dedupe key, logged): the person as a keyed
-    digest, so no phone or BSUID reaches the logs, nor one computable from a phone."""
-    from memagent.memory import digest
-
-    return f"pref:{digest(who)[:32]}:{stamp}:{choice}"
-
-
 def _one(entry: Mapping[str, Any], change: Mapping[str, Any], value: dict[str, Any], **items):
     """A one-item notification in Meta's own shape: what we queue."""
     sliced = {k: v for k, v in value.items() if k not in ("messages", "statuses", "contacts")}
@@ -238,15 +158,6 @@ def _is_turn(message: Mapping[str, Any], system: Mapping[str, Any]) -> bool:
     if kind == "system":
         return system.get("type") in IDENTITY_CHANGES
     return kind not in IGNORED_TYPES
-
-
-def _introduced(message: Mapping[str, Any]) -> frozenset[str]:
-    """The identifiers an identity change gives the person: the new BSUID, the new phone."""
-    system = message.get("system") if isinstance(message.get("system"), dict) else {}
-    if message.get("type") != "system" or system.get("type") not in IDENTITY_CHANGES:
-        return frozenset()
-    new = (_bsuid(system.get("user_id")), _phone(system.get("wa_id") or system.get("new_wa_id")))
-    return frozenset(i for i in new if i)
 
 
 def _behind_changes(envelopes: list[Envelope]) -> list[Envelope]:
@@ -486,19 +397,7 @@ def _inbound(message: dict, value: dict, contact: dict) -> InboundMessage:
 
 
 def _identity_change(message: dict) -> IdentityChanged:
-    system = message.get("system") if isinstance(message.get("system"), dict) else {}
-    previous = [
-        _bsuid(system.get("previous_user_id")),
-        _bsuid(message.get("from_user_id")),
-        _phone(system.get("customer")),
-        _phone(message.get("from")),
-    ]
-    current = [
-        _bsuid(system.get("user_id")),
-        _phone(system.get("wa_id") or system.get("new_wa_id")),
-    ]
-    old = tuple(dict.fromkeys(i for i in previous if i))
-    new = tuple(dict.fromkeys(i for i in current if i and i not in old))
+    old, new = changed_identifiers(message)
     wamid = _text(message.get("id"))
     if not wamid or not old or not new:
         raise MalformedEvent("identity change without previous and new identifiers")
@@ -564,194 +463,3 @@ def parse_event(raw: Mapping[str, Any]) -> Event:
         for preference in _dicts(value.get("user_preferences")):
             return _preference(preference, contacts)
     raise MalformedEvent("no message or status in the notification")
-
-
-# --------------------------------------------------------------------------- Graph API
-
-
-@dataclass(frozen=True)
-class GraphError:
-    status: int
-    code: int | None
-
-
-def _graph_error(status: int, data: bytes) -> GraphError:
-    try:
-        error = json.loads(data).get("error")
-    except (ValueError, AttributeError):
-        error = None
-    code = error.get("code") if isinstance(error, dict) else None
-    return GraphError(status, code if isinstance(code, int) else None)
-
-
-def _count(name: str) -> None:
-    from aws_lambda_powertools.metrics import MetricUnit
-
-    from memagent.observability import metrics
-
-    metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
-
-
-class GraphClient:
-    """Sends replies, read receipts and fetches media over HTTP (urllib3, shipped with botocore).
-
-    POSTs are never retried by the client once the request may have reached Meta: there is no
-    idempotency key, so a blind retry could deliver a reply twice. Only connection failures
-    (nothing sent) are retried here; everything else is the turn's decision."""
-
-    def __init__(
-        self,
-        graph_url: str,
-        access_token: str | Secret,
-        *,
-        timeout_seconds: float = 10.0,
-        typing_indicator: bool = True,
-        media_origins: frozenset[Origin] = frozenset(),
-        media_deadline_seconds: float = 30.0,
-    ):
-        import urllib3
-        from urllib3.util import Retry, Timeout
-
-        self._graph = graph_url.rstrip("/")
-        # Meta's media hosts (https only), the Graph API's own origin and any the operator adds
-        graph_origin = url_origin(self._graph)
-        self._media_origins = MEDIA_ORIGINS | media_origins | ({graph_origin} - {None})
-        self._media_deadline = media_deadline_seconds
-        self._read_timeout = timeout_seconds
-        self._token = access_token  # a Secret is read on first use
-        self.typing_indicator = typing_indicator
-        self._http = urllib3.PoolManager(
-            retries=Retry(total=2, connect=2, read=0, status=0, redirect=0, raise_on_status=False),
-            timeout=Timeout(connect=3.0, read=timeout_seconds),
-        )
-
-    def _bearer(self, *, fresh: bool = False) -> dict[str, str]:
-        token = self._token if isinstance(self._token, str) else self._token.get(fresh=fresh)
-        return {"Authorization": f"Bearer {token}"}
-
-    @staticmethod
-    def _token_refused(response: Any) -> bool:
-        return response.status != 200 and _graph_error(response.status, response.data).code in (
-            TOKEN_CODES
-        )
-
-    def _post(self, sender: str, body: dict[str, Any]) -> Any:
-        """POST to the messages endpoint. A refused token (nothing was sent) is read again
-        past the secret cache and tried once more: a renewed token works at once."""
-        import urllib3
-
-        for fresh in (False, True):
-            try:
-                response = self._http.request(
-                    "POST",
-                    f"{self._graph}/{sender}/messages",
-                    body=json.dumps(body).encode(),
-                    headers={**self._bearer(fresh=fresh), "Content-Type": "application/json"},
-                )
-            except urllib3.exceptions.HTTPError as error:
-                raise TransientError(f"Graph API unreachable: {type(error).__name__}") from None
-            if not self._token_refused(response):
-                break
-        return response
-
-    @staticmethod
-    def _raise_for(response: Any) -> None:
-        """Map a Graph API error to our typed errors, on error.code (META.md)."""
-        error = _graph_error(response.status, response.data)
-        code = error.code
-        if error.status == 429:  # a rate limit whatever its code (613 comes this way)
-            raise TransientError(f"Graph API rate limit (HTTP 429, code {code})")
-        if code in TOKEN_CODES:
-            _count("ProviderAuthFailed")  # alarmed: an operator must renew the token
-            raise TransientError(f"Graph API refused the token (code {code})")
-        if code in RETRY_CODES or (code is None and (error.status == 429 or error.status >= 500)):
-            raise TransientError(f"Graph API answered {error.status} (code {code})")
-        if code in OPTED_OUT_CODES:
-            raise OptedOut(f"code {code}")
-        raise SendRejected(error.status, code=code)
-
-    def send_text(self, *, sender: str, to: str, text: str, key: str) -> str:
-        """Send one text part; return its wamid. `to` is a phone or a BSUID; `key` comes back
-        as biz_opaque_callback_data in this message's status webhooks."""
-        body: dict[str, Any] = {
-            "messaging_product": "whatsapp",
-            "recipient_type": "individual",
-            "type": "text",
-            "text": {"body": text, "preview_url": False},
-            "biz_opaque_callback_data": key,
-        }
-        if BSUID.match(to):
-            body["recipient"] = to
-        else:
-            body["to"] = to.removeprefix("+")  # Meta's wa_id form
-        response = self._post(sender, body)
-        if response.status != 200:
-            self._raise_for(response)
-        try:
-            return str(json.loads(response.data)["messages"][0]["id"])
-        except (ValueError, KeyError, IndexError, TypeError):
-            return ""  # accepted; the id only serves bookkeeping
-
-    def mark_read(self, message: InboundMessage) -> None:
-        body: dict[str, Any] = {
-            "messaging_product": "whatsapp",
-            "status": "read",
-            "message_id": message.message_id,
-        }
-        if self.typing_indicator:
-            body["typing_indicator"] = {"type": "text"}
-        response = self._post(message.number, body)
-        if response.status != 200:
-            self._raise_for(response)
-
-    def _get(self, url: str, *, fresh: bool = False) -> Any:
-        import urllib3
-
-        try:
-            return self._http.request("GET", url, headers=self._bearer(fresh=fresh), retries=2)
-        except urllib3.exceptions.HTTPError as error:
-            raise TransientError(f"media unreachable: {type(error).__name__}") from None
-
-    def _media_url(self, media_id: str) -> tuple[str, str | None]:
-        response = self._get(f"{self._graph}/{media_id}")
-        if self._token_refused(response):
-            response = self._get(f"{self._graph}/{media_id}", fresh=True)
-        if response.status != 200:
-            error = _graph_error(response.status, response.data)
-            if error.code in TOKEN_CODES:
-                _count("ProviderAuthFailed")
-                raise TransientError(f"media lookup refused the token (code {error.code})")
-            if error.code in RETRY_CODES or response.status == 429 or response.status >= 500:
-                raise TransientError(f"media lookup answered {response.status}")
-            raise MalformedEvent(f"media lookup answered {response.status} (code {error.code})")
-        try:
-            found = json.loads(response.data)
-            return str(found["url"]), found.get("mime_type")
-        except (ValueError, KeyError, TypeError):
-            raise MalformedEvent("media lookup without a url") from None
-
-    def fetch_media(self, url: str, *, max_bytes: int) -> tuple[bytes, str]:
-        """`url` is the media id: look up a fresh download URL (it lives 5 minutes), download it
-        by memagent.providers.download's rules (Meta's media hosts only, the token only to them,
-        every redirect hop checked, the size cap while streaming, one deadline for the lookups and
-        the download); on a 404 (the URL expired meanwhile) look it up once more."""
-        deadline = time.monotonic() + self._media_deadline
-        for _ in range(2):
-            found, mime_type = self._media_url(url)
-            try:
-                data, content_type = download.fetch(
-                    self._http,
-                    found,
-                    allowed=self._media_origins,
-                    key_origins=self._media_origins,
-                    key=lambda: self._bearer()["Authorization"].removeprefix("Bearer "),
-                    max_bytes=max_bytes,
-                    deadline_seconds=deadline - time.monotonic(),
-                    read_timeout=self._read_timeout,
-                )
-            except download.Refused as refused:
-                if refused.status == 404:
-                    continue
-                raise MalformedEvent(f"media download answered HTTP {refused.status}") from None
-            return data, content_type or mime_type or "application/octet-stream"
-        raise MalformedEvent("media URL expired twice")

@@ -1,0 +1,46 @@
+"""The Meta WhatsApp Cloud API adapter: everything Meta-specific lives here and nowhere else.
+
+Written against Meta's public documentation (summarised in ../shared/META.md of the project's
+workspace) and the payloads in the `pywa` library's test fixtures. In three parts:
+
+- parser: the webhook (signature, subscription check), a notification cut into queued units, a
+  queued unit read back as a domain event;
+- identity: who a payload is about (BSUID or phone, and identity changes);
+- graph: the Graph API client (replies, read receipts, media) and its error codes.
+
+This face names what the rest of the package uses, each imported from its module on first use
+(memagent.face): the webhook's ingress loads the parser, never the Graph client. An adapter is
+imported only where its provider is served (memagent.providers.configured, the webhook's ingress).
+"""
+
+from memagent import face
+
+__getattr__, __all__ = face(
+    __name__,
+    {
+        "graph": [
+            "MEDIA_ORIGINS",
+            "OPTED_OUT_CODES",
+            "RETRY_CODES",
+            "TOKEN_CODES",
+            "WINDOW_CLOSED",
+            "GraphClient",
+            "GraphError",
+        ],
+        "identity": ["BSUID", "IDENTITY_CHANGES", "PHONE", "identities"],
+        "parser": [
+            "HEADER_SIGNATURE",
+            "MESSAGE",
+            "PREFERENCE",
+            "STATUS",
+            "Envelope",
+            "Notification",
+            "answer_challenge",
+            "check_signature_header",
+            "parse_event",
+            "parse_notification",
+            "sign",
+            "verify_signature",
+        ],
+    },
+)
