@@ -347,7 +347,7 @@ def worst_day(template: dict[str, Any], assumptions: Assumptions) -> dict[str, A
     (still remembered, and folded like the rest), at most one folded turn's input per message
     plus its share of the fold's own prompt, summary and notes."""
     from memagent.compaction import fold as compaction
-    from memagent.settings import MemorySettings
+    from memagent.memory import MemorySettings
 
     defaults = {
         name: int(value.get("Default", 0)) for name, value in template["Parameters"].items()

@@ -38,6 +38,8 @@ from devstack.stack import LOG_PATH, DevStack
 MAYA = "+447700900123"
 MAYA_BSUID = "GB.13491208655302741918"
 MAYA_NEW_BSUID = "GB.20571208655302749900"
+# what Maya told in her first week, which her context must keep under any identifier
+FIRST_WEEK = ("First week at the new job",)
 MAYA_NEW_PHONE = "+447700900999"
 STRANGER_BSUID = "GB.31415926535897932384"  # the recycled number's new owner
 NEW_NUMBER = "+14155550199"
@@ -116,6 +118,16 @@ class Demo:
         return [
             call for call in self.model_calls()[since:] if "format" not in (call.get("text") or {})
         ]
+
+    def _check_context(
+        self, before: int, words: tuple[str, ...], claim: str, *, holds: bool = True
+    ) -> None:
+        """With the offline model (whose requests we read): whether the input of the last model
+        call since `before` holds any of `words`, as `claim` says (`holds`) or denies."""
+        if not self.offline:
+            return
+        said = _last_input(self._replies(before))
+        self.check(any(w in str(text) for text in said for w in words) == holds, claim)
 
     def _check_same_memory(self, pk_before: str) -> None:
         """Maya is still the person she was before her identifiers changed, summary and all."""
@@ -323,12 +335,7 @@ class Demo:
             "the reply goes to her new BSUID",
         )
         self._check_same_memory(pk_before)
-        if self.offline:
-            said = _last_input(self._replies(before))
-            self.check(
-                any("First week at the new job" in str(text) for text in said),
-                "the model's context under the new id holds what she said under the old ones",
-            )
+        self._check_context(before, FIRST_WEEK, "under her new id, the model has what she said")
 
     def recycled_number(self) -> None:
         self.console.heading("6b. Maya changes her number; the carrier recycles the old one")
@@ -345,22 +352,17 @@ class Demo:
         if self.stack.wait_for_replies(MAYA, sent + 1, timeout=120):
             self.console.say(AGENT, self.stack.replies_to(MAYA)[-1]["text"], style="green")
         self.check(self.stack.view(MAYA).pk != pk_before, "the old number reaches someone new")
-        if self.offline:
-            said = _last_input(self._replies(before))
-            self.check(
-                not any("Biscuit" in str(t) or "nurse" in str(t) for t in said),
-                "the stranger's context holds nothing of Maya's",
-            )
+        self._check_context(
+            before,
+            ("Biscuit", "nurse"),
+            "the stranger's context holds nothing of Maya's",
+            holds=False,
+        )
         self.phone = MAYA_NEW_PHONE
         before = len(self.model_calls())
         self.talk("New number, same me. How is Biscuit doing, do you think?")
         self.check(self.stack.view(MAYA_NEW_PHONE).pk == pk_before, "her new number reaches her")
-        if self.offline:
-            said = _last_input(self._replies(before))
-            self.check(
-                any("First week at the new job" in str(t) for t in said),
-                "and her context from the new number still holds her memory",
-            )
+        self._check_context(before, FIRST_WEEK, "from her new number, the model has her memory")
 
     def opt_out(self) -> None:
         self.console.heading("7. Maya writes STOP")
@@ -416,12 +418,9 @@ class Demo:
         self.console.note("the operator hands the chat back (DELETE /people/{id}/handoff)")
         before = len(self.model_calls())
         self.talk("Thanks, that worked!")
-        if self.offline:
-            said = _last_input(self._replies(before))
-            self.check(
-                any(words in str(text) for text in said),
-                "the agent's next model call has the human's words in its context",
-            )
+        self._check_context(
+            before, (words,), "the agent's next model call has the human's words in its context"
+        )
 
     def forget(self) -> None:
         self.console.heading("9. Maya asks the operator to erase her (GDPR art. 17)")

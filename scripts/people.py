@@ -53,8 +53,8 @@ import boto3
 from memagent.aws.archive import KeptMedia, TranscriptArchive
 from memagent.errors import ConfigurationError, SecretUnavailable
 from memagent.lifecycle.rights import export, forget
+from memagent.memory import person_key_secret
 from memagent.providers.seam import PERSON_ID
-from memagent.settings import person_key_secret
 from memagent.store.memory_store import MemoryStore
 
 # CloudFormation's own tag on what a stack creates (the CloudFormation user guide, "Resource

@@ -52,9 +52,8 @@ from memagent.lifecycle import audit, export, forget
 from memagent.lifecycle import audit_trail as actions
 from memagent.memory import person_key
 from memagent.observability import logger, metrics
-from memagent.operator import Operator, identifier
+from memagent.operator import AdminSettings, Operator, identifier
 from memagent.providers import provider_from_settings
-from memagent.settings import AdminSettings
 from memagent.store import OperatorStore
 
 settings = AdminSettings.from_env()
@@ -141,76 +140,67 @@ def _audited(action: str, raw: str | None, run: Callable[[str], dict[str, Any]])
     return result
 
 
+def _rights(call: Callable[..., Any], **media: Any) -> Callable[[str], Any]:
+    """An export or an erasure of the person `who` names (the archive, legacy keys included)."""
+    return lambda who: call(
+        store,
+        settings.agent_id,
+        who,
+        archive=archive,
+        legacy_keys=settings.legacy_person_keys,
+        **media,
+    )
+
+
 @app.get("/people/<id>")
 def get_person(id: str):
-    return _audited(
-        actions.EXPORT,
-        id,
-        lambda who: export(
-            store,
-            settings.agent_id,
-            who,
-            archive=archive,
-            kept_media=media,
-            legacy_keys=settings.legacy_person_keys,
-        ),
-    )
+    return _audited(actions.EXPORT, id, _rights(export, kept_media=media))
 
 
 @app.delete("/people/<id>")
 def delete_person(id: str):
-    return _audited(
-        actions.ERASE,
-        id,
-        lambda who: forget(
-            store,
-            settings.agent_id,
-            who,
-            archive=archive,
-            media=media,
-            legacy_keys=settings.legacy_person_keys,
-        ).as_dict(),
-    )
+    erase = _rights(forget, media=media)
+    return _audited(actions.ERASE, id, lambda who: erase(who).as_dict())
 
 
-@app.get("/people/<id>/conversation")
-def get_conversation(id: str):
-    return _audited(actions.READ, id, operator.conversation)
+# The routes that are one call of the operator's seat: (method, path, audit action, the call,
+# given the person's identifier and the path's other parameters)
+SEAT_ROUTES: list[tuple[str, str, str, Callable[..., dict[str, Any]]]] = [
+    ("GET", "/people/<id>/conversation", actions.READ, operator.conversation),
+    ("GET", "/people/<id>/facts", actions.READ, operator.facts),
+    ("POST", "/people/<id>/facts", actions.FACT_ADD, lambda who: operator.add_fact(who, _body())),
+    (
+        "PUT",
+        "/people/<id>/facts/<fact>",
+        actions.FACT_CORRECT,
+        lambda who, fact: operator.correct_fact(who, fact, _body()),
+    ),
+    (
+        "DELETE",
+        "/people/<id>/facts/<fact>",
+        actions.FACT_DELETE,
+        lambda who, fact: operator.delete_fact(who, fact),
+    ),
+    (
+        "PUT",
+        "/people/<id>/summary",
+        actions.SUMMARY_REPLACE,
+        lambda who: operator.replace_summary(who, _body()),
+    ),
+    ("POST", "/people/<id>/handoff", actions.HANDOFF_START, operator.take_over),
+    ("DELETE", "/people/<id>/handoff", actions.HANDOFF_END, operator.hand_back),
+]
 
 
-@app.get("/people/<id>/facts")
-def get_facts(id: str):
-    return _audited(actions.READ, id, operator.facts)
+def _seat_route(action: str, call: Callable[..., dict[str, Any]]) -> Callable[..., Any]:
+    def route(id: str, **params: str) -> Any:
+        return _audited(action, id, lambda who: call(who, **params))
+
+    return route
 
 
-@app.post("/people/<id>/facts")
-def add_fact(id: str):
-    return _audited(actions.FACT_ADD, id, lambda who: operator.add_fact(who, _body()))
-
-
-@app.put("/people/<id>/facts/<fact>")
-def correct_fact(id: str, fact: str):
-    return _audited(actions.FACT_CORRECT, id, lambda who: operator.correct_fact(who, fact, _body()))
-
-
-@app.delete("/people/<id>/facts/<fact>")
-def delete_fact(id: str, fact: str):
-    return _audited(actions.FACT_DELETE, id, lambda who: operator.delete_fact(who, fact))
-
-
-@app.put("/people/<id>/summary")
-def replace_summary(id: str):
-    return _audited(actions.SUMMARY_REPLACE, id, lambda who: operator.replace_summary(who, _body()))
-
-
-@app.post("/people/<id>/handoff")
-def take_over(id: str):
-    return _audited(actions.HANDOFF_START, id, operator.take_over)
-
-
-@app.delete("/people/<id>/handoff")
-def hand_back(id: str):
-    return _audited(actions.HANDOFF_END, id, operator.hand_back)
+for _method, _path, _action, _call in SEAT_ROUTES:
+    app.route(_path, _method)(_seat_route(_action, _call))
 
 
 @app.post("/people/<id>/messages")

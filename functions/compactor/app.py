@@ -25,11 +25,18 @@ from memagent.aws import (
     TranscriptArchive,
     after_restore,
 )
-from memagent.compaction import FOLD, Compactor, FailedCompactions, Job, job_of
+from memagent.compaction import (
+    FOLD,
+    Compactor,
+    CompactorSettings,
+    FailedCompactions,
+    Job,
+    job_of,
+)
+from memagent.environment import secrets_of
 from memagent.lifecycle import expire
 from memagent.model import ModelClient
 from memagent.observability import logger, metrics
-from memagent.settings import CompactorSettings, secrets_of
 from memagent.store import MemoryStore
 
 settings = CompactorSettings.from_env()

@@ -11,9 +11,9 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from memagent.aws import after_restore
+from memagent.environment import secrets_of
 from memagent.observability import logger, metrics
-from memagent.settings import ConsumerSettings, secrets_of
-from memagent.turn import Consumer
+from memagent.turn import Consumer, ConsumerSettings
 
 settings = ConsumerSettings.from_env()
 consumer = Consumer.from_settings(settings)

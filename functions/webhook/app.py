@@ -21,8 +21,7 @@ from memagent.errors import (
     SecretUnavailable,
 )
 from memagent.observability import logger, metrics
-from memagent.settings import WebhookSettings
-from memagent.webhook import challenge, receive
+from memagent.webhook import WebhookSettings, challenge, receive
 
 PATH = "/webhook"
 

@@ -11,28 +11,37 @@ from typing import Any
 
 import pytest
 
+from memagent.compaction import CompactorSettings
 from memagent.errors import ConfigurationError
-from memagent.settings import AdminSettings, CompactorSettings, ConsumerSettings, WebhookSettings
+from memagent.operator import AdminSettings
+from memagent.turn import ConsumerSettings
+from memagent.webhook import WebhookSettings
 from tests.infra.test_iam import SHAPES
 from tests.infra.test_template import PARAMETERS, ROOT, Template, resolve_all, sam_transform
 
-# the table's page: README.md today; docs/configuration.md once the README is split (issue 29)
 CONFIGURATION_TABLE = ROOT / "docs" / "configuration.md"
-SETTINGS_SOURCE = ROOT / "layers" / "memagent" / "settings.py"
+PACKAGE = ROOT / "layers" / "memagent"
+# each wing's settings module, the person key's reader and the environment reader
+SETTINGS_SOURCES = [
+    PACKAGE / "environment.py",
+    PACKAGE / "memory" / "person.py",
+    *sorted(PACKAGE.glob("*/settings.py")),
+]
 FUNCTION_SETTINGS = {
     "WebhookFunction": WebhookSettings,
     "ConsumerFunction": ConsumerSettings,
     "CompactorFunction": CompactorSettings,
     "AdminFunction": AdminSettings,
 }
-# read by Powertools (Logger, Metrics), not by our settings
+# read by Powertools (Logger, Metrics) or boto3, not by our settings
 LIBRARY_VARIABLES = {
+    "AWS_ENDPOINT_URL",
     "POWERTOOLS_SERVICE_NAME",
     "POWERTOOLS_METRICS_NAMESPACE",
     "POWERTOOLS_LOG_LEVEL",
 }
-# set by Lambda itself, never by the template or an operator
-RUNTIME_VARIABLES = {"AWS_REGION", "AWS_DEFAULT_REGION", "LAMBDA_TASK_ROOT"}
+# set by Lambda itself (or the SAM CLI's local runs), never by the template or an operator
+RUNTIME_VARIABLES = {"AWS_REGION", "AWS_DEFAULT_REGION", "LAMBDA_TASK_ROOT", "AWS_SAM_LOCAL"}
 
 
 class Recording(dict):
@@ -110,17 +119,38 @@ def test_a_variable_no_settings_class_reads_is_caught(shapes) -> None:
 
 def settings_read() -> set[str]:
     """Every environment variable named in the settings' reads."""
-    names = set(
-        re.findall(r'"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|PROVIDER)"', SETTINGS_SOURCE.read_text())
-    )
+    pattern = r'"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|PROVIDER)"'
+    names = {name for path in SETTINGS_SOURCES for name in re.findall(pattern, path.read_text())}
     return names - RUNTIME_VARIABLES
 
 
-def test_every_setting_has_its_row_in_the_configuration_table() -> None:
+def documented() -> set[str]:
+    """The variables of the configuration table: a row names its variable in its first cell."""
     table = CONFIGURATION_TABLE.read_text(encoding="utf-8")
     rows = [line for line in table.splitlines() if line.startswith("| `")]
-    # a row names its variable in its first cell
-    documented = {m.group(1) for row in rows if (m := re.match(r"\| `([A-Z][A-Z0-9_]+)` \|", row))}
-    assert "AGENT_ID" in documented and "PROVIDER" in settings_read()
-    missing = settings_read() - documented
+    return {m.group(1) for row in rows if (m := re.match(r"\| `([A-Z][A-Z0-9_]+)` \|", row))}
+
+
+def test_the_settings_are_read_in_each_wings_settings_module() -> None:
+    assert {p.parent.name for p in SETTINGS_SOURCES[2:]} >= {
+        "webhook",
+        "turn",
+        "compaction",
+        "operator",
+    }
+    assert not (PACKAGE / "settings.py").exists()
+
+
+def test_every_setting_has_its_row_in_the_configuration_table() -> None:
+    assert "AGENT_ID" in documented() and "PROVIDER" in settings_read()
+    missing = settings_read() - documented()
     assert sorted(missing) == []
+
+
+def test_every_row_of_the_configuration_table_is_a_setting_the_code_reads() -> None:
+    # a row left behind by a removed or renamed setting would send an operator to set nothing
+    read = settings_read()
+    # a secret is read as <NAME>_PARAM (SSM) or <NAME>_SECRET_ARN (Secrets Manager) beside <NAME>
+    stored = {f"{name}{suffix}" for name in read for suffix in ("_PARAM", "_SECRET_ARN")}
+    stale = documented() - read - stored - LIBRARY_VARIABLES
+    assert sorted(stale) == []

@@ -726,7 +726,10 @@ def without_iam(routes: dict[tuple[str, str], dict[str, Any]]) -> list[tuple[str
 
 def served_routes() -> set[tuple[str, str]]:
     """The routes the admin function's resolver serves (`@app.get("/people/<id>")`...)."""
-    found = re.findall(r'@app\.(get|post|put|delete)\("([^"]+)"\)', ADMIN_APP.read_text())
+    source = ADMIN_APP.read_text()
+    found = re.findall(r'@app\.(get|post|put|delete)\("([^"]+)"\)', source)
+    # and the table of routes that are one call of the operator's seat (SEAT_ROUTES)
+    found += re.findall(r'\(\s*"(GET|POST|PUT|DELETE)",\s*"(/[^"]+)"', source)
     return {(method.upper(), re.sub(r"<(\w+)>", r"{\1}", path)) for method, path in found}
 
 

@@ -182,7 +182,7 @@ def test_a_bearer_token_goes_only_to_bedrock_runtime_over_https(bedrock_env, mon
 
 def test_bedrock_runtimes_own_url_needs_no_local_flag(bedrock_env, monkeypatch):
     from memagent.errors import ConfigurationError
-    from memagent.settings import ConsumerSettings
+    from memagent.turn import ConsumerSettings
 
     env = {k: v for k, v in bedrock_env.items() if k != "MEMAGENT_LOCAL_STACK"}
     for url in (None, "https://bedrock-runtime.us-east-1.amazonaws.com/openai/v1"):

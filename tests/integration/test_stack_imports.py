@@ -70,7 +70,7 @@ def test_a_whasp_stack_without_tools_on_openai_loads_neither_meta_nor_tools_nor_
     # given a whasp stack on the OpenAI API, without tools; when a function starts cold
     modules = loaded_modules(function)
     # then it loaded its own code (the probe saw the package) but not the parts it does not use
-    assert "memagent.settings" in modules
+    assert "memagent.environment" in modules
     for unused in ("memagent.providers.meta", "memagent.model.tools", "memagent.model.bedrock"):
         assert unused not in modules, f"the {function} function imports {unused}"
 
@@ -80,7 +80,7 @@ def test_a_meta_stack_loads_metas_adapter_and_never_whasps(function):
     # given a Meta stack; when a function that speaks to the provider starts cold
     modules = loaded_modules(function, **META)
     # then whasp's adapter is not loaded (Meta's is, once a request or the consumer needs it)
-    assert "memagent.settings" in modules
+    assert "memagent.environment" in modules
     assert "memagent.providers.whasp" not in modules, (
         f"the {function} function imports memagent.providers.whasp"
     )

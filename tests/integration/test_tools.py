@@ -566,7 +566,7 @@ def test_the_model_hands_the_chat_to_a_human_with_the_built_in_tool_once(
 
 
 def test_the_built_in_handoff_tool_is_on_with_tools_and_can_be_switched_off(tmp_path):
-    from memagent.settings import ConsumerSettings
+    from memagent.turn import ConsumerSettings
     from tests.unit.test_settings import CONSUMER
 
     tools = tmp_path / "tools.json"

@@ -323,7 +323,7 @@ def test_secret_read_from_ssm_parameter(resources, queued, monkeypatch, lambda_c
 
 def test_missing_setting_is_a_clear_error_naming_it(monkeypatch):
     from memagent.errors import ConfigurationError
-    from memagent.settings import WebhookSettings
+    from memagent.webhook import WebhookSettings
 
     with pytest.raises(ConfigurationError, match="QUEUE_URL"):
         WebhookSettings.from_env({"AGENT_ID": AGENT, "WEBHOOK_SECRET": TEST_SECRET})

@@ -7,7 +7,7 @@ from __future__ import annotations
 import boto3
 
 from devstack.resources import load_template
-from memagent.settings import Secret
+from memagent.environment import Secret
 from tests.conftest import AGENT, TEST_SECRET, load_function
 
 WHASP_DEADLINE_SECONDS = 10

@@ -78,7 +78,8 @@ def test_the_subset_drops_what_bedrock_runtime_does_not_take():
 
 
 def test_bedrock_settings_need_no_key_and_default_the_regions_endpoint():
-    from memagent.settings import CompactorSettings, ConfigurationError
+    from memagent.compaction import CompactorSettings
+    from memagent.errors import ConfigurationError
 
     env = {
         "AGENT_ID": "coach",

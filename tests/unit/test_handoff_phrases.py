@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memagent.errors import ConfigurationError
-from memagent.settings import ConsumerSettings
+from memagent.turn import ConsumerSettings
 from memagent.turn.keywords import HANDOFF_PHRASES, OPT_OUT_WORDS, asks_for_human
 
 BASE = {

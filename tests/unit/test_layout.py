@@ -32,7 +32,7 @@ def memagent_imports(path: Path) -> list[tuple[int, str]]:
 
 
 def test_the_package_is_its_wings_and_a_few_shared_basics():
-    assert set(BASICS) == {"errors", "observability", "settings"}
+    assert set(BASICS) == {"environment", "errors", "observability"}
     assert not [
         p.name
         for p in PACKAGE.iterdir()

@@ -8,9 +8,11 @@ import re
 
 import pytest
 
+from memagent.compaction import CompactorSettings
 from memagent.errors import ConfigurationError
 from memagent.memory.person import LOCAL_PERSON_KEY
-from memagent.settings import CompactorSettings, ConsumerSettings, WebhookSettings
+from memagent.turn import ConsumerSettings
+from memagent.webhook import WebhookSettings
 
 CONSUMER = {
     "AGENT_ID": "coach",

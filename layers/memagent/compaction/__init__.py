@@ -7,7 +7,11 @@ first use (memagent.face).
 
 from memagent import face
 
-# each module of this wing -> the names the other wings and the functions use from it
 __getattr__, __all__ = face(
-    __name__, {"fold": ["Compactor"], "retry": ["FOLD", "FailedCompactions", "Job", "job_of"]}
+    __name__,
+    {
+        "fold": ["Compactor"],
+        "retry": ["FOLD", "FailedCompactions", "Job", "job_of"],
+        "settings": ["CompactorSettings"],
+    },
 )

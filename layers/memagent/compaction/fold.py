@@ -47,8 +47,7 @@ from memagent.observability import logger, metrics
 from memagent.store import TRANSACTION_LIMIT
 
 if TYPE_CHECKING:
-    from memagent.model import Folded, ModelClient
-    from memagent.settings import ModelSettings
+    from memagent.model import Folded, ModelClient, ModelSettings
     from memagent.store import MemoryStore
 
 SUMMARY_MAX_WORDS = 200

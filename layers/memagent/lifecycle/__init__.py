@@ -8,7 +8,6 @@ first use (memagent.face). Modules other wings import whole: `audit_trail`.
 
 from memagent import face
 
-# each module of this wing -> the names the other wings and the functions use from it
 __getattr__, __all__ = face(
     __name__,
     {

@@ -8,7 +8,6 @@ first use (memagent.face). Modules other wings import whole: `clock`.
 
 from memagent import face
 
-# each module of this wing -> the names the other wings and the functions use from it
 __getattr__, __all__ = face(
     __name__,
     {
@@ -25,7 +24,16 @@ __getattr__, __all__ = face(
             "screen_facts",
             "screen_summary",
         ],
-        "person": ["LOCAL_PERSON_KEY", "agent_key", "digest", "legacy_key", "person_key"],
+        "person": [
+            "LOCAL_PERSON_KEY",
+            "agent_key",
+            "digest",
+            "legacy_key",
+            "person_key",
+            "person_key_secret",
+            "read_person_key",
+        ],
+        "settings": ["MemorySettings"],
         "types": [
             "Epoch",
             "Fact",

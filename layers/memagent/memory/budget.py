@@ -19,13 +19,27 @@ from __future__ import annotations
 import dataclasses
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from memagent.memory.types import PersonState, Turn
-    from memagent.settings import ConsumerSettings, ModelSettings
+
+
+class StackLimit(Protocol):
+    """What the stack's budget reads of a function's settings (memagent.model.ModelSettings)."""
+
+    table_name: str
+    agent_id: str
+    stack_daily_tokens_hard_limit: int
+
+
+class PersonLimits(Protocol):
+    """What a person's budget reads of the consumer's settings (memagent.turn.ConsumerSettings)."""
+
+    person_daily_turns: int
+    person_daily_tokens: int
 
 
 def day_of(at: datetime) -> str:
@@ -89,7 +103,7 @@ class StackBudget:
 _stacks: dict[tuple[str, str], StackBudget] = {}
 
 
-def stack_budget(store: Any, settings: ModelSettings) -> StackBudget:
+def stack_budget(store: Any, settings: StackLimit) -> StackBudget:
     """The environment's one StackBudget for this table and agent (its cache lives on)."""
     key = (settings.table_name, settings.agent_id)
     if key not in _stacks or _stacks[key].table is not store.table:
@@ -99,14 +113,14 @@ def stack_budget(store: Any, settings: ModelSettings) -> StackBudget:
     return _stacks[key]
 
 
-def exhausted(state: PersonState, settings: ConsumerSettings) -> bool:
+def exhausted(state: PersonState, settings: PersonLimits) -> bool:
     """Whether today's model turns or tokens have reached a limit (0: none)."""
     turns, tokens = settings.person_daily_turns, settings.person_daily_tokens
     return bool(turns and state.day_turns >= turns) or bool(tokens and state.day_tokens >= tokens)
 
 
 def converts(
-    state: PersonState, turns: Iterable[Turn], day: str, settings: ConsumerSettings, stack: Any
+    state: PersonState, turns: Iterable[Turn], day: str, settings: PersonLimits, stack: Any
 ) -> bool:
     """Whether a photo or voice note written on `day` may still be described or transcribed:
     neither the person's day, counted as the message's own write will count it, nor the

@@ -17,10 +17,57 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+from collections.abc import Mapping
+from functools import partial
 
-# The tests', the local stack's and `sam local`'s key: published, so never one a stack keeps
-# (refused outside a local run, like the webhook's test-only secret: memagent.settings)
-from memagent.settings import LOCAL_PERSON_KEY as LOCAL_PERSON_KEY
+from memagent.environment import (
+    SSM_CONFIG,
+    Environment,
+    Secret,
+    is_local_stack,
+    refuse_published,
+)
+from memagent.errors import ConfigurationError
+
+# The person key of the tests, the local stack and `sam local`: published (docs/local-stack.md),
+# so never one a deployed stack may keep (refuse_published)
+LOCAL_PERSON_KEY = "memagent-local-person-key-published-never-use-in-aws"
+
+# The person key's read, on the webhook's cold path after the signing secret's: one attempt
+# (1.5 s at worst), so both reads and the SQS call (4 s each) still fit whasp's 10 s deadline.
+PERSON_KEY_CONFIG = {**SSM_CONFIG, "retries": {"total_max_attempts": 1, "mode": "standard"}}
+PERSON_KEY_MIN_CHARS = 32
+
+
+def _check_person_key(value: str, *, setting: str, local: bool) -> None:
+    if len(value) < PERSON_KEY_MIN_CHARS:
+        raise ConfigurationError(f"{setting}: at least {PERSON_KEY_MIN_CHARS} characters")
+    # the tests' and the local stack's key is published: under it anybody can compute a
+    # phone's key, so a deployed stack refuses it as it refuses the test-only signing secret
+    refuse_published(value, LOCAL_PERSON_KEY, setting=setting, what="local key", local=local)
+
+
+def person_key_secret(env: Mapping[str, str]) -> Secret:
+    """PERSON_KEY_SECRET_ARN (the template's generated secret), else PERSON_KEY (local runs
+    only when it is the published LOCAL_PERSON_KEY)."""
+    return Secret.from_env(
+        "PERSON_KEY",
+        env,
+        check=partial(_check_person_key, local=is_local_stack(env)),
+        secrets_manager=True,
+        config=PERSON_KEY_CONFIG,
+    )
+
+
+def read_person_key(read: Environment) -> Secret:
+    """The stack's key for person keys, checked at cold start by every function's settings (a
+    problem is noted on `read`) and read here on first use."""
+    try:
+        return person_key_secret(read.environment)
+    except ConfigurationError as error:
+        read.problems.append(str(error))
+        return Secret("PERSON_KEY", value=None, parameter=None)
+
 
 _key: bytes | None = None
 
@@ -28,8 +75,6 @@ _key: bytes | None = None
 def _stack_key() -> bytes:
     global _key
     if _key is None:
-        from memagent.settings import person_key_secret
-
         _key = person_key_secret(os.environ).get().encode()
     return _key
 

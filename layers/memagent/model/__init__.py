@@ -8,12 +8,17 @@ first use (memagent.face).
 
 from memagent import face
 
-# each module of this wing -> the names the other wings and the functions use from it
 __getattr__, __all__ = face(
     __name__,
     {
         "bedrock": ["is_bedrock_runtime", "runtime_url"],
         "client": ["Folded", "ModelClient"],
+        "settings": [
+            "DEFAULT_TRANSCRIPTION_MODEL",
+            "MODEL_PROVIDERS",
+            "ModelSettings",
+            "tools_settings",
+        ],
         "tools": ["Caller", "ToolBox", "load_tools", "tool_hosts"],
     },
 )

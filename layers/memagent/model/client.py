@@ -27,12 +27,12 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from memagent.errors import ModelRejected, TransientError
 from memagent.memory import clock, day
+from memagent.model.settings import DEFAULT_TRANSCRIPTION_MODEL
 from memagent.observability import logger, metrics
-from memagent.settings import DEFAULT_TRANSCRIPTION_MODEL
 
 if TYPE_CHECKING:
     from memagent.memory import Context, Fact, Turn
-    from memagent.settings import ModelSettings
+    from memagent.model.settings import ModelSettings
 
 IMAGE_PROMPT = (
     "Describe this photo in one or two plain sentences, as a note for someone who cannot see it. "

@@ -7,5 +7,6 @@ first use (memagent.face).
 
 from memagent import face
 
-# each module of this wing -> the names the other wings and the functions use from it
-__getattr__, __all__ = face(__name__, {"reading": ["Operator"], "seat": ["identifier"]})
+__getattr__, __all__ = face(
+    __name__, {"reading": ["Operator"], "seat": ["identifier"], "settings": ["AdminSettings"]}
+)

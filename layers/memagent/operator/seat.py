@@ -15,8 +15,8 @@ from memagent.observability import logger
 from memagent.providers import PERSON_ID
 
 if TYPE_CHECKING:
+    from memagent.memory import MemorySettings
     from memagent.providers import Provider
-    from memagent.settings import MemorySettings
     from memagent.store import OperatorStore
 
 

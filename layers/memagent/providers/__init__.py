@@ -12,7 +12,6 @@ first use (memagent.face).
 
 from memagent import face
 
-# each module of this wing -> the names the other wings and the functions use from it
 __getattr__, __all__ = face(
     __name__,
     {
@@ -34,10 +33,7 @@ __getattr__, __all__ = face(
             "shorten",
             "split_text",
         ],
-        "signing": [
-            "check_signing_secrets",
-            "is_local_stack",
-            "refuse_published",
-        ],
+        "settings": ["DEFAULT_META_GRAPH_URL", "PROVIDERS", "ProviderSettings"],
+        "signing": ["check_signing_secrets"],
     },
 )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from memagent.providers.seam import ParseEvent, Provider
-    from memagent.settings import ProviderSettings
+    from memagent.providers.settings import ProviderSettings
 
 
 def provider_from_settings(settings: ProviderSettings) -> tuple[Provider, ParseEvent]:

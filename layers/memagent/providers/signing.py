@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
 
+from memagent.environment import refuse_published
 from memagent.errors import ConfigurationError
 
 SECRET_PREFIX = "whsec_"  # noqa: S105 (a prefix, not a secret)
@@ -16,16 +16,9 @@ SECRET_PREFIX = "whsec_"  # noqa: S105 (a prefix, not a secret)
 # (docs/local-stack.md), so a stack using it accepts anybody's events: refused unless the process
 # says it is a local run.
 TEST_ONLY_SECRET = "whsec_bWVtYWdlbnQtdGVzdC1vbmx5LXNlY3JldC1kby1ub3QtdXNl"  # noqa: S105
-# `sam local invoke` sets AWS_SAM_LOCAL; the local stack and the tests set MEMAGENT_LOCAL_STACK.
-LOCAL_STACK_FLAGS = ("MEMAGENT_LOCAL_STACK", "AWS_SAM_LOCAL")
 # Standard Webhooks secrets carry 24 to 64 bytes of key; fewer can be guessed offline from one
 # signed request.
 MIN_SECRET_BYTES = 24
-
-
-def is_local_stack(env: Mapping[str, str]) -> bool:
-    """True when the environment says this is a local run (never set in the deployed template)."""
-    return any(env.get(name, "").lower() in ("1", "true") for name in LOCAL_STACK_FLAGS)
 
 
 def check_signing_secrets(value: str, *, setting: str, allow_test_secret: bool) -> list[str]:
@@ -53,14 +46,3 @@ def check_signing_secrets(value: str, *, setting: str, allow_test_secret: bool) 
             local=allow_test_secret,
         )
     return secrets
-
-
-def refuse_published(value: str, published: str, *, setting: str, what: str, local: bool) -> None:
-    """The one rule for a value published for local runs (the test-only signing secret, the
-    local person key): anybody can read it, so it is refused unless the run is `local`
-    (is_local_stack); the error names the setting, never the value."""
-    if value == published and not local:
-        raise ConfigurationError(
-            f"{setting} is the published {what}; it is accepted only in a local run "
-            f"({' or '.join(LOCAL_STACK_FLAGS)} set)"
-        )

@@ -72,7 +72,7 @@ from memagent.providers.seam import (  # noqa: F401 (split_text, idempotency_key
 from memagent.providers.signing import SECRET_PREFIX
 
 if TYPE_CHECKING:
-    from memagent.settings import Secret
+    from memagent.environment import Secret
 
 HEADER_ID = "webhook-id"
 HEADER_TIMESTAMP = "webhook-timestamp"

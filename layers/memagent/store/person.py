@@ -181,16 +181,6 @@ class PersonWrites(Table):
     def _delete(self, pk: str, sk: str) -> dict[str, Any]:
         return {"Delete": {"TableName": self.table_name, "Key": {"pk": pk, "sk": sk}}}
 
-    def _set_state(self, pk: str, values: dict[str, Any], expression: str) -> dict[str, Any]:
-        return {
-            "Update": {
-                "TableName": self.table_name,
-                "Key": {"pk": pk, "sk": STATE},
-                "UpdateExpression": expression,
-                "ExpressionAttributeValues": values,
-            }
-        }
-
     def record_opt_out(self, pk: str, at: datetime) -> bool:
         """Mark the person opted out, unless they have written since (events arrive out of
         order). Returns whether the opt-out was recorded."""

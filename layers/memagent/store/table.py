@@ -91,6 +91,20 @@ class Table:
                 return
             kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
+    def _set_state(
+        self, pk: str, values: dict[str, Any], expression: str, condition: str | None = None
+    ) -> dict[str, Any]:
+        """A transaction's update of a person's state item (`condition`: its guard, if any)."""
+        update = {
+            "TableName": self.table_name,
+            "Key": {"pk": pk, "sk": STATE},
+            "UpdateExpression": expression,
+            "ExpressionAttributeValues": values,
+        }
+        if condition is not None:
+            update["ConditionExpression"] = condition
+        return {"Update": update}
+
     def _update_if(self, **update: Any) -> bool:
         """update_item guarded by its ConditionExpression: False, and nothing written, when the
         condition does not hold (the usual outcome of a lost race or a repeat, not an error)."""

@@ -53,15 +53,7 @@ class TurnWrites(LedgerWrites):
         expression = "SET " + ", ".join(sets)
         if remove:
             expression += " REMOVE " + ", ".join(remove)
-        return {
-            "Update": {
-                "TableName": self.table_name,
-                "Key": {"pk": pk, "sk": STATE},
-                "UpdateExpression": expression,
-                "ConditionExpression": condition,
-                "ExpressionAttributeValues": values,
-            }
-        }
+        return self._set_state(pk, values, expression, condition)
 
     def remember_inbound(
         self,

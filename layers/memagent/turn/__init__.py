@@ -10,7 +10,6 @@ first use (memagent.face).
 
 from memagent import face
 
-# each module of this wing -> the names the other wings and the functions use from it
 __getattr__, __all__ = face(
     __name__,
     {
@@ -22,5 +21,6 @@ __getattr__, __all__ = face(
             "STOP_WORDS",
             "normalised",
         ],
+        "settings": ["DEFAULT_BUDGET_NOTICE", "DEFAULT_SYSTEM_PROMPT", "ConsumerSettings"],
     },
 )

@@ -43,7 +43,7 @@ from memagent.turn.agent import Agent
 if TYPE_CHECKING:
     from memagent.model import ToolBox
     from memagent.providers import Event
-    from memagent.settings import ConsumerSettings
+    from memagent.turn.settings import ConsumerSettings
 
 
 class BackoffFifoProcessor(ScheduledRetries, SqsFifoPartialProcessor):

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from memagent.lifecycle import Receipt
     from memagent.model import ModelClient, ToolBox
     from memagent.providers import Provider
-    from memagent.settings import ConsumerSettings
     from memagent.store import MemoryStore
+    from memagent.turn.settings import ConsumerSettings
 
 
 class Crew:

@@ -116,7 +116,7 @@ FORGOTTEN_REPLY = "Done. I have forgotten everything about you. If you write aga
 
 
 class Words(Protocol):
-    """The settings the keywords read (memagent.settings.ConsumerSettings)."""
+    """The settings the keywords read (memagent.turn.settings.ConsumerSettings)."""
 
     forget_keyword: str
     handoff_phrases: tuple[str, ...]

@@ -28,8 +28,8 @@ from memagent.turn.tool_loop import Answer, RejectedAfterTools, answer_with_tool
 if TYPE_CHECKING:
     from memagent.memory import Context, Memory
     from memagent.providers import InboundMessage
-    from memagent.settings import ConsumerSettings
     from memagent.turn.crew import Crew
+    from memagent.turn.settings import ConsumerSettings
 
 FALLBACK_REPLY = "Sorry, I couldn't take that in. Could you say it another way?"
 

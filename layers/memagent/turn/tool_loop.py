@@ -46,8 +46,8 @@ from memagent.observability import count, logger
 if TYPE_CHECKING:
     from memagent.memory import Context
     from memagent.model import Caller
-    from memagent.settings import ConsumerSettings
     from memagent.turn.crew import Crew
+    from memagent.turn.settings import ConsumerSettings
 
 ROUND = "tool_"  # ledger attributes: tool_<r> (the round's items), tool_<r>_<i> (a call's result)
 TOOL_NOTE = (

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from memagent.aws import EventQueue
 from memagent.errors import InvalidSignature
 from memagent.providers import check_size
-from memagent.settings import WebhookSettings
+from memagent.webhook.settings import WebhookSettings
 
 
 @dataclass(frozen=True)

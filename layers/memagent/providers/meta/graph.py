@@ -29,8 +29,8 @@ from memagent.providers.meta.identity import BSUID
 from memagent.providers.origins import Origin, url_origin
 
 if TYPE_CHECKING:
+    from memagent.environment import Secret
     from memagent.providers.seam import InboundMessage
-    from memagent.settings import Secret
 
 # error.code -> what to do (META.md "Errors"). Anything not listed and not 5xx is permanent.
 RETRY_CODES = frozenset({130429, 131056, 4, 80007, 131000, 1, 2, 131016, 131057})

@@ -1,0 +1,25 @@
+"""The admin API's settings (AdminSettings): memory, and the provider for the operator's
+replies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memagent.environment import Environment
+from memagent.memory import MemorySettings
+from memagent.providers import ProviderSettings
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdminSettings(MemorySettings, ProviderSettings):
+    """The admin API: memory, and the provider for the operator's replies. The template always
+    sets PROVIDER; without it the admin API sends nothing (`sends` is false: an operator reply
+    answers 503 saying so) and needs no provider settings."""
+
+    sends: bool = True
+
+    @classmethod
+    def _read(cls, read: Environment) -> dict:
+        if read.optional("PROVIDER") is None:
+            return {**super()._read(read), "sends": False}
+        return {**super()._read(read), **cls._provider(read)}

@@ -1,0 +1,75 @@
+"""What a function that sends through the provider needs (ProviderSettings: the consumer, the
+admin API's operator replies): which provider, its URL and key or token, the media rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memagent.environment import Environment, Secret
+from memagent.providers.origins import parse_media_origins, parse_origins
+
+PROVIDERS = ("whasp", "meta")
+DEFAULT_META_GRAPH_URL = "https://graph.facebook.com/v26.0"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProviderSettings:
+    """What a function that sends through the provider needs (the consumer, the admin API's
+    operator replies)."""
+
+    provider: str = "whasp"
+    whasp_api_url: str | None = None
+    meta_graph_url: str = DEFAULT_META_GRAPH_URL
+    typing_indicator: bool = True
+    # Where media may be fetched from (origins, space- or comma-separated); empty = the origin
+    # of WHASP_API_URL. The API key is only ever sent to WHASP_API_URL's origin.
+    whasp_media_origins: str | None = None
+    # Provider meta: media hosts besides Meta's own (lookaside.fbsbx.com), https only
+    meta_media_origins: str | None = None
+    # One download, redirects included, however slowly the host sends
+    media_deadline_seconds: float = 30.0
+    whasp_timeout_seconds: float = 10.0
+    whasp_api_key: Secret | None = field(default=None, repr=False)
+    meta_access_token: Secret | None = field(default=None, repr=False)
+
+    @staticmethod
+    def _provider(read: Environment) -> dict:
+        provider = read.choice("PROVIDER", PROVIDERS, "whasp")
+        meta = provider == "meta"
+        meta_graph_url = DEFAULT_META_GRAPH_URL
+        if read.optional("META_GRAPH_URL"):
+            meta_graph_url = read.url("META_GRAPH_URL")
+        return {
+            "provider": provider,
+            # whasp needs its API's URL and key; Meta an access token (the Graph URL defaults)
+            "whasp_api_url": None if meta else read.url("WHASP_API_URL"),
+            "whasp_api_key": None if meta else read.secret("WHASP_API_KEY"),
+            "meta_graph_url": meta_graph_url,
+            "meta_access_token": read.secret("META_ACCESS_TOKEN") if meta else None,
+            "typing_indicator": read.flag("TYPING_INDICATOR", True),
+            "whasp_media_origins": _media_origins(read),
+            "meta_media_origins": _media_origins(read, "META_MEDIA_ORIGINS", https_only=True),
+            "media_deadline_seconds": read.number(
+                "MEDIA_DEADLINE_SECONDS", 30.0, minimum=0, above=True
+            ),
+            "whasp_timeout_seconds": read.number(
+                "WHASP_TIMEOUT_SECONDS", 10.0, minimum=0, above=True
+            ),
+        }
+
+    @property
+    def media_origins(self) -> frozenset[tuple[str, str, int]]:
+        """whasp media may come only from these origins (memagent.providers.origins.Origin)."""
+        return parse_media_origins(self.whasp_media_origins, self.whasp_api_url or "")
+
+
+def _media_origins(
+    read: Environment, name: str = "WHASP_MEDIA_ORIGINS", *, https_only: bool = False
+) -> str | None:
+    value = read.optional(name)
+    if value is not None:
+        try:  # names the bad entry
+            parse_origins(value, https_only=https_only)
+        except ValueError as error:
+            read.problems.append(f"{name}: {error}")
+    return value

@@ -1,0 +1,158 @@
+"""The consumer's settings (ConsumerSettings): the model's and the provider's, and the turn's
+own: the prompt, the context's bounds, keywords and handoff phrases, retries and the watchdog,
+tools' bounds, budgets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from memagent.environment import Environment, Secret
+from memagent.model import DEFAULT_TRANSCRIPTION_MODEL, ModelSettings, tools_settings
+from memagent.providers import ProviderSettings
+from memagent.turn.keywords import (
+    HANDOFF_NOTICE,
+    HANDOFF_PHRASES,
+    OPT_OUT_WORDS,
+    STOP_WORDS,
+    normalised,
+)
+
+DEFAULT_BUDGET_NOTICE = (
+    "We've talked a lot today, so I'm taking a break until tomorrow. I've kept everything you "
+    "wrote and will pick it up then."
+)
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a warm, concise companion who chats with people on WhatsApp. "
+    "Write short, natural messages. Pick up earlier threads when it helps the person."
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsumerSettings(ModelSettings, ProviderSettings):
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    transcription_model: str = DEFAULT_TRANSCRIPTION_MODEL
+    # Voice notes go to an OpenAI-compatible /audio/transcriptions: by default the model's own
+    # endpoint with ModelProvider=openai; with bedrock, only this one if set (else not transcribed)
+    transcription_base_url: str | None = None
+    transcription_api_key: Secret | None = field(default=None, repr=False)
+    context_max_messages: int = 60
+    context_max_chars: int = 12_000
+    context_max_facts: int = 30
+    media_max_bytes: int = 10 * 1024 * 1024
+    opt_out_policy: str = "keep"
+    forget_keyword: str = "forget me"
+    handoff_phrases: tuple[str, ...] = ()  # memagent.turn.keywords.HANDOFF_PHRASES unless set
+    handoff_notice: str = ""
+    opt_out_words: tuple[str, ...] = ()  # memagent.turn.keywords.OPT_OUT_WORDS unless set
+    parking_queue_url: str | None = None
+    record_time_budget_seconds: float = 0
+    # retries: a failed record comes back after a backoff we set on the event queue (QUEUE_URL);
+    # without it, after the queue's visibility timeout
+    queue_url: str | None = None
+    retry_base_seconds: float = 10
+    retry_max_seconds: float = 900
+    retry_jitter: float = 0.2
+    defer_seconds: int = 2
+    # this long before the invocation's deadline, handled records are deleted and the rest
+    # postponed on the backoff (0: no watchdog)
+    watchdog_seconds: float = 0
+    # one reply to a burst of lines a person sent while their previous turn was answered
+    coalesce_bursts: bool = True
+    whasp_api_key: Secret | None = field(default=None, repr=False)
+    meta_access_token: Secret | None = field(default=None, repr=False)
+    # the operator's tools (TOOLS_FILE, memagent/model/tools.py) and the bounds of a turn with them
+    tools: tuple = ()
+    tool_max_rounds: int = 3
+    tool_max_calls: int = 6
+    tool_output_max_chars: int = 4000
+    tool_timeout_seconds: float = 30.0  # a Lambda tool's answer (the SDK's read timeout)
+    # budgets (memagent/memory/budget.py): a longer reply is shortened to this many messages, longer
+    # voice notes are not transcribed, and past a daily limit a person gets one notice a day
+    max_reply_parts: int = 3
+    max_audio_seconds: int = 300
+    person_daily_turns: int = 0  # 0: no limit
+    person_daily_tokens: int = 0  # 0: no limit
+    budget_notice: str = DEFAULT_BUDGET_NOTICE
+    # the built-in "hand to a human" tool: on by default where tools are declared (HANDOFF_TOOL)
+    handoff_tool: bool = False
+
+    @classmethod
+    def _read(cls, read: Environment) -> dict:
+        return {
+            **super()._read(read),
+            **cls._provider(read),
+            "system_prompt": read.text("SYSTEM_PROMPT", DEFAULT_SYSTEM_PROMPT),
+            "transcription_model": read.text("TRANSCRIPTION_MODEL", DEFAULT_TRANSCRIPTION_MODEL),
+            **_transcription_endpoint(read),
+            "context_max_messages": read.integer("CONTEXT_MAX_MESSAGES", 60, minimum=1),
+            "context_max_chars": read.integer("CONTEXT_MAX_CHARS", 12_000, minimum=100),
+            "context_max_facts": read.integer("CONTEXT_MAX_FACTS", 30, minimum=0),
+            "media_max_bytes": read.integer("MEDIA_MAX_BYTES", 10 * 1024 * 1024, minimum=1),
+            "opt_out_policy": read.choice("OPT_OUT_POLICY", ("keep", "erase"), "keep"),
+            "forget_keyword": read.text("FORGET_KEYWORD", "forget me"),
+            **_handoff(read),
+            "parking_queue_url": read.optional("PARKING_QUEUE_URL"),
+            "record_time_budget_seconds": read.number("RECORD_TIME_BUDGET_SECONDS", 0, minimum=0),
+            "queue_url": read.optional("QUEUE_URL"),
+            "retry_base_seconds": read.number("RETRY_BASE_SECONDS", 10, minimum=1),
+            "retry_max_seconds": read.number("RETRY_MAX_SECONDS", 900, minimum=1, maximum=43_200),
+            "retry_jitter": read.number("RETRY_JITTER", 0.2, minimum=0, maximum=1, below=True),
+            "defer_seconds": read.integer("DEFER_SECONDS", 2, minimum=0, maximum=900),
+            "watchdog_seconds": read.number("WATCHDOG_SECONDS", 0, minimum=0),
+            "coalesce_bursts": read.flag("COALESCE_BURSTS", True),
+            **tools_settings(read),
+            "max_reply_parts": read.integer("MAX_REPLY_PARTS", 3, minimum=1, maximum=100),
+            "max_audio_seconds": read.integer("MAX_AUDIO_SECONDS", 300, minimum=1),
+            "person_daily_turns": read.integer("PERSON_DAILY_TURNS", 0, minimum=0),
+            "person_daily_tokens": read.integer("PERSON_DAILY_TOKENS", 0, minimum=0),
+            "budget_notice": read.text("BUDGET_NOTICE", DEFAULT_BUDGET_NOTICE),
+            "handoff_tool": read.flag("HANDOFF_TOOL", bool(read.optional("TOOLS_FILE"))),
+        }
+
+    @property
+    def retention(self) -> timedelta | None:
+        """How long a silent person is kept (None: until erased)."""
+        days = self.inactive_retention_days
+        return timedelta(days=days) if days else None
+
+
+def _handoff(read: Environment) -> dict:
+    """HANDOFF_PHRASES: comma-separated phrases that ask for a human ("off": none); unset, the
+    defaults in several languages (memagent.turn.keywords)."""
+    raw = read.optional("HANDOFF_PHRASES")
+    if raw is None:
+        phrases = HANDOFF_PHRASES
+    elif raw.strip().lower() == "off":
+        phrases = ()
+    else:
+        phrases = tuple(p.strip() for p in raw.split(",") if p.strip())
+        if not phrases:
+            read.problems.append('HANDOFF_PHRASES: comma-separated phrases, or "off"')
+    return {
+        "handoff_phrases": phrases,
+        "handoff_notice": read.text("HANDOFF_NOTICE", HANDOFF_NOTICE),
+        "opt_out_words": _opt_out_words(read),
+    }
+
+
+def _opt_out_words(read: Environment) -> tuple[str, ...]:
+    """OPT_OUT_WORDS: comma-separated messages that opt the person out, each a whole message
+    (never a word inside a sentence); unset, the defaults in the languages of the handoff
+    phrases (memagent.turn.keywords.OPT_OUT_WORDS). "stop" and "unsubscribe" always count."""
+    raw = read.optional("OPT_OUT_WORDS")
+    if raw is None:
+        return OPT_OUT_WORDS
+    chosen = tuple(w.strip() for w in raw.split(",") if w.strip())
+    if not chosen or not all(normalised(w) for w in chosen):
+        read.problems.append("OPT_OUT_WORDS: comma-separated words or phrases, each with a letter")
+    return tuple(dict.fromkeys((*STOP_WORDS, *chosen)))
+
+
+def _transcription_endpoint(read: Environment) -> dict:
+    if not read.optional("TRANSCRIPTION_BASE_URL"):
+        return {}
+    return {
+        "transcription_base_url": read.url("TRANSCRIPTION_BASE_URL"),
+        "transcription_api_key": read.secret("TRANSCRIPTION_API_KEY"),
+    }
