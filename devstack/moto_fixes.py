@@ -26,6 +26,12 @@ clock through datetime) once per received message.
 ChangeMessageVisibility's 12-hour limit counts from the message's latest receive, as in SQS
 (moto counts from its sending, refusing any change once a message is 12 hours old).
 
+Scheduler's CreateSchedule (`make_scheduler_strict`): moto stores any schedule; EventBridge
+Scheduler refuses a bad name, at() expression, time zone, flexible window, role ARN, a universal
+target whose Input is no JSON object, and the templated SQS target on a FIFO queue without a
+group id or without content-based deduplication (the event queue has none: follow-ups use the
+universal target, memagent.aws.scheduler). Its test: tests/integration/test_follow_up_schedules.py.
+
 Each correction above has a test in tests/test_moto_fixes.py that shows moto as released still
 behaves that way (when it fails, moto has fixed it upstream: delete the patch) and that the patch
 gives AWS's behaviour. The clock and the speed-ups below correct nothing, so they have none.
@@ -45,6 +51,7 @@ import calendar
 import copy
 import functools
 import json
+import re
 import threading
 from collections import defaultdict
 from collections.abc import Callable
@@ -147,6 +154,7 @@ def apply() -> None:
     make_dynamodb_faster()
     make_server_dispatch_faster()
     make_sqs_faithful()
+    make_scheduler_strict()
 
 
 @_once
@@ -417,3 +425,75 @@ def _restore(table: Any, hash_key: Any, range_key: Any, previous: Any) -> None:
         table.items.pop(hash_key, None)
     else:
         table.items[hash_key] = previous
+
+
+# EventBridge Scheduler's CreateSchedule (API reference: CreateSchedule, Target, SqsParameters):
+# what it refuses that moto 5.2 accepts
+_SCHEDULE_NAME = re.compile(r"^[0-9a-zA-Z\-_.]{1,64}$")
+_ROLE_ARN = re.compile(r"^arn:aws(-[a-z]+)?:iam::\d{12}:role/[\w+=,.@/-]+$")
+_AT = re.compile(r"^at\((\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})\)$")
+_SQS_ARN = re.compile(r"^arn:aws(-[a-z]+)?:sqs:[a-z0-9-]+:\d{12}:(?P<queue>[\w-]+(\.fifo)?)$")
+
+
+def schedule_problems(backend: Any, kwargs: dict[str, Any]) -> list[str]:
+    """Why Scheduler would refuse this CreateSchedule (empty: it would take it)."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    problems = []
+    if not _SCHEDULE_NAME.match(kwargs.get("name") or ""):
+        problems.append("Name: 1 to 64 of [0-9a-zA-Z-_.]")
+    expression = kwargs.get("schedule_expression") or ""
+    if expression.startswith("at(") and not _AT.match(expression):
+        problems.append("ScheduleExpression: at(yyyy-mm-ddThh:mm:ss)")
+    zone = kwargs.get("schedule_expression_timezone")
+    if zone:
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            problems.append(f"ScheduleExpressionTimezone: {zone!r} is not a time zone")
+    window = kwargs.get("flexible_time_window") or {}
+    if window.get("Mode") not in ("OFF", "FLEXIBLE"):
+        problems.append("FlexibleTimeWindow.Mode: OFF or FLEXIBLE")
+    if kwargs.get("action_after_completion") not in (None, "NONE", "DELETE"):
+        problems.append("ActionAfterCompletion: NONE or DELETE")
+    target = kwargs.get("target") or {}
+    if not _ROLE_ARN.match(target.get("RoleArn") or ""):
+        problems.append("Target.RoleArn: an IAM role's ARN")
+    arn = target.get("Arn") or ""
+    if (queue := _SQS_ARN.match(arn)) and queue.group("queue").endswith(".fifo"):
+        # the templated SQS target on a FIFO queue: a group id, and content-based deduplication
+        if not (target.get("SqsParameters") or {}).get("MessageGroupId"):
+            problems.append("Target.SqsParameters.MessageGroupId: required for a FIFO queue")
+        if not _content_based(backend, queue.group("queue")):
+            problems.append("Target: a FIFO queue needs content-based deduplication enabled")
+    if arn.startswith("arn:aws:scheduler:::aws-sdk:"):
+        try:
+            sent = json.loads(target.get("Input") or "")
+        except ValueError:
+            sent = None
+        if not isinstance(sent, dict):
+            problems.append("Target.Input: the API's request parameters, as a JSON object")
+    return problems
+
+
+def _content_based(backend: Any, queue_name: str) -> bool:
+    from moto.sqs.models import sqs_backends
+
+    queue = sqs_backends[backend.account_id][backend.region_name].queues.get(queue_name)
+    return bool(queue and str(getattr(queue, "content_based_deduplication", "")).lower() == "true")
+
+
+@_once
+def make_scheduler_strict() -> None:
+    """CreateSchedule refuses what EventBridge Scheduler refuses (schedule_problems)."""
+    from moto.scheduler.exceptions import ValidationException
+    from moto.scheduler.models import EventBridgeSchedulerBackend
+
+    create = EventBridgeSchedulerBackend.create_schedule
+
+    def create_schedule(self: Any, **kwargs: Any) -> Any:
+        if problems := schedule_problems(self, kwargs):
+            raise ValidationException("; ".join(problems))
+        return create(self, **kwargs)
+
+    EventBridgeSchedulerBackend.create_schedule = create_schedule
