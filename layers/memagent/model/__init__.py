@@ -19,6 +19,6 @@ __getattr__, __all__ = face(
             "ModelSettings",
             "tools_settings",
         ],
-        "tools": ["Caller", "ToolBox", "load_tools", "tool_hosts"],
+        "tools": ["Caller", "ToolBox", "ToolResult", "load_tools", "tool_hosts"],
     },
 )

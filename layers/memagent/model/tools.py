@@ -274,6 +274,30 @@ HANDOFF_TOOL = Tool(
 )
 
 
+# Built in: a follow-up at a time the person asks for (memagent/turn/follow_ups.py). Offered where
+# the stack has a schedule group (FOLLOW_UP_SCHEDULE_GROUP).
+FOLLOW_UP_TOOL = Tool(
+    name="schedule_follow_up",
+    description=(
+        "Write to the person later, at a time they ask for: a reminder ('remind me tomorrow at "
+        "9 to call the dentist') or a check-in they accept ('ask me on Friday how it went'). "
+        "At that time you will see the conversation as it is then, and write the message."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "when": {
+                "type": "string",
+                "description": "the local date and time on the person's clock, YYYY-MM-DDTHH:MM",
+            },
+            "about": {"type": "string", "description": "what to remind or ask, in a few words"},
+        },
+        "required": ["when", "about"],
+        "additionalProperties": False,
+    },
+)
+
+
 class ToolBox:
     """The declared tools and the clients that call them."""
 
@@ -285,9 +309,12 @@ class ToolBox:
         lambda_client: Any = None,
         lambda_timeout_seconds: float = MAX_TIMEOUT_SECONDS,
         handoff: bool = False,
+        follow_ups: bool = False,
     ):
         self.tools = {tool.name: tool for tool in tools}
         self.builtins = {HANDOFF_TOOL.name: HANDOFF_TOOL} if handoff else {}
+        if follow_ups:
+            self.builtins[FOLLOW_UP_TOOL.name] = FOLLOW_UP_TOOL
         self.max_output_chars = max_output_chars
         self.lambda_timeout_seconds = lambda_timeout_seconds
         self._lambda = lambda_client
@@ -316,7 +343,11 @@ class ToolBox:
 
     def hands_off(self, name: str) -> bool:
         """Whether a call is the built-in handoff (the turn's step, not a call out)."""
-        return name in self.builtins
+        return name == HANDOFF_TOOL.name and name in self.builtins
+
+    def schedules(self, name: str) -> bool:
+        """Whether a call is the built-in follow-up (memagent/turn/follow_ups.py)."""
+        return name == FOLLOW_UP_TOOL.name and name in self.builtins
 
     def seconds(self, name: str) -> float:
         """The longest one call of `name` can take before it answers or fails."""

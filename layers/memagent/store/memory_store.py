@@ -45,6 +45,7 @@ from boto3.dynamodb.conditions import Key
 from memagent.memory import Epoch, Fact, Handoff, Memory, PersonState, Summary, Turn, classed
 from memagent.store.compaction import CompactionWrites
 from memagent.store.erasure import ErasureWrites
+from memagent.store.follow_ups import FollowUpWrites
 from memagent.store.ledger import (  # noqa: F401 (ledger_sk: an event's key, re-exported)
     LedgerWrites,
     ledger_sk,
@@ -131,7 +132,9 @@ def _turn(item: dict[str, Any]) -> Turn:
     )
 
 
-class MemoryStore(TurnWrites, LedgerWrites, PersonWrites, ErasureWrites, CompactionWrites):
+class MemoryStore(
+    FollowUpWrites, TurnWrites, LedgerWrites, PersonWrites, ErasureWrites, CompactionWrites
+):
     """The memory table. Here: the turn's one Query; its writes (store_turn.py), the ledger, a
     person's records and links, erasure and compaction are in memagent/store_*.py."""
 

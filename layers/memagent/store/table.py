@@ -110,6 +110,10 @@ class Table:
         condition does not hold (the usual outcome of a lost race or a repeat, not an error)."""
         return _held(self.table.update_item, update)
 
+    def _put_if(self, **put: Any) -> bool:
+        """put_item guarded by its ConditionExpression, as `_update_if`."""
+        return _held(self.table.put_item, put)
+
     def _delete_if(self, **delete: Any) -> bool:
         """delete_item guarded by its ConditionExpression (if any), as `_update_if`."""
         return _held(self.table.delete_item, delete)

@@ -49,6 +49,7 @@ from memagent.turn import events, identity, keywords
 from memagent.turn.bursts import answer_awaiting, end_of_burst
 from memagent.turn.crew import Crew
 from memagent.turn.delivery import show_typing
+from memagent.turn.follow_ups import FollowUpDue, cancel_all, fire
 from memagent.turn.redelivery import resume, skipped
 from memagent.turn.remember import remember, to_text
 
@@ -72,6 +73,8 @@ class Agent(Crew):
             try:
                 if isinstance(event, InboundMessage):
                     return self.answer(event, followed=followed)
+                if isinstance(event, FollowUpDue):
+                    return fire(self, event)
                 return self._other(event)
             except ConcurrentUpdate:
                 if attempt == RACE_ATTEMPTS:
@@ -185,6 +188,7 @@ class Agent(Crew):
         count("OptOuts")
         if state.awaiting:
             count("RepliesDroppedByStop", len(state.awaiting))
+        cancel_all(self, pk, "opted_out")  # nothing is sent after STOP, follow-ups included
         logger.info(
             "person opted out by message",
             extra={"policy": self.settings.opt_out_policy, "dropped": len(state.awaiting)},

@@ -39,6 +39,7 @@ from memagent.observability import logger, metrics
 from memagent.providers import InboundMessage, provider_from_settings
 from memagent.store import MemoryStore
 from memagent.turn.agent import Agent
+from memagent.turn.follow_ups import parse as follow_up_of
 
 if TYPE_CHECKING:
     from memagent.model import ToolBox
@@ -104,7 +105,7 @@ class BackoffFifoProcessor(ScheduledRetries, SqsFifoPartialProcessor):
 
 def _toolbox(settings: ConsumerSettings) -> ToolBox | None:
     """The declared tools, or None: a stack without tools never imports memagent.model.tools."""
-    if not (settings.tools or settings.handoff_tool):
+    if not (settings.tools or settings.handoff_tool or settings.follow_up_group):
         return None
     from memagent.model import ToolBox
 
@@ -113,6 +114,7 @@ def _toolbox(settings: ConsumerSettings) -> ToolBox | None:
         max_output_chars=settings.tool_output_max_chars,
         lambda_timeout_seconds=settings.tool_timeout_seconds,
         handoff=settings.handoff_tool,
+        follow_ups=bool(settings.follow_up_group),
     )
 
 
@@ -234,7 +236,9 @@ class Consumer:
                 metrics.add_metric(name="RecordsDeferred", unit=MetricUnit.Count, value=1)
                 raise Deferred("not enough time left in this invocation")
         try:
-            event = self.parse_event(json.loads(record.body))
+            raw = json.loads(record.body)
+            # a follow-up whose time came (EventBridge Scheduler), else the provider's event
+            event = follow_up_of(raw) or self.parse_event(raw)
         except (ValueError, MalformedEvent) as error:
             return self._park(record, str(error))
         decision = self.agent.handle(event, followed=record.message_id in self._followed)

@@ -6,7 +6,7 @@ memagent/turn/agent.py."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from memagent.aws import OperatorEvents
 from memagent.lifecycle import forget_key
@@ -14,12 +14,22 @@ from memagent.lifecycle import forget_key
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from memagent.aws import KeptMedia, TranscriptArchive
+    from memagent.aws import FollowUpSchedules, KeptMedia, TranscriptArchive
     from memagent.lifecycle import Receipt
     from memagent.model import ModelClient, ToolBox
     from memagent.providers import Provider
     from memagent.store import MemoryStore
     from memagent.turn.settings import ConsumerSettings
+
+
+class Target(NamedTuple):
+    """Where the asking turn's follow-ups go: the person's address and our number, their zone,
+    and their FIFO group (the webhook's: memagent.aws.queue.group_id)."""
+
+    address: str
+    number: str
+    zone: str
+    group: str
 
 
 class Crew:
@@ -47,6 +57,18 @@ class Crew:
         # seconds the record's invocation has left for a turn's next step (None: no budget);
         # the consumer sets it for each record (memagent.turn.consumer.Consumer.process)
         self.time_left: Callable[[], float | None] = lambda: None
+        # follow-ups (memagent.turn.follow_ups): the stack's schedules, where it has them, and
+        # the turn at hand's target for the ones it asks for (set by the reply before the model)
+        self.follow_ups: FollowUpSchedules | None = None
+        if settings.follow_up_group:
+            from memagent.aws import FollowUpSchedules
+
+            self.follow_ups = FollowUpSchedules(
+                settings.follow_up_group,
+                settings.follow_up_role_arn or "",
+                settings.queue_url or "",
+            )
+        self.follow_up_target: Target | None = None
 
     def _forget(self, pk: str, *, at: datetime | None = None) -> Receipt:
         """Erase a person (memagent.lifecycle.rights), with this agent's archive and kept media.

@@ -15,12 +15,14 @@ from memagent.memory import (
     day_of,
     digest,
     exhausted,
+    person_key,
     person_zone,
     stack_budget,
 )
 from memagent.observability import count, logger
 from memagent.providers import shorten
 from memagent.store import ledger
+from memagent.turn.crew import Target
 from memagent.turn.delivery import say_goodbye_and_forget, send
 from memagent.turn.keywords import keyword
 from memagent.turn.tool_loop import Answer, RejectedAfterTools, answer_with_tools
@@ -71,6 +73,13 @@ def reply(
     )
     used = crew.model.tokens_used
     who = (message.chat, *message.aliases)
+    if crew.follow_ups is not None:  # where a follow-up this turn asks for goes
+        crew.follow_up_target = Target(
+            address=message.address,
+            number=answering.number or message.number,
+            zone=person_zone(message.address, settings.time_zone),
+            group=person_key(settings.agent_id, message.chat),
+        )
     text, done, handoff = _ask_the_model(crew, pk, first or answering.event_id, context, who)
     if handoff:  # the model handed the chat to a human (the built-in tool)
         notice = settings.handoff_notice

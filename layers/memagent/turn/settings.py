@@ -76,6 +76,10 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     budget_notice: str = DEFAULT_BUDGET_NOTICE
     # the built-in "hand to a human" tool: on by default where tools are declared (HANDOFF_TOOL)
     handoff_tool: bool = False
+    # follow-ups (memagent/turn/follow_ups.py): on where the stack's schedule group is set
+    follow_up_group: str | None = None
+    follow_up_role_arn: str | None = None
+    follow_up_max_pending: int = 3
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
@@ -108,6 +112,7 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
             "person_daily_tokens": read.integer("PERSON_DAILY_TOKENS", 0, minimum=0),
             "budget_notice": read.text("BUDGET_NOTICE", DEFAULT_BUDGET_NOTICE),
             "handoff_tool": read.flag("HANDOFF_TOOL", bool(read.optional("TOOLS_FILE"))),
+            **_follow_ups(read),
         }
 
     @property
@@ -155,4 +160,20 @@ def _transcription_endpoint(read: Environment) -> dict:
     return {
         "transcription_base_url": read.url("TRANSCRIPTION_BASE_URL"),
         "transcription_api_key": read.secret("TRANSCRIPTION_API_KEY"),
+    }
+
+
+def _follow_ups(read: Environment) -> dict:
+    """FOLLOW_UP_SCHEDULE_GROUP (the stack's schedule group) turns follow-ups on; Scheduler
+    assumes FOLLOW_UP_ROLE_ARN to put them into the event queue (QUEUE_URL)."""
+    group = read.optional("FOLLOW_UP_SCHEDULE_GROUP")
+    if group is None:
+        return {}
+    role = read.text("FOLLOW_UP_ROLE_ARN")
+    if not read.optional("QUEUE_URL"):
+        read.problems.append("QUEUE_URL: required with FOLLOW_UP_SCHEDULE_GROUP")
+    return {
+        "follow_up_group": group,
+        "follow_up_role_arn": role,
+        "follow_up_max_pending": read.integer("FOLLOW_UP_MAX_PENDING", 3, minimum=1, maximum=20),
     }

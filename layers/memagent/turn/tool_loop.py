@@ -190,9 +190,15 @@ def _call_once(
     if calls > crew.settings.tool_max_calls:
         return TOO_MANY, ""
     _in_time(crew, crew.tools.seconds(call["name"]), f"call {round_}.{index}")
-    made = crew.tools.call(
-        call["name"], call.get("arguments", "{}"), tool_key(event_id, round_, index), caller
-    )
+    key = tool_key(event_id, round_, index)
+    if crew.tools.schedules(call["name"]):  # the built-in follow-up: a step of ours
+        from memagent.model import ToolResult
+        from memagent.turn.follow_ups import schedule
+
+        output, summary, failed = schedule(crew, pk, call.get("arguments", "{}"), key)
+        made = ToolResult(output=output, summary=summary, failed=failed)
+    else:
+        made = crew.tools.call(call["name"], call.get("arguments", "{}"), key, caller)
     crew.store.record_tool(
         pk, event_id, name, {"output": made.output, "summary": made.summary, "failed": made.failed}
     )

@@ -1,0 +1,90 @@
+"""A person's pending follow-ups (memagent.turn.follow_ups), kept in their partition: listed,
+counted for the limit, erased with them. `DUE#<schedule name>` sorts before `FACT#`, so the
+turn's one Query (from FACT#) never reads them: a person's follow-ups cost a turn nothing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from boto3.dynamodb.conditions import Key
+
+from memagent.errors import ConcurrentUpdate
+from memagent.memory import PersonState, Turn
+from memagent.store.ledger import STORED, LedgerWrites, ledger_sk
+from memagent.store.table import iso
+from memagent.store.turn import TurnWrites, _no_handoff_since
+
+DUE = "DUE#"
+
+
+class FollowUpWrites(TurnWrites, LedgerWrites):
+    def follow_ups(self, pk: str) -> list[dict[str, Any]]:
+        """The person's pending follow-ups, soonest first."""
+        items = list(self._query(pk, Key("sk").begins_with(DUE)))
+        return sorted(items, key=lambda item: item.get("at", ""))
+
+    def follow_up(self, pk: str, name: str) -> dict[str, Any] | None:
+        response = self.table.get_item(Key={"pk": pk, "sk": DUE + name}, ConsistentRead=True)
+        return response.get("Item")
+
+    def add_follow_up(self, pk: str, name: str, values: dict[str, Any]) -> bool:
+        """Keep a follow-up; False when it is kept already (a repeat of the same request)."""
+        return self._put_if(
+            Item={"pk": pk, "sk": DUE + name, "name": name, **values},
+            ConditionExpression="attribute_not_exists(pk)",
+        )
+
+    def drop_follow_up(self, pk: str, name: str) -> bool:
+        """Forget a follow-up (sent, skipped, cancelled); False when it was gone already."""
+        return self._delete_if(
+            Key={"pk": pk, "sk": DUE + name}, ConditionExpression="attribute_exists(pk)"
+        )
+
+    def remember_follow_up(
+        self,
+        pk: str,
+        *,
+        previous: PersonState,
+        event_id: str,
+        turn: Turn,
+        compact: bool,
+        ledger_ttl: timedelta,
+    ) -> bool:
+        """Store the follow-up's message as the agent's turn, with its ledger entry (the reply's
+        words: a repeat sends the same), in one write; False when the entry exists (a repeat).
+        Guarded like a reply: the person's last_seq as read, no erasure since, no human."""
+        now = datetime.now(UTC)
+        entry = {
+            "pk": pk,
+            "sk": ledger_sk(event_id),
+            "event_id": event_id,
+            "status": STORED,
+            "reply_seq": turn.seq,
+            "created_at": iso(now),
+            "expires_at": int((now + ledger_ttl).timestamp()),
+        }
+        update = self._state_update(pk, previous=previous, seq=turn.seq, compact=compact)
+        # no human took the chat since the turn read it (a timed-out handoff read stays allowed)
+        since = previous.handoff.since if previous.handoff else None
+        unchanged, values = _no_handoff_since(since)
+        update["Update"]["ConditionExpression"] += f" AND ({unchanged})"
+        update["Update"]["ExpressionAttributeValues"].update(values)
+        reasons = self._transact(
+            [
+                {
+                    "Put": {
+                        "TableName": self.table_name,
+                        "Item": entry,
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                },
+                self._new_turn(pk, turn),
+                update,
+            ]
+        )
+        if reasons is None:
+            return True
+        if reasons[:1] == ["ConditionalCheckFailed"]:
+            return False
+        raise ConcurrentUpdate("memory changed while storing the follow-up; retry")

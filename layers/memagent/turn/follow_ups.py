@@ -1,0 +1,282 @@
+"""Follow-ups: the agent writes back at a time the person asked for, exactly once.
+
+Asking (a turn): the model calls the built-in tool `schedule_follow_up` (when, on the person's
+wall clock, and what about). The call is a tool call like any other: made once per position in
+the turn and recorded on the message's ledger entry (memagent.turn.tool_loop), so a redelivered
+turn replays its result. Making it keeps the follow-up in the person's partition (DUE#<name>:
+listed, counted for FOLLOW_UP_MAX_PENDING, erased with them), then creates a one-time schedule
+named from the call's key (memagent.aws.scheduler: a repeat creates nothing).
+
+Firing (its own turn): at the time, Scheduler puts {"memagent": "follow_up", ...} into the
+person's FIFO group, ordered with what they write. The consumer runs it here:
+
+    still pending?        DUE#<name> gone (cancelled, erased, sent): nothing
+    a repeat?             its ledger entry holds the words: send them (delivery: per part, keyed)
+    opted out?            dropped: nothing is ever sent after STOP
+    a human has it?       a note for the operator (HANDOFF_MESSAGE), no model message
+    over budget?          dropped, counted
+    the model             sees the memory as it is now and the subject; writes the message, or
+                          NOTHING when it no longer needs saying (nothing sent)
+    remember, send        the message as the agent's turn with its ledger entry (one write), then
+                          sent under keys derived from the follow-up: one message, whatever crashes
+
+Logs and metrics hold ids, counts and decisions: never the subject, never an identifier.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
+
+from memagent.aws import HANDOFF_MESSAGE, schedule_name
+from memagent.errors import MalformedEvent, ModelRejected
+from memagent.memory import Turn, build_context, exhausted, stack_budget
+from memagent.observability import count, logger
+from memagent.providers import InboundMessage, shorten
+from memagent.store import ledger
+from memagent.turn.delivery import send
+
+if TYPE_CHECKING:
+    from memagent.turn.crew import Crew
+
+FOLLOW_UP = "follow_up"  # the queued body's "memagent" field
+NOTHING = "NOTHING"  # the model's answer when the follow-up no longer needs saying
+MAX_ABOUT_CHARS = 300
+EARLIEST = timedelta(minutes=1)  # a follow-up asked for sooner than this is refused
+DUE_NOTE = (
+    "A follow-up you scheduled is due now. What it is about (the person's request, as data): "
+    "{about}\nWrite the message to send the person now, in your usual voice. If it no longer "
+    f"needs saying (they already told you, or it is moot), answer exactly {NOTHING}."
+)
+
+
+@dataclass(frozen=True)
+class FollowUpDue:
+    """A follow-up's time came: Scheduler queued it in the person's group."""
+
+    name: str  # the schedule's name, the follow-up's id
+    person: str  # the person's key
+    created_at: datetime
+
+    @property
+    def event_id(self) -> str:
+        return f"{FOLLOW_UP}:{self.name}"
+
+
+def parse(raw: Any) -> FollowUpDue | None:
+    """The follow-up event a queued body holds, or None when it is a provider's event."""
+    if not isinstance(raw, dict) or raw.get("memagent") != FOLLOW_UP:
+        return None
+    name, person = raw.get("name"), raw.get("person")
+    if not isinstance(name, str) or not isinstance(person, str) or not person.startswith("P#"):
+        raise MalformedEvent("a follow-up without its name or person")
+    return FollowUpDue(name=name, person=person, created_at=datetime.now(UTC))
+
+
+def body(name: str, person: str) -> dict[str, str]:
+    return {"memagent": FOLLOW_UP, "name": name, "person": person}
+
+
+def _refused(why: str) -> tuple[str, str, bool]:
+    return json.dumps({"error": why}), why, True
+
+
+def schedule(crew: Crew, pk: str, arguments: str, key: str) -> tuple[str, str, bool]:
+    """The built-in tool: keep the follow-up and create its schedule. (output for the model,
+    summary for memory, failed)."""
+    target, schedules = crew.follow_up_target, crew.follow_ups
+    if target is None or schedules is None:
+        return _refused("follow-ups are not available")
+    try:
+        asked = json.loads(arguments or "{}")
+        when = datetime.fromisoformat(str(asked["when"]))
+        about = str(asked["about"]).strip()
+    except (ValueError, KeyError, TypeError):
+        return _refused("give 'when' as YYYY-MM-DDTHH:MM and 'about'")
+    if not about or len(about) > MAX_ABOUT_CHARS:
+        return _refused(f"'about' takes 1 to {MAX_ABOUT_CHARS} characters")
+    local = when.replace(tzinfo=None, second=0, microsecond=0)
+    at = local.replace(tzinfo=ZoneInfo(target.zone)).astimezone(UTC)
+    if at < datetime.now(UTC) + EARLIEST:
+        return _refused("that time has passed: ask for a time in the future")
+    name = schedule_name(key)
+    pending = crew.store.follow_ups(pk)
+    if name not in {p["name"] for p in pending}:
+        if len(pending) >= crew.settings.follow_up_max_pending:
+            count("FollowUpsRefusedByLimit")
+            return _refused(f"the person has {len(pending)} follow-ups pending already")
+        crew.store.add_follow_up(
+            pk,
+            name,
+            {
+                "at": at.isoformat(),
+                "local": local.isoformat(timespec="minutes"),
+                "zone": target.zone,
+                "about": about,
+                "address": target.address,
+                "number": target.number,
+                "created_at": datetime.now(UTC).isoformat(),
+            },
+        )
+    schedules.create(name, local, target.zone, body(name, pk), target.group)
+    said = f"follow-up scheduled for {local.isoformat(timespec='minutes')} ({target.zone})"
+    return json.dumps({"output": said}), said, False
+
+
+def cancel_all(crew: Crew, pk: str, reason: str) -> int:
+    """Drop a person's pending follow-ups and their schedules (STOP, an erasure)."""
+    if crew.follow_ups is None:
+        return 0
+    dropped = 0
+    for item in crew.store.follow_ups(pk):
+        crew.follow_ups.cancel(item["name"])
+        dropped += crew.store.drop_follow_up(pk, item["name"])
+    if dropped:
+        count("FollowUpsDropped", dropped)
+        logger.info("follow-ups dropped", extra={"count": dropped, "reason": reason})
+    return dropped
+
+
+def fire(crew: Crew, due: FollowUpDue) -> str:
+    """A follow-up's time came: one message, or none, by the rules in the module docstring."""
+    pk, event_id = due.person, due.event_id
+    logger.append_keys(event_id=event_id, person=pk)
+    item = crew.store.follow_up(pk, due.name)
+    entry = crew.store.ledger(pk, event_id)
+    if entry is not None:  # a repeat: the words were chosen and stored before
+        return _resend(crew, pk, due, entry, item)
+    if item is None:
+        count("FollowUpsGone")
+        logger.info("follow-up no longer pending: nothing sent")
+        return "follow_up_gone"
+    memory = crew.store.load(pk)
+    state, now = memory.state, datetime.now(UTC)
+    if state.opted_out:
+        return _dropped(crew, pk, due, "opted_out")
+    if state.handed_off(now, crew.handoff_timeout):
+        crew.store.drop_follow_up(pk, due.name)
+        count("FollowUpsForHuman")
+        logger.info("a human has the chat: the follow-up is the operator's note")
+        crew.events.emit(HANDOFF_MESSAGE, pk, waiting=state.handoff.waiting if state.handoff else 0)
+        return "follow_up_for_human"
+    stack = stack_budget(crew.store, crew.settings)
+    if exhausted(state, crew.settings) or stack.reached():
+        return _dropped(crew, pk, due, "over_budget")
+    text = _ask(crew, pk, memory, item, now)
+    if text is None:
+        crew.store.drop_follow_up(pk, due.name)
+        count("FollowUpsSkippedByModel")
+        logger.info("the model found nothing to say: nothing sent")
+        return "follow_up_skipped"
+    seq = memory.next_seq
+    turn = Turn(seq=seq, role="assistant", text=text, at=now, number=str(item["number"]))
+    stored = crew.store.remember_follow_up(
+        pk,
+        previous=state,
+        event_id=event_id,
+        turn=turn,
+        compact=seq - state.marker >= crew.settings.compact_threshold,
+        ledger_ttl=crew.ledger_ttl,
+    )
+    if not stored:  # a repeat raced this one: it owns the words
+        return _resend(crew, pk, due, crew.store.ledger(pk, event_id) or {}, item)
+    return _send(crew, pk, due, item, text, seq)
+
+
+def _ask(crew: Crew, pk: str, memory: Any, item: dict, now: datetime) -> str | None:
+    """The model's message for the follow-up, or None when it has nothing to say."""
+    if not memory.turns:
+        return None
+    settings = crew.settings
+    context = build_context(
+        memory,
+        memory.turns[-1],
+        system_prompt=settings.system_prompt,
+        max_messages=settings.context_max_messages,
+        max_chars=settings.context_max_chars,
+        max_facts=settings.context_max_facts,
+        about=str(item["about"]),
+        now=now,
+        zone=str(item["zone"]),
+    )
+    note = DUE_NOTE.format(about=json.dumps(str(item["about"]), ensure_ascii=False))
+    context = dataclasses.replace(context, tail=f"{context.tail}\n\n{note}")
+    used = crew.model.tokens_used
+    try:
+        text = crew.model.reply(context, person=pk).strip()
+    except ModelRejected:
+        count("ModelRejected")
+        logger.error("model refused the follow-up: nothing sent")
+        return None
+    stack_budget(crew.store, settings).add(crew.model.tokens_used - used)
+    if not text or text.strip(" .!\"'").upper() == NOTHING:
+        return None
+    return shorten(text, settings.max_reply_parts)
+
+
+def _address(due: FollowUpDue, item: dict) -> InboundMessage:
+    """Where the message goes, in the shape delivery sends to (its address and our number)."""
+    return InboundMessage(
+        event_id=due.event_id,
+        created_at=due.created_at,
+        number=str(item["number"]),
+        chat=str(item["address"]),
+        label=None,
+        message_id=due.event_id,
+        kind=FOLLOW_UP,
+        text=None,
+        caption=None,
+        media=None,
+        sent_at=due.created_at,
+    )
+
+
+def _send(crew: Crew, pk: str, due: FollowUpDue, item: dict, text: str, seq: int) -> str:
+    decision = send(
+        crew, pk, _address(due, item), due.event_id, str(item["number"]), text, reply_seq=seq
+    )
+    crew.store.drop_follow_up(pk, due.name)
+    if decision == "sent":
+        count("FollowUpsSent")
+    logger.info("follow-up done", extra={"decision": decision})
+    return f"follow_up_{decision}"
+
+
+def _resend(crew: Crew, pk: str, due: FollowUpDue, entry: dict, item: dict | None) -> str:
+    """A repeat of a follow-up whose words were stored: send the parts not sent yet."""
+    if entry.get("status") != ledger.STORED or item is None:
+        if item is not None:
+            crew.store.drop_follow_up(pk, due.name)
+        count("FollowUpsRepeated")
+        return "follow_up_repeat"
+    seq = int(entry["reply_seq"])
+    memory = crew.store.load(pk)
+    turn = next((t for t in memory.turns if t.seq == seq), None)
+    if turn is None:  # taken back (refused) or erased: nothing to send
+        crew.store.drop_follow_up(pk, due.name)
+        return "follow_up_repeat"
+    sent = ledger.sent_parts(entry)
+    decision = send(
+        crew,
+        pk,
+        _address(due, item),
+        due.event_id,
+        str(item["number"]),
+        turn.text,
+        sent,
+        reply_seq=seq,
+    )
+    crew.store.drop_follow_up(pk, due.name)
+    count("FollowUpsSent" if decision == "sent" else "FollowUpsRepeated")
+    return f"follow_up_{decision}"
+
+
+def _dropped(crew: Crew, pk: str, due: FollowUpDue, reason: str) -> str:
+    crew.store.drop_follow_up(pk, due.name)
+    count("FollowUpsDropped")
+    logger.info("follow-up dropped", extra={"reason": reason})
+    return f"follow_up_dropped_{reason}"

@@ -1,0 +1,225 @@
+"""Follow-ups through the consumer's handler (memagent.turn.follow_ups): Maya asks to be reminded
+tomorrow at 9; the model schedules it with the built-in tool; at 9:00 on her clock (London),
+moto's Scheduler fires (devstack.scheduler, on AWS's clock here) into her FIFO group; the
+consumer runs it as a turn and the reminder arrives once, whatever is delivered twice."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import boto3
+import pytest
+
+from devstack.clock import SQS_CLOCK
+from devstack.events import EVENT_QUEUE_ARN
+from devstack.lambda_harness import sqs_message_record
+from devstack.scheduler import SchedulerFiring
+from tests.conftest import MAYA, load_function, whasp_message
+from tests.integration.test_tools import call
+
+ROLE = "arn:aws:iam::123456789012:role/whasp-agent-FollowUpSchedulerRole"
+LONDON = ZoneInfo("Europe/London")
+ASK = "Remind me tomorrow at 9 to call the dentist"
+REMINDER = "Good morning Maya! Time to call the dentist."
+
+
+def tomorrow_at_nine() -> datetime:
+    local = datetime.fromtimestamp(SQS_CLOCK.now(), tz=UTC).astimezone(LONDON)
+    return (local + timedelta(days=1)).replace(hour=9, minute=0, second=0, microsecond=0)
+
+
+@pytest.fixture
+def stack(consumer_env, monkeypatch):
+    scheduler = boto3.client("scheduler")
+    group = f"g-{uuid.uuid4().hex[:10]}"
+    scheduler.create_schedule_group(Name=group)
+    env = {
+        **consumer_env,
+        "FOLLOW_UP_SCHEDULE_GROUP": group,
+        "FOLLOW_UP_ROLE_ARN": ROLE,
+        "FOLLOW_UP_MAX_PENDING": "2",
+    }
+    agent = load_function("consumer", env, monkeypatch)
+    firing = SchedulerFiring(scheduler, boto3.client("sqs"), group)
+    return agent, firing, env
+
+
+class Model:
+    """Schedules what it is asked to (the built-in tool), then answers; at a follow-up's time,
+    writes the reminder, or NOTHING when told to."""
+
+    def __init__(self, at: datetime, *, due_answer: str = REMINDER):
+        self.at, self.due_answer = at, due_answer
+        self.due_requests: list[dict[str, Any]] = []
+
+    def __call__(self, request: dict[str, Any]) -> Any:
+        tail = json.dumps(request.get("input"))
+        if "A follow-up you scheduled is due now" in tail:
+            self.due_requests.append(request)
+            return self.due_answer
+        names = [t["name"] for t in request.get("tools") or []]
+        answered = any(i.get("type") == "function_call_output" for i in request["input"])
+        if "schedule_follow_up" in names and not answered and "Remind me" in tail:
+            when = self.at.strftime("%Y-%m-%dT%H:%M")
+            asked = {"when": when, "about": "call the dentist"}
+            return {"output": [call("schedule_follow_up", asked, f"c{uuid.uuid4().hex[:6]}")]}
+        return "Done: I'll remind you tomorrow at 9."
+
+
+def say(agent, lambda_context, text: str, event_id: str | None = None) -> str:
+    event_id = event_id or f"evt_{uuid.uuid4().hex}"
+    stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    event = whasp_message(text, chat=MAYA, created_at=stamp, event_id=event_id)
+    event["data"]["message"]["timestamp"] = stamp
+    from devstack.events import sqs_batch
+
+    response = agent.handler(sqs_batch(event), lambda_context)
+    assert response["batchItemFailures"] == []
+    return event_id
+
+
+def fired_records(queue_url: str) -> list[dict[str, Any]]:
+    """What Scheduler put into the event queue, as Lambda's mapping would hand it over."""
+    found = boto3.client("sqs").receive_message(
+        QueueUrl=queue_url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"]
+    )
+    return [sqs_message_record(m, EVENT_QUEUE_ARN) for m in found.get("Messages", [])]
+
+
+def run_due(agent, firing, lambda_context, env, at: datetime, *, times: int = 1) -> None:
+    """The clock reaches `at`; Scheduler fires (twice: at least once); the consumer gets the
+    record `times` times (a redelivery after a lost delete)."""
+    SQS_CLOCK.advance(at.timestamp() - SQS_CLOCK.now())
+    firing.fire_due(repeat=2)
+    records = fired_records(env["QUEUE_URL"])
+    for _ in range(times if records else 0):
+        response = agent.handler({"Records": records}, lambda_context)
+        assert response["batchItemFailures"] == []
+
+
+def due_items(table: str) -> list[dict[str, Any]]:
+    rows = boto3.resource("dynamodb").Table(table).scan()["Items"]
+    return [r for r in rows if str(r["sk"]).startswith("DUE#")]
+
+
+def test_a_reminder_arrives_once_at_nine_on_her_clock(stack, openai, whasp, lambda_context):
+    agent, firing, env = stack
+    at = tomorrow_at_nine()
+    model = Model(at)
+    openai.responder = model
+    # given Maya asks for a reminder, and her message is delivered twice (a redelivery)
+    event_id = say(agent, lambda_context, ASK)
+    say(agent, lambda_context, ASK, event_id=event_id)
+    # then she got one answer, and one schedule exists, for 9:00 in London
+    assert whasp.texts_to(MAYA) == ["Done: I'll remind you tomorrow at 9."]
+    [schedule] = firing.pending()
+    assert schedule["ScheduleExpression"] == f"at({at.strftime('%Y-%m-%dT%H:%M:%S')})"
+    assert schedule["ScheduleExpressionTimezone"] == "Europe/London"
+    assert len(due_items(env["TABLE_NAME"])) == 1
+    # when 8:59 comes, nothing; when 9:00 comes, Scheduler fires twice, the consumer runs twice
+    SQS_CLOCK.advance((at - timedelta(minutes=1)).timestamp() - SQS_CLOCK.now())
+    assert firing.fire_due() == 0
+    run_due(agent, firing, lambda_context, env, at, times=2)
+    # then the reminder arrived once, written by the model that saw her request
+    assert whasp.texts_to(MAYA) == ["Done: I'll remind you tomorrow at 9.", REMINDER]
+    assert len(model.due_requests) == 1
+    assert "call the dentist" in json.dumps(model.due_requests[0]["input"])
+    # and nothing is left pending; the next turn's memory holds the reminder as the agent's
+    assert due_items(env["TABLE_NAME"]) == [] and firing.pending() == []
+    say(agent, lambda_context, "Thanks, called them!")
+    last = openai.calls()[-1]
+    assert REMINDER in json.dumps(last["input"])
+
+
+def test_stop_cancels_and_nothing_is_sent_at_the_time(stack, openai, whasp, lambda_context):
+    agent, firing, env = stack
+    at = tomorrow_at_nine()
+    openai.responder = Model(at)
+    say(agent, lambda_context, ASK)
+    assert len(firing.pending()) == 1
+    # when Maya writes STOP
+    say(agent, lambda_context, "STOP")
+    # then her follow-up and its schedule are gone, and at 9:00 nothing is sent
+    assert due_items(env["TABLE_NAME"]) == [] and firing.pending() == []
+    before = list(whasp.sent)
+    run_due(agent, firing, lambda_context, env, at)
+    assert whasp.sent == before
+
+
+def test_a_follow_up_whose_schedule_outlived_stop_still_sends_nothing(
+    stack, openai, whasp, lambda_context
+):
+    agent, firing, env = stack
+    at = tomorrow_at_nine()
+    openai.responder = Model(at)
+    say(agent, lambda_context, ASK)
+    [schedule] = firing.pending()
+    # given the schedule's delete was lost (it fires anyway), after STOP with the follow-up gone
+    boto3.resource("dynamodb").Table(env["TABLE_NAME"]).update_item(
+        Key={"pk": due_items(env["TABLE_NAME"])[0]["pk"], "sk": "STATE"},
+        UpdateExpression="SET opted_out = :t",
+        ExpressionAttributeValues={":t": True},
+    )
+    before = list(whasp.sent)
+    # when its time comes: then the fire-time check sends nothing, and drops it
+    run_due(agent, firing, lambda_context, env, at)
+    assert whasp.sent == before and due_items(env["TABLE_NAME"]) == []
+    assert schedule["Name"] not in [s["Name"] for s in firing.pending()]
+
+
+def test_the_model_may_find_nothing_to_say(stack, openai, whasp, lambda_context):
+    agent, firing, env = stack
+    at = tomorrow_at_nine()
+    openai.responder = Model(at, due_answer="NOTHING")
+    say(agent, lambda_context, ASK)
+    before = list(whasp.sent)
+    run_due(agent, firing, lambda_context, env, at)
+    assert whasp.sent == before and due_items(env["TABLE_NAME"]) == []
+
+
+def test_a_chat_a_human_has_gets_no_model_message(stack, openai, whasp, lambda_context):
+    agent, firing, env = stack
+    at = tomorrow_at_nine()
+    model = Model(at)
+    openai.responder = model
+    say(agent, lambda_context, ASK)
+    # given a human took the chat over since
+    pk = due_items(env["TABLE_NAME"])[0]["pk"]
+    boto3.resource("dynamodb").Table(env["TABLE_NAME"]).update_item(
+        Key={"pk": pk, "sk": "STATE"},
+        UpdateExpression="SET handoff_since = :now, handoff_agent = :a, handoff_waiting = :w",
+        ExpressionAttributeValues={
+            ":now": datetime.now(UTC).isoformat(),
+            ":a": env["AGENT_ID"],
+            ":w": 0,
+        },
+    )
+    before = list(whasp.sent)
+    run_due(agent, firing, lambda_context, env, at)
+    # then no model call for it and nothing sent: it is the operator's
+    assert model.due_requests == [] and whasp.sent == before
+    assert due_items(env["TABLE_NAME"]) == []  # handled (not left for a later run)
+
+
+def test_the_limit_per_person_holds(stack, openai, whasp, lambda_context):
+    agent, firing, env = stack
+    at = tomorrow_at_nine()
+    openai.responder = Model(at)
+    # when Maya asks three times (the limit is 2)
+    for _ in range(3):
+        say(agent, lambda_context, ASK)
+    # then two are pending, and the third call was refused (the model was told why)
+    assert len(due_items(env["TABLE_NAME"])) == 2 and len(firing.pending()) == 2
+    refused = [
+        o
+        for r in openai.calls()
+        for i in r.get("input") or []
+        if isinstance(i, dict) and i.get("type") == "function_call_output"
+        for o in [i["output"]]
+        if "pending already" in o
+    ]
+    assert len(refused) == 1
