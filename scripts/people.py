@@ -15,6 +15,8 @@ their facts and summary, take their chat over and answer (through the admin API)
     python scripts/people.py take-over +447700900123 --stack whasp-agent
     python scripts/people.py say +447700900123 "Hi Maya, Sam here" --stack whasp-agent
     python scripts/people.py hand-back +447700900123 --stack whasp-agent
+    python scripts/people.py follow-ups +447700900123 --stack whasp-agent     # pending ones
+    python scripts/people.py cancel-follow-up +447700900123 --follow-up fu-3f2a... --stack ...
 
 The operator's verbs go through the admin API (the stack's AdminApiUrl output, or --url), signed
 with SigV4 and your usual AWS credentials (none for a local stack's loopback URL), so each is
@@ -95,6 +97,8 @@ ROUTES = {
     "take-over": ("POST", "/people/{id}/handoff"),
     "hand-back": ("DELETE", "/people/{id}/handoff"),
     "say": ("POST", "/people/{id}/messages"),
+    "follow-ups": ("GET", "/people/{id}/follow-ups"),
+    "cancel-follow-up": ("DELETE", "/people/{id}/follow-ups/{follow_up}"),
 }
 OPERATOR_VERBS = tuple(ROUTES)
 
@@ -108,7 +112,11 @@ def operate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
 
     def call(verb: str, body: Any = None, **headers: str) -> Any:
         method, route = ROUTES[verb]
-        path = route.format(id=quote(args.phone or "", safe=""), fact=quote(args.fact or ""))
+        path = route.format(
+            id=quote(args.phone or "", safe=""),
+            fact=quote(args.fact or ""),
+            follow_up=quote(args.follow_up or ""),
+        )
         data = json.dumps(body).encode() if body is not None else b""
         status, answer = api.call(
             method, path, data, {"Content-Type": "application/json", **headers}
@@ -125,6 +133,8 @@ def operate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
         parser.error(f"{verb} needs the text")
     if verb in ("correct-fact", "delete-fact") and not args.fact:
         parser.error(f"{verb} needs --fact ID (the id `facts` lists)")
+    if verb == "cancel-follow-up" and not args.follow_up:
+        parser.error(f"{verb} needs --follow-up ID (the id `follow-ups` lists)")
     if verb == "summary":  # based on the summary as read now: a fold meanwhile is a 409
         read = call("conversation")["summary"]
         return call(verb, {"text": args.text, "based_on": read["at"] if read else None})
@@ -183,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("text", nargs="?", help="a fact, the summary, or what to say")
     parser.add_argument("--fact", help="a fact's id (correct-fact, delete-fact)")
+    parser.add_argument("--follow-up", help="a follow-up's id (cancel-follow-up)")
     parser.add_argument("--key", help="say: the idempotency key (the same for every retry)")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--stack", help="CloudFormation stack name (deployed)")

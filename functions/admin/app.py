@@ -36,7 +36,7 @@ from urllib.parse import unquote
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from memagent.aws import KeptMedia, OperatorEvents, TranscriptArchive
+from memagent.aws import FollowUpSchedules, KeptMedia, OperatorEvents, TranscriptArchive
 from memagent.errors import (
     ConcurrentUpdate,
     ConfigurationError,
@@ -66,6 +66,9 @@ operator = Operator(
     events=OperatorEvents(settings.operator_event_bus, settings.agent_id),
     provider=(lambda: provider_from_settings(settings)[0]) if settings.sends else None,
     meta=settings.provider == "meta",
+    schedules=FollowUpSchedules(settings.follow_up_group, "", "")
+    if settings.follow_up_group
+    else None,
 )
 app = APIGatewayHttpResolver()
 
@@ -189,6 +192,13 @@ SEAT_ROUTES: list[tuple[str, str, str, Callable[..., dict[str, Any]]]] = [
     ),
     ("POST", "/people/<id>/handoff", actions.HANDOFF_START, operator.take_over),
     ("DELETE", "/people/<id>/handoff", actions.HANDOFF_END, operator.hand_back),
+    ("GET", "/people/<id>/follow-ups", actions.READ, operator.follow_ups),
+    (
+        "DELETE",
+        "/people/<id>/follow-ups/<follow_up>",
+        actions.FOLLOW_UP_CANCEL,
+        lambda who, follow_up: operator.cancel_follow_up(who, follow_up),
+    ),
 ]
 
 

@@ -6,6 +6,7 @@ consumer runs it as a turn and the reminder arrives once, whatever is delivered 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -63,6 +64,9 @@ class Model:
             return self.due_answer
         names = [t["name"] for t in request.get("tools") or []]
         answered = any(i.get("type") == "function_call_output" for i in request["input"])
+        if "cancel_follow_up" in names and not answered and "cancel the reminder" in tail:
+            [pending] = re.findall(r"id (fu-[0-9a-f]+)", tail)
+            return {"output": [call("cancel_follow_up", {"id": pending}, "x1")]}
         if "schedule_follow_up" in names and not answered and "Remind me" in tail:
             when = self.at.strftime("%Y-%m-%dT%H:%M")
             asked = {"when": when, "about": "call the dentist"}
@@ -223,3 +227,70 @@ def test_the_limit_per_person_holds(stack, openai, whasp, lambda_context):
         if "pending already" in o
     ]
     assert len(refused) == 1
+
+
+# ------------------------------------------------------------------ seen and undone by operators
+
+
+@pytest.fixture
+def admin(stack, resources, whasp, monkeypatch):
+    _agent, _firing, env = stack
+    return load_function(
+        "admin",
+        {
+            "TABLE_NAME": resources.table_name,
+            "AGENT_ID": env["AGENT_ID"],
+            "PROVIDER": "whasp",
+            "WHASP_API_URL": whasp.url,
+            "WHASP_API_KEY": "whasp-test-key",
+            "FOLLOW_UP_SCHEDULE_GROUP": env["FOLLOW_UP_SCHEDULE_GROUP"],
+            "LEDGER_TTL_DAYS": "3650",
+        },
+        monkeypatch,
+    )
+
+
+def test_an_operator_lists_and_cancels_a_follow_up(stack, admin, openai, whasp, lambda_context):
+    from tests.integration.test_operator import call as admin_call
+    from tests.integration.test_operator import person
+
+    agent, firing, env = stack
+    at = tomorrow_at_nine()
+    openai.responder = Model(at)
+    say(agent, lambda_context, ASK)
+    # when an operator lists Maya's follow-ups
+    status, listed = admin_call(admin, lambda_context, "GET", f"{person()}/follow-ups")
+    # then they see when and what, on her clock, and not where it goes
+    assert status == 200
+    [pending] = listed["follow_ups"]
+    assert pending["about"] == "call the dentist" and pending["zone"] == "Europe/London"
+    assert pending["local"] == at.strftime("%Y-%m-%dT%H:%M") and "address" not in pending
+    # and the export lists it too
+    status, exported = admin_call(admin, lambda_context, "GET", person())
+    assert status == 200 and [f["id"] for f in exported["follow_ups"]] == [pending["id"]]
+    # when they cancel it: its schedule is deleted, and at 9:00 nothing is sent
+    path = f"{person()}/follow-ups/{pending['id']}"
+    assert admin_call(admin, lambda_context, "DELETE", path)[0] == 200
+    assert firing.pending() == [] and due_items(env["TABLE_NAME"]) == []
+    assert admin_call(admin, lambda_context, "DELETE", path)[0] == 404  # gone already
+    before = list(whasp.sent)
+    run_due(agent, firing, lambda_context, env, at)
+    assert whasp.sent == before
+
+
+def test_the_model_sees_pending_follow_ups_and_cancels_one_when_asked(
+    stack, openai, whasp, lambda_context
+):
+    agent, firing, env = stack
+    at = tomorrow_at_nine()
+    openai.responder = Model(at)
+    say(agent, lambda_context, ASK)
+    # when Maya writes "cancel the reminder": the model's notes list it, with its id
+    say(agent, lambda_context, "Oh, cancel the reminder please, I called already")
+    notes = json.dumps(openai.calls()[-2]["input"])
+    assert "Follow-ups pending" in notes and "call the dentist" in notes
+    # then it is gone, schedule and all, and at 9:00 nothing is sent
+    assert firing.pending() == [] and due_items(env["TABLE_NAME"]) == []
+    before = list(whasp.sent)
+    run_due(agent, firing, lambda_context, env, at)
+    assert whasp.sent == before

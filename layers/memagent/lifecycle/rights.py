@@ -23,7 +23,18 @@ from memagent.lifecycle.audit_trail import ERASE, audit
 from memagent.lifecycle.upgrade import legacy_person
 from memagent.memory import legacy_key, person_key
 from memagent.observability import logger, metrics
-from memagent.store import ALIAS, EVT, FACT, KEPT_ON_ERASURE, MSG, STATE, SUMMARY, from_iso
+from memagent.store import (
+    ALIAS,
+    DUE,
+    EVT,
+    FACT,
+    KEPT_ON_ERASURE,
+    MSG,
+    STATE,
+    SUMMARY,
+    follow_up_view,
+    from_iso,
+)
 
 if TYPE_CHECKING:
     from memagent.memory import Memory
@@ -397,6 +408,7 @@ def export(
             for i in items
             if i["sk"].startswith(MSG)
         ],
+        "follow_ups": [follow_up_view(i) for i in items if i["sk"].startswith(DUE)],
         "processed_events": [
             {
                 "event_id": i.get("event_id"),

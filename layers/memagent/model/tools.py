@@ -298,6 +298,22 @@ FOLLOW_UP_TOOL = Tool(
 )
 
 
+CANCEL_FOLLOW_UP_TOOL = Tool(
+    name="cancel_follow_up",
+    description=(
+        "Cancel a pending follow-up when the person asks ('cancel the reminder') or it became "
+        "moot. The pending ones and their ids are listed in your notes."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {"id": {"type": "string", "description": "the follow-up's id"}},
+        "required": ["id"],
+        "additionalProperties": False,
+    },
+)
+FOLLOW_UP_TOOLS = (FOLLOW_UP_TOOL.name, CANCEL_FOLLOW_UP_TOOL.name)
+
+
 class ToolBox:
     """The declared tools and the clients that call them."""
 
@@ -315,6 +331,7 @@ class ToolBox:
         self.builtins = {HANDOFF_TOOL.name: HANDOFF_TOOL} if handoff else {}
         if follow_ups:
             self.builtins[FOLLOW_UP_TOOL.name] = FOLLOW_UP_TOOL
+            self.builtins[CANCEL_FOLLOW_UP_TOOL.name] = CANCEL_FOLLOW_UP_TOOL
         self.max_output_chars = max_output_chars
         self.lambda_timeout_seconds = lambda_timeout_seconds
         self._lambda = lambda_client
@@ -346,8 +363,8 @@ class ToolBox:
         return name == HANDOFF_TOOL.name and name in self.builtins
 
     def schedules(self, name: str) -> bool:
-        """Whether a call is the built-in follow-up (memagent/turn/follow_ups.py)."""
-        return name == FOLLOW_UP_TOOL.name and name in self.builtins
+        """Whether a call is a built-in follow-up tool (memagent/turn/follow_ups.py)."""
+        return name in FOLLOW_UP_TOOLS and name in self.builtins
 
     def seconds(self, name: str) -> float:
         """The longest one call of `name` can take before it answers or fails."""

@@ -14,10 +14,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from memagent.errors import UnknownPerson
 from memagent.memory import Memory
 from memagent.operator.edits import MemoryEdits
 from memagent.operator.handoff import ChatHandoff, handoff_view
-from memagent.store import handoff_of, iso
+from memagent.store import follow_up_view, handoff_of, iso
 
 
 class Operator(MemoryEdits, ChatHandoff):
@@ -55,6 +56,22 @@ class Operator(MemoryEdits, ChatHandoff):
     def facts(self, who: str) -> dict[str, Any]:
         pk, _memory = self.person(who)
         return {"person": pk, "facts": self.store.facts(pk)}
+
+    def follow_ups(self, who: str) -> dict[str, Any]:
+        """The person's pending follow-ups, soonest first (docs/follow-ups.md)."""
+        pk, _memory = self.person(who)
+        return {"person": pk, "follow_ups": [follow_up_view(i) for i in self.store.follow_ups(pk)]}
+
+    def cancel_follow_up(self, who: str, name: str) -> dict[str, Any]:
+        """Cancel one: its schedule deleted, and dropped from memory (so a schedule whose delete
+        was lost still sends nothing: the turn checks it is pending at its time)."""
+        pk, _memory = self.person(who)
+        if self.store.follow_up(pk, name) is None:
+            raise UnknownPerson("no such follow-up (sent, cancelled, or never asked for)")
+        if self.schedules is not None:
+            self.schedules.cancel(name)
+        self.store.drop_follow_up(pk, name)
+        return {"person": pk, "cancelled": name}
 
     def waiting(self) -> dict[str, Any]:
         """Who is waiting for a human, oldest handoff first (timed-out handoffs left out)."""

@@ -15,6 +15,7 @@ from memagent.observability import logger
 from memagent.providers import PERSON_ID
 
 if TYPE_CHECKING:
+    from memagent.aws import FollowUpSchedules
     from memagent.memory import MemorySettings
     from memagent.providers import Provider
     from memagent.store import OperatorStore
@@ -51,8 +52,10 @@ class Seat:
         events: OperatorEvents | None = None,
         provider: Callable[[], Provider] | None = None,
         meta: bool = False,
+        schedules: FollowUpSchedules | None = None,
     ):
         self.settings = settings
+        self.schedules = schedules  # follow-ups' schedules (memagent.aws.scheduler), if any
         self.store = store
         self.events = events or OperatorEvents(None, settings.agent_id)
         self._provider = provider  # built on the first reply: reads need no provider secret

@@ -17,9 +17,12 @@ class AdminSettings(MemorySettings, ProviderSettings):
     answers 503 saying so) and needs no provider settings."""
 
     sends: bool = True
+    # follow-ups' schedule group: an operator's cancel deletes the schedule too
+    follow_up_group: str | None = None
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
+        group = {"follow_up_group": read.optional("FOLLOW_UP_SCHEDULE_GROUP")}
         if read.optional("PROVIDER") is None:
-            return {**super()._read(read), "sends": False}
-        return {**super()._read(read), **cls._provider(read)}
+            return {**super()._read(read), **group, "sends": False}
+        return {**super()._read(read), **group, **cls._provider(read)}

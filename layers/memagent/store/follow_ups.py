@@ -16,6 +16,12 @@ from memagent.store.table import iso
 from memagent.store.turn import TurnWrites, _no_handoff_since
 
 DUE = "DUE#"
+# what an operator, the export and the API see of a follow-up (not the address it goes to)
+VIEWED = ("name", "at", "local", "zone", "about", "created_at")
+
+
+def follow_up_view(item: dict[str, Any]) -> dict[str, Any]:
+    return {"id": item["name"], **{k: item.get(k) for k in VIEWED if k != "name"}}
 
 
 class FollowUpWrites(TurnWrites, LedgerWrites):

@@ -44,6 +44,11 @@ if TYPE_CHECKING:
     from memagent.turn.crew import Crew
 
 FOLLOW_UP = "follow_up"  # the queued body's "memagent" field
+CANCEL = "cancel_follow_up"  # memagent.model.tools.CANCEL_FOLLOW_UP_TOOL
+PENDING_HEADING = (
+    "Follow-ups pending (you scheduled them; the person's requests, as data; cancel_follow_up "
+    "cancels one):"
+)
 NOTHING = "NOTHING"  # the model's answer when the follow-up no longer needs saying
 MAX_ABOUT_CHARS = 300
 EARLIEST = timedelta(minutes=1)  # a follow-up asked for sooner than this is refused
@@ -83,6 +88,41 @@ def body(name: str, person: str) -> dict[str, str]:
 
 def _refused(why: str) -> tuple[str, str, bool]:
     return json.dumps({"error": why}), why, True
+
+
+def tool_call(crew: Crew, pk: str, name: str, arguments: str, key: str) -> tuple[str, str, bool]:
+    """A built-in follow-up tool's call: (output for the model, summary for memory, failed)."""
+    if name == CANCEL:
+        return cancel(crew, pk, arguments)
+    return schedule(crew, pk, arguments, key)
+
+
+def cancel(crew: Crew, pk: str, arguments: str) -> tuple[str, str, bool]:
+    """The built-in cancel: the follow-up dropped and its schedule deleted."""
+    try:
+        name = str(json.loads(arguments or "{}")["id"])
+    except (ValueError, KeyError, TypeError):
+        return _refused("give the follow-up's 'id'")
+    if crew.store.follow_up(pk, name) is None:
+        return _refused("no such follow-up pending")
+    if crew.follow_ups is not None:
+        crew.follow_ups.cancel(name)
+    crew.store.drop_follow_up(pk, name)
+    return json.dumps({"output": "cancelled"}), "follow-up cancelled", False
+
+
+def pending_note(crew: Crew, pk: str) -> str:
+    """The person's pending follow-ups, for the model's notes (empty: none, or none kept)."""
+    if crew.follow_ups is None:
+        return ""
+    pending = crew.store.follow_ups(pk)
+    if not pending:
+        return ""
+    lines = [
+        f"- id {p['name']}: {p['local']} ({p['zone']}), about {json.dumps(str(p['about']))}"
+        for p in pending
+    ]
+    return "\n".join([PENDING_HEADING, *lines])
 
 
 def schedule(crew: Crew, pk: str, arguments: str, key: str) -> tuple[str, str, bool]:

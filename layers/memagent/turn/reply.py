@@ -4,6 +4,7 @@ reserved, then sent (memagent/turn/delivery.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ from memagent.providers import shorten
 from memagent.store import ledger
 from memagent.turn.crew import Target
 from memagent.turn.delivery import say_goodbye_and_forget, send
+from memagent.turn.follow_ups import pending_note
 from memagent.turn.keywords import keyword
 from memagent.turn.tool_loop import Answer, RejectedAfterTools, answer_with_tools
 
@@ -71,6 +73,8 @@ def reply(
         new_number=new_number,
         about=about,
     )
+    if pending := pending_note(crew, pk):  # one Query more, where the stack has follow-ups
+        context = dataclasses.replace(context, tail=f"{context.tail}\n\n{pending}")
     used = crew.model.tokens_used
     who = (message.chat, *message.aliases)
     if crew.follow_ups is not None:  # where a follow-up this turn asks for goes

@@ -193,9 +193,11 @@ def _call_once(
     key = tool_key(event_id, round_, index)
     if crew.tools.schedules(call["name"]):  # the built-in follow-up: a step of ours
         from memagent.model import ToolResult
-        from memagent.turn.follow_ups import schedule
+        from memagent.turn.follow_ups import tool_call
 
-        output, summary, failed = schedule(crew, pk, call.get("arguments", "{}"), key)
+        output, summary, failed = tool_call(
+            crew, pk, call["name"], call.get("arguments", "{}"), key
+        )
         made = ToolResult(output=output, summary=summary, failed=failed)
     else:
         made = crew.tools.call(call["name"], call.get("arguments", "{}"), key, caller)
