@@ -19,7 +19,8 @@ from devstack.clock import SQS_CLOCK
 from devstack.events import EVENT_QUEUE_ARN
 from devstack.lambda_harness import sqs_message_record
 from devstack.scheduler import SchedulerFiring
-from tests.conftest import MAYA, load_function, whasp_message
+from tests.conftest import AGENT, MAYA, load_function, whasp_message
+from tests.integration.test_meta import graph, graph_server  # noqa: F401 (fixtures)
 from tests.integration.test_tools import call
 
 ROLE = "arn:aws:iam::123456789012:role/whasp-agent-FollowUpSchedulerRole"
@@ -294,3 +295,123 @@ def test_the_model_sees_pending_follow_ups_and_cancels_one_when_asked(
     before = list(whasp.sent)
     run_due(agent, firing, lambda_context, env, at)
     assert whasp.sent == before
+
+
+# ------------------------------------------------------------------ Meta's 24-hour window
+
+
+@pytest.fixture
+def meta_consumer(resources, openai, graph, monkeypatch):
+    from devstack.events import META_NUMBER_ID  # noqa: F401 (the business number of `graph`)
+    from tests.integration.test_meta import ACCESS_TOKEN
+
+    scheduler = boto3.client("scheduler")
+    group = f"g-{uuid.uuid4().hex[:10]}"
+    scheduler.create_schedule_group(Name=group)
+    env = {
+        "PROVIDER": "meta",
+        "TABLE_NAME": resources.table_name,
+        "AGENT_ID": AGENT,
+        "META_GRAPH_URL": graph.url,
+        "META_ACCESS_TOKEN": ACCESS_TOKEN,
+        "OPENAI_API_KEY": "sk-test",
+        "OPENAI_MODEL": "gpt-6-luna",
+        "OPENAI_BASE_URL": f"{openai.url}/v1",
+        "PARKING_QUEUE_URL": resources.queue_urls["EventDeadLetterQueue"],
+        "QUEUE_URL": resources.queue_urls["EventQueue"],
+        "FOLLOW_UP_SCHEDULE_GROUP": group,
+        "FOLLOW_UP_ROLE_ARN": ROLE,
+        "LEDGER_TTL_DAYS": "3650",
+    }
+    return load_function("consumer", env, monkeypatch), env
+
+
+def due_record(name: str, person: str) -> dict[str, Any]:
+    body = json.dumps({"memagent": "follow_up", "name": name, "person": person})
+    received = {
+        "MessageId": str(uuid.uuid4()),
+        "ReceiptHandle": uuid.uuid4().hex,
+        "Body": body,
+        "Attributes": {"ApproximateReceiveCount": "1", "MessageGroupId": person},
+    }
+    return sqs_message_record(received, EVENT_QUEUE_ARN)
+
+
+@pytest.mark.parametrize(("hours_since", "sent"), [(2, 1), (26, 0)])
+def test_on_meta_a_follow_up_goes_only_inside_the_24_hour_window(
+    meta_consumer, graph, openai, store, lambda_context, hours_since, sent
+):
+    from devstack.events import META_NUMBER_ID
+    from memagent.memory.person import person_key
+    from tests.conftest import seed_turns
+
+    agent, _env = meta_consumer
+    openai.responder = Model(tomorrow_at_nine())
+    # given Maya last wrote `hours_since` hours ago, and a follow-up of hers is due
+    start = datetime.now(UTC) - timedelta(hours=hours_since, minutes=5)
+    seed_turns(store, MAYA, [ASK, "Done: I'll remind you."], start=start)
+    pk = person_key(AGENT, MAYA)
+    values = {"at": "x", "local": "2026-12-04T09:00", "zone": "Europe/London"}
+    values.update(about="call the dentist", address=MAYA, number=META_NUMBER_ID, created_at="x")
+    store.add_follow_up(pk, "fu-1", values)
+    # when its time comes
+    response = agent.handler({"Records": [due_record("fu-1", pk)]}, lambda_context)
+    # then inside the window the reminder goes as text; outside, nothing (no 131047), dropped
+    assert response["batchItemFailures"] == []
+    assert len(graph.texts_to(MAYA)) == sent
+    assert store.follow_up(pk, "fu-1") is None
+
+
+# ------------------------------------------------------------------ a crash at each step
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "schedule created",  # the asking turn dies after Scheduler took the schedule
+        "model answered",  # the firing turn dies after the model wrote the reminder
+        "stored",  # ... after the reminder and its ledger entry were stored
+        "sent",  # ... after whasp accepted it, before we recorded that
+        "done",  # ... after everything, before the record was deleted
+    ],
+)
+def test_a_crash_at_each_step_still_ends_with_one_reminder(
+    stack, openai, whasp, lambda_context, monkeypatch, step
+):
+    from devstack.events import sqs_batch
+    from memagent.aws import FollowUpSchedules
+    from tests.integration.faults import crash_after
+
+    agent, firing, env = stack
+    at = tomorrow_at_nine()
+    model = Model(at)
+    openai.responder = model
+    turn = agent.consumer.agent
+    stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    asking = whasp_message(ASK, chat=MAYA, created_at=stamp, event_id=f"evt_{uuid.uuid4().hex}")
+    asking["data"]["message"]["timestamp"] = stamp
+    if step == "schedule created":
+        crash_after(FollowUpSchedules, "create", monkeypatch)
+    # Maya asks; a failed record comes back (the queue redelivers it) until it is handled
+    for _ in range(3):
+        if not agent.handler(sqs_batch(asking), lambda_context)["batchItemFailures"]:
+            break
+    assert len(firing.pending()) == 1 and len(due_items(env["TABLE_NAME"])) == 1
+    crashes = {
+        "model answered": (turn.model, "reply"),
+        "stored": (turn.store, "remember_follow_up"),
+        "sent": (turn.provider, "send_text"),
+        "done": (turn.store, "drop_follow_up"),
+    }
+    if step in crashes:
+        crash_after(*crashes[step], monkeypatch)
+    # when 9:00 comes and the firing record fails once, then is redelivered
+    SQS_CLOCK.advance(at.timestamp() - SQS_CLOCK.now())
+    firing.fire_due()
+    records = fired_records(env["QUEUE_URL"])
+    for _ in range(3):
+        if not agent.handler({"Records": records}, lambda_context)["batchItemFailures"]:
+            break
+    # then she got the reminder exactly once, and nothing is left pending
+    assert whasp.texts_to(MAYA).count(REMINDER) == 1
+    assert due_items(env["TABLE_NAME"]) == [] and firing.pending() == []

@@ -52,6 +52,7 @@ PENDING_HEADING = (
 NOTHING = "NOTHING"  # the model's answer when the follow-up no longer needs saying
 MAX_ABOUT_CHARS = 300
 EARLIEST = timedelta(minutes=1)  # a follow-up asked for sooner than this is refused
+META_WINDOW = timedelta(hours=24)  # META.md: free text only within it
 DUE_NOTE = (
     "A follow-up you scheduled is due now. What it is about (the person's request, as data): "
     "{about}\nWrite the message to send the person now, in your usual voice. If it no longer "
@@ -206,6 +207,10 @@ def fire(crew: Crew, due: FollowUpDue) -> str:
     stack = stack_budget(crew.store, crew.settings)
     if exhausted(state, crew.settings) or stack.reached():
         return _dropped(crew, pk, due, "over_budget")
+    if crew.settings.provider == "meta" and not _window_open(state.last_inbound_at, now):
+        # Meta takes free text only within 24 hours of the person's last message (131047);
+        # outside it only an approved template, which follow-ups do not send yet
+        return _dropped(crew, pk, due, "window_closed")
     text = _ask(crew, pk, memory, item, now)
     if text is None:
         crew.store.drop_follow_up(pk, due.name)
@@ -225,6 +230,11 @@ def fire(crew: Crew, due: FollowUpDue) -> str:
     if not stored:  # a repeat raced this one: it owns the words
         return _resend(crew, pk, due, crew.store.ledger(pk, event_id) or {}, item)
     return _send(crew, pk, due, item, text, seq)
+
+
+def _window_open(last_inbound_at: datetime | None, now: datetime) -> bool:
+    """Meta's customer-service window: open for 24 hours after the person's last message."""
+    return last_inbound_at is not None and now - last_inbound_at < META_WINDOW
 
 
 def _ask(crew: Crew, pk: str, memory: Any, item: dict, now: datetime) -> str | None:
