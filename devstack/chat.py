@@ -7,6 +7,7 @@ Type a message and the agent answers, as on WhatsApp. Commands:
     /phone +447700900123   write as another person (E.164)
     /memory                what is stored about the current person
     /days N                let N days pass (later messages are dated N days later)
+    /clock +1d             AWS's clock moves on (+1d, +3h, +30m): follow-ups due by then fire
     /replace +14155550199  whasp replaces the business number (number.replaced)
     /optout                whasp opts the chat out (as after STOP); writing again lifts it
     /forget                the operator erases the person (memagent.lifecycle.rights.forget)
@@ -29,6 +30,7 @@ import uuid
 from datetime import timedelta
 from typing import TextIO
 
+from devstack.clock import SQS_CLOCK
 from devstack.console import Console
 from devstack.stack import LOG_PATH, DevStack
 
@@ -80,6 +82,7 @@ class Chat:
             "/phone": lambda: self.switch(argument),
             "/memory": self.memory,
             "/days": lambda: self.days(argument),
+            "/clock": lambda: self.clock(argument),
             "/replace": lambda: self.replace(argument),
             "/optout": self.opt_out,
             "/forget": self.forget,
@@ -171,6 +174,22 @@ class Chat:
         now = f"{self.stack.now():%Y-%m-%d %H:%M}"
         self.console.note(f"{days:g} day(s) pass: your messages are now dated {now} UTC")
 
+    def clock(self, argument: str) -> None:
+        """AWS's clock here moves on: the schedules due by then fire (follow-ups), and what
+        they send is shown."""
+        step = re.fullmatch(r"\+(\d+)([dhm])", argument)
+        if step is None:
+            self.console.note("how far? e.g. /clock +1d, /clock +3h, /clock +30m", style="red")
+            return
+        seconds = int(step.group(1)) * {"d": 86400, "h": 3600, "m": 60}[step.group(2)]
+        before = len(self.stack.replies_to(self.phone))
+        SQS_CLOCK.advance(seconds)
+        fired = self.stack.scheduler.fire_due() if self.stack.scheduler is not None else 0
+        self.console.note(f"AWS's clock moved on {argument[1:]}: {fired} follow-up(s) due")
+        self.stack.wait_idle(timeout=REPLY_TIMEOUT_SECONDS)
+        for reply in self.stack.replies_to(self.phone)[before:]:
+            self.console.say(self.stack.agent_id, reply["text"], style="green")
+
     def replace(self, number: str) -> None:
         if not E164.match(number):
             self.console.note(
@@ -221,7 +240,7 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None) -> int:
 
     stdin = stdin or sys.stdin
     console = Console(level=args.level)
-    with DevStack(console=console, log_path=args.log) as stack:
+    with DevStack(console=console, log_path=args.log, parameters={"FollowUps": "true"}) as stack:
         console.print()
         console.model_banner(stack.model)
         console.note(

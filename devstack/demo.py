@@ -25,12 +25,15 @@ wording of the reply are made only with the offline stand-in, whose replies are 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
+from devstack.clock import SQS_CLOCK
 from devstack.console import Console
 from devstack.fake_openai import notes_of, turns_of
 from devstack.stack import LOG_PATH, DevStack
@@ -141,6 +144,7 @@ class Demo:
         self.returning_after_weeks()
         self.burst()
         self.booking()
+        self.reminder()
         if self.meta:
             self.new_identifiers()
             self.recycled_number()
@@ -260,6 +264,41 @@ class Demo:
             len(calls) == 2 and _last_input(calls)[-3:] == BURST,
             "one model call for the burst, its input ending with all three lines in order",
         )
+
+    def reminder(self) -> None:
+        self.console.heading("5b. Maya asks for a reminder; the clock moves to 9:00 on her clock")
+        self.console.note(
+            "The model calls the built-in schedule_follow_up tool (FollowUps=true): a one-time "
+            "EventBridge Scheduler schedule at 9:00 in her zone (moto's, fired here on AWS's "
+            "clock). At 9:00 it puts the follow-up into her FIFO group; it runs as a turn, and "
+            "the model, seeing her memory as it is then, writes the reminder."
+        )
+        scheduler = self.stack.scheduler
+        before = len(self.stack.replies_to(self.address))
+        self.talk("Remind me tomorrow at 9 to call the dentist")
+        pending = scheduler.pending() if scheduler is not None else []
+        if not self.offline and not pending:
+            self.console.note("(the model chose not to schedule it: nothing more to show)")
+            return
+        self.check(len(pending) == 1, "one schedule, at 9:00 on her clock")
+        if not pending:
+            return
+        local = datetime.fromisoformat(pending[0]["ScheduleExpression"][3:-1])
+        zone = pending[0]["ScheduleExpressionTimezone"]
+        nine = local.replace(tzinfo=ZoneInfo(zone)).astimezone(UTC)
+        self.console.note(f"AWS's clock here moves on to {local:%a %d %b %H:%M} ({zone})")
+        SQS_CLOCK.advance(nine.timestamp() - SQS_CLOCK.now() + 1)
+        arrived = self.stack.wait_for_replies(self.address, before + 2, timeout=120)
+        self.stack.wait_idle(timeout=120)
+        replies = self.stack.replies_to(self.address)[before + 1 :]
+        for reply in replies:
+            self.console.say(AGENT, reply["text"], style="green")
+        self.check(arrived and len(replies) == 1, "the reminder arrived, once")
+        self.check(scheduler.pending() == [], "and its schedule deleted itself")
+        if self.offline:
+            self.talk("Done, I called them. Thanks!")
+            said = json.dumps(self.model_calls()[-1].get("input"))
+            self.check("Reminder, as you asked" in said, "her next turn's context holds it")
 
     def booking(self) -> None:
         self.console.heading("5. Maya books a session; the first attempt dies after the booking")
@@ -490,7 +529,11 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     console.heading(f"The local stack: the whole pipeline on this machine ({args.provider})")
     # the example booking tool is on: scene 5 books through it
-    parameters = {"ModelProvider": args.model_provider, "ExampleBookingTool": "true"}
+    parameters = {
+        "ModelProvider": args.model_provider,
+        "ExampleBookingTool": "true",
+        "FollowUps": "true",
+    }
     with DevStack(
         console=console, log_path=args.log, provider=args.provider, parameters=parameters
     ) as stack:

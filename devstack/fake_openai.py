@@ -487,9 +487,48 @@ def offline_model(request: dict[str, Any]) -> str | dict[str, Any]:
         return json.dumps(_structured(request, text_format.get("schema") or {}))
     if image := _first_image(request.get("input")):
         return f"{OFFLINE} a picture ({image})"
+    if (followed := _follow_up(request)) is not None:
+        return followed
     if (acted := _act(request)) is not None:
         return acted
     return _reply(request)
+
+
+_REMIND = re.compile(
+    r"remind me (today|tomorrow) at (\d{1,2})(?::(\d{2}))?\s*(am|pm)?\s+(?:to\s+)?(.+)", re.I
+)
+_TODAY = re.compile(r"It is \w{3} (\d{1,2} \w{3} \d{4}), \d{2}:\d{2} \(")
+
+
+def _follow_up(request: dict[str, Any]) -> Any:
+    """Follow-ups (memagent.turn.follow_ups): at a follow-up's time, the reminder; offered the
+    built-in tool and asked "remind me tomorrow at 9 to ...", the call, then its confirmation."""
+    notes = notes_of(request)
+    if "A follow-up you scheduled is due now" in notes:
+        about = re.findall(r"as data\): (\"[^\n]*\")", notes)
+        return f"{OFFLINE} Reminder, as you asked: {json.loads(about[0]) if about else 'this'}."
+    offered = {tool.get("name") for tool in request.get("tools") or []}
+    asked = _REMIND.search((_user_messages(request) or [""])[-1])
+    if "schedule_follow_up" not in offered or asked is None:
+        return None
+    done = [
+        json.loads(item["output"])
+        for item in request.get("input") or []
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    ]
+    if done:
+        return f"{OFFLINE} " + str(done[-1].get("output") or done[-1].get("error"))
+    today = _TODAY.search(notes)
+    if today is None:
+        return None
+    day = datetime.strptime(today.group(1), "%d %b %Y").date()
+    if asked.group(1).casefold() == "tomorrow":
+        day += timedelta(days=1)
+    hour = int(asked.group(2)) % 12 if asked.group(4) else int(asked.group(2))
+    hour += 12 if (asked.group(4) or "").casefold() == "pm" else 0
+    when = f"{day.isoformat()}T{hour:02d}:{int(asked.group(3) or 0):02d}"
+    about = asked.group(5).strip().rstrip(".!")
+    return _calls("schedule_follow_up", {"when": when, "about": about})
 
 
 def _act(request: dict[str, Any]) -> Any:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -46,6 +47,27 @@ class SchedulerFiring:
     clock: ScaledClock = SQS_CLOCK
     fired: list[dict[str, Any]] = field(default_factory=list)  # (name, the request it sent)
     failed: list[dict[str, Any]] = field(default_factory=list)
+    poll_seconds: float = 0.5  # real time between looks (the local stack's: `start`)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> SchedulerFiring:
+        """Fire what is due every `poll_seconds` in a thread (the local stack's Scheduler)."""
+        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_seconds):
+            try:
+                self.fire_due()
+            except Exception as error:  # moto going away at the stack's stop, a refusal
+                self.failed.append({"name": "(poll)", "error": str(error)})
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.clock.now(), tz=UTC)

@@ -234,6 +234,8 @@ class DevStack(Started):
         self.queue_delivery: QueueDelivery | None = None
         self.stream_delivery: StreamDelivery | None = None
         self.retry_delivery: QueueDelivery | None = None  # CompactionFailureQueue -> compactor
+        self.schedule_group: str | None = None  # FollowUps=true: the stack's schedule group
+        self.scheduler: Any = None  # devstack.scheduler.SchedulerFiring, on AWS's clock
         self.webhook_url = ""
         self.buckets: dict[str, str] = {}  # logical id -> bucket name
         self._cfn: cfn.Resolver | None = None
@@ -340,6 +342,9 @@ class DevStack(Started):
         """Stop everything this stack started, newest first; safe to call twice."""
         for api in self.apis.values():
             api.stop()
+        if self.scheduler is not None:
+            self.scheduler.stop()
+            self.scheduler = None
         for delivery in (self.queue_delivery, self.stream_delivery, self.retry_delivery):
             if delivery is not None:
                 delivery.stop()
@@ -437,6 +442,15 @@ class DevStack(Started):
                 name = resolver.refs[logical_id] = f"{self.prefix}-{logical_id}".lower()
                 create_table(self.template, name, logical_id=logical_id)
                 arn = f"arn:aws:dynamodb:{REGION}:{cfn.ACCOUNT_ID}:table/{name}"
+                resolver.attributes[(logical_id, "Arn")] = arn
+            if resource.get("Type") == "AWS::Scheduler::ScheduleGroup":  # FollowUps=true
+                if "Condition" in resource and not resolver.condition(resource["Condition"]):
+                    continue
+                name = resolver.refs[logical_id] = f"{self.prefix}-{logical_id}"
+                boto3.client("scheduler").create_schedule_group(Name=name)
+                self.schedule_group = name
+            if resource.get("Type") == "AWS::IAM::Role":  # a role Scheduler assumes: its ARN
+                arn = f"arn:aws:iam::{cfn.ACCOUNT_ID}:role/{self.prefix}-{logical_id}"
                 resolver.attributes[(logical_id, "Arn")] = arn
             if resource.get("Type") == "AWS::Events::EventBus":  # the operator notifications
                 name = resolver.refs[logical_id] = f"{self.prefix}-{logical_id}"
@@ -637,6 +651,12 @@ class DevStack(Started):
         for delivery in (self.queue_delivery, self.stream_delivery, self.retry_delivery):
             if delivery is not None:
                 delivery.start()
+        if self.schedule_group is not None:  # follow-ups: Scheduler's firing, on AWS's clock
+            from devstack.scheduler import SchedulerFiring
+
+            self.scheduler = SchedulerFiring(
+                boto3.client("scheduler"), sqs, self.schedule_group
+            ).start()
 
     def _queue_delivery(
         self, spec: cfn.FunctionSpec, sqs: Any, resolver: cfn.Resolver, **options: Any

@@ -310,6 +310,8 @@ def test_the_demo_runs_end_to_end_offline_and_exits_0(tmp_path):
     folded = re.search(r"folded turns 1-(\d+) into the summary", result.stdout)
     assert folded is not None and int(folded.group(1)) in (19, 20), result.stdout[-3000:]
     assert "checks passed" in result.stdout and "FAIL" not in result.stdout
+    # the follow-up scene: asked for tomorrow at 9, arrived once when the clock got there
+    assert "the reminder arrived, once" in result.stdout
 
 
 @pytest.mark.slow
