@@ -106,6 +106,7 @@ def results(
         _tools_section(measured["tools"]),
         _memory_section(measured["memory"]),
         _cache_section(c["cache"], assumptions),
+        _follow_up_section(measured.get("follow_ups")),
         METHOD,
     ]
     return unwrap("\n".join(sections)) + "\n"
@@ -223,6 +224,19 @@ visibility timeout, {r["visibility_timeout_seconds"]} s) | \
 {_n(outage["worst_case_hours"], 1)}; dead letters after it: {outage["dead_letters"]}) | \
 {_n(outage["fixed_delay_hours"], 2)} (a fixed {_n(outage["fixed_delay_seconds"])} s retry \
 delay) | {_x(outage["survived_hours"], outage["fixed_delay_hours"])} |
+{_follow_up_rows(measured.get("follow_ups"))}"""
+
+
+def _follow_up_rows(f: dict[str, Any] | None) -> str:
+    if f is None:
+        return ""
+    cells = len(f["cells"])
+    label = f"follow-ups: reminders per follow-up, a crash after each step ({cells} cells)"
+    return f"""| 13 | {label} | \
+{f["reminders_per_follow_up"]:.2f} (must be 1.00; cells not exactly one: \
+{f["cells_not_exactly_one"]}) |  |  |
+| 13 | $ per 1,000 follow-ups (Scheduler, SQS, DynamoDB, model) | \
+{_n(f["cost_per_1000_total"], 4)} |  |  |
 """
 
 
@@ -620,6 +634,39 @@ the same turn with a crash after each step, redelivered until it succeeds:
 Cells without exactly one booking and one reply: {_must(t["cells_not_exactly_one"], 0)}. A call
 repeated under the same key (the one window: the tool acted, its result not yet recorded; the
 example answers the repeat from its key): {t["repeats_under_one_key"]}.
+"""
+
+
+def _follow_up_section(f: dict[str, Any] | None) -> str:
+    if f is None:
+        return ""
+    header = ["crash", "ask receives", "fire receives", "schedules fired", "reminders", "pending"]
+    keys = ["step", "ask_attempts", "fire_attempts", "schedules", "reminders", "pending_after"]
+    rows = [[c[key] for key in keys] for c in f["cells"]]
+    turn, cost_rows = f["firing_turn"], f["cost_per_1000"]
+    prices = table(
+        ["$ per 1,000 follow-ups", "dollars"],
+        [[name, _n(value, 4)] for name, value in cost_rows.items()]
+        + [["total", _n(f["cost_per_1000_total"], 4)]],
+        "lr",
+    )
+    return f"""## 13. Follow-ups: one reminder each, whatever crashes
+
+"Remind me tomorrow at 9 to call the dentist" through the consumer handler (the offline model asks
+for it with the built-in `schedule_follow_up` tool), moto's Scheduler (as strict as Scheduler)
+fired at 9:00 on the person's clock, its target delivered twice (Scheduler invokes at least
+once), the fired record handed to the consumer until it takes it; then a crash after each step:
+
+{table(header, rows, "lrrrrr")}
+
+Cells without exactly one reminder: {_must(f["cells_not_exactly_one"], 0)}. The firing turn:
+{turn["requests"]} DynamoDB requests ({_n(turn["wru"], 1)} WRU, {_n(turn["rru"], 1)} RRU), one
+model call ({turn["input_tokens"]} input and {turn["output_tokens"]} output tokens with the
+offline model's short notes; a real conversation's context costs what a turn's does, figure 3).
+Per 1,000 follow-ups (Scheduler: the schedule's creation and its firing, $1 per million; SQS: the
+fired message's send, receive and delete; the asking turn's tool round is part of that turn):
+
+{prices}
 """
 
 

@@ -23,6 +23,7 @@ import burst_bench
 import context_bench
 import cost
 import e2e_bench
+import follow_up_bench
 import hardening
 import harness
 import memory_bench
@@ -64,6 +65,7 @@ BENCHMARKS = [
     ("retries", "8. failure timing", retry_bench),
     ("tools", "10. tool turns: calls per booking turn, and a crash after each step", tool_bench),
     ("memory", "11. memory over a month: facts that change, dated plans", memory_bench),
+    ("follow_ups", "13. follow-ups: one reminder each, a crash after each step", follow_up_bench),
 ]
 
 # The model's side of the cost model: (option, cost.Assumptions field, what it is)

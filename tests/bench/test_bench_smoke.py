@@ -59,6 +59,7 @@ def test_quick_bench_writes_every_figure(tmp_path):
         "## 10. Tools",
         "## 11. Memory over a month",
         "## 12. The prompt cache",
+        "## 13. Follow-ups",
     ):
         assert heading in report
     assert plot.read_bytes().startswith(b"\x89PNG")
@@ -79,6 +80,8 @@ def test_quick_bench_writes_every_figure(tmp_path):
     # and the counts that must be zero are zero, even at this size
     measured = json.loads(data.read_text())
     assert measured["tools"]["cells_not_exactly_one"] == 0
+    assert measured["follow_ups"]["cells_not_exactly_one"] == 0
+    assert measured["follow_ups"]["reminders_per_follow_up"] == 1.0
     hardening = measured["hardening"]
     assert hardening["crash"]["cells_not_exactly_one"] == 0
     bursts = measured["bursts"]

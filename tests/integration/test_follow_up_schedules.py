@@ -19,6 +19,15 @@ from devstack.scheduler import SchedulerFiring
 from memagent.aws import FollowUpSchedules, schedule_name
 
 ROLE = "arn:aws:iam::123456789012:role/whasp-agent-FollowUpSchedulerRole"
+
+
+@pytest.fixture(autouse=True)
+def aws_clock_kept():
+    """These tests let AWS's clock run to tomorrow 9:00; the next test starts where it was."""
+    with SQS_CLOCK.kept():
+        yield
+
+
 LONDON = "Europe/London"
 GROUP_ID = "P#0123456789abcdef"  # the person's FIFO group, as the webhook names it
 
@@ -141,3 +150,14 @@ def test_the_scheduler_refuses_what_eventbridge_scheduler_refuses(resources):
     assert "RoleArn" in refused(client, Target={**bad_role, "Input": "{}"})
     not_json = {"Arn": "arn:aws:scheduler:::aws-sdk:sqs:sendMessage", "RoleArn": ROLE}
     assert "Input" in refused(client, Target={**not_json, "Input": "remind me"})
+
+
+def test_a_kept_clock_forgets_the_jumps_made_inside():
+    from devstack.clock import ScaledClock
+
+    clock = ScaledClock()
+    before = clock.now()
+    with clock.kept():
+        clock.advance(86400)
+        assert clock.now() - before >= 86400
+    assert 0 <= clock.now() - before < 60  # back on the time it kept, still running

@@ -19,12 +19,15 @@ MAYA = "+447700900123"
 @pytest.mark.slow  # a whole stack (about 20 s): make test-slow
 @pytest.mark.xdist_group("follow-ups-stack")
 def test_a_reminder_arrives_once_at_nine_on_the_local_stack(tmp_path):
-    with DevStack(
-        env={},  # the offline model, whatever this shell's OPENAI_* say
-        parameters={"FollowUps": "true"},
-        level="quiet",
-        log_path=tmp_path / "stack.log",
-    ) as stack:
+    with (
+        SQS_CLOCK.kept(),
+        DevStack(
+            env={},  # the offline model, whatever this shell's OPENAI_* say
+            parameters={"FollowUps": "true"},
+            level="quiet",
+            log_path=tmp_path / "stack.log",
+        ) as stack,
+    ):
         # given Maya asks for a reminder, on her clock (London)
         stack.send_message(MAYA, "Remind me tomorrow at 9 to call the dentist")
         assert stack.wait_for_replies(MAYA, 1, timeout=60)
