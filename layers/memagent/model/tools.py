@@ -257,59 +257,45 @@ def _from_environment(value: str, environ: Mapping[str, str]) -> str:
     return found
 
 
+def _built_in(name: str, description: str, *required: str, **fields: str) -> Tool:
+    """A built-in tool of ours: string arguments, each described; `required` among them."""
+    properties = {field: {"type": "string", "description": why} for field, why in fields.items()}
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    return Tool(
+        name=name, description=description, parameters={**schema, "additionalProperties": False}
+    )
+
+
 # Built in: the model hands the chat to a human, as the person asking for one does
 # (memagent/turn/reply.py hand_to_human). On by default where tools are declared; HANDOFF_TOOL=false
 # switches it off, HANDOFF_TOOL=true offers it without other tools.
-HANDOFF_TOOL = Tool(
-    name="hand_to_human",
-    description=(
-        "Hand this chat to a human colleague when the person needs one: they ask for a person, "
-        "are upset, or need something you cannot do. The person is told a human will answer."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {"reason": {"type": "string", "description": "why, in a few words"}},
-        "additionalProperties": False,
-    },
+HANDOFF_TOOL = _built_in(
+    "hand_to_human",
+    "Hand this chat to a human colleague when the person needs one: they ask for a person, "
+    "are upset, or need something you cannot do. The person is told a human will answer.",
+    reason="why, in a few words",
 )
 
-
-# Built in: a follow-up at a time the person asks for (memagent/turn/follow_ups.py). Offered where
-# the stack has a schedule group (FOLLOW_UP_SCHEDULE_GROUP).
-FOLLOW_UP_TOOL = Tool(
-    name="schedule_follow_up",
-    description=(
-        "Write to the person later, at a time they ask for: a reminder ('remind me tomorrow at "
-        "9 to call the dentist') or a check-in they accept ('ask me on Friday how it went'). "
-        "At that time you will see the conversation as it is then, and write the message."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "when": {
-                "type": "string",
-                "description": "the local date and time on the person's clock, YYYY-MM-DDTHH:MM",
-            },
-            "about": {"type": "string", "description": "what to remind or ask, in a few words"},
-        },
-        "required": ["when", "about"],
-        "additionalProperties": False,
-    },
+# Built in: follow-ups at a time the person asks for, and their cancelling
+# (memagent/turn/follow_ups.py). Offered where the stack has a schedule group.
+FOLLOW_UP_TOOL = _built_in(
+    "schedule_follow_up",
+    "Write to the person later, at a time they ask for: a reminder ('remind me tomorrow at "
+    "9 to call the dentist') or a check-in they accept ('ask me on Friday how it went'). "
+    "At that time you will see the conversation as it is then, and write the message.",
+    "when",
+    "about",
+    when="the local date and time on the person's clock, YYYY-MM-DDTHH:MM",
+    about="what to remind or ask, in a few words",
 )
-
-
-CANCEL_FOLLOW_UP_TOOL = Tool(
-    name="cancel_follow_up",
-    description=(
-        "Cancel a pending follow-up when the person asks ('cancel the reminder') or it became "
-        "moot. The pending ones and their ids are listed in your notes."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {"id": {"type": "string", "description": "the follow-up's id"}},
-        "required": ["id"],
-        "additionalProperties": False,
-    },
+CANCEL_FOLLOW_UP_TOOL = _built_in(
+    "cancel_follow_up",
+    "Cancel a pending follow-up when the person asks ('cancel the reminder') or it became "
+    "moot. The pending ones and their ids are listed in your notes.",
+    "id",
+    id="the follow-up's id",
 )
 FOLLOW_UP_TOOLS = (FOLLOW_UP_TOOL.name, CANCEL_FOLLOW_UP_TOOL.name)
 
