@@ -214,9 +214,10 @@ def test_a_chat_a_human_has_gets_no_model_message(stack, openai, whasp, lambda_c
     )
     before = list(whasp.sent)
     run_due(agent, firing, lambda_context, env, at)
-    # then no model call for it and nothing sent: it is the operator's
+    # then no model call for it and nothing sent: it is the operator's, marked for them
     assert model.due_requests == [] and whasp.sent == before
-    assert due_items(env["TABLE_NAME"]) == []  # handled (not left for a later run)
+    [held] = due_items(env["TABLE_NAME"])
+    assert held["status"] == "for_human"
 
 
 def test_the_limit_per_person_holds(stack, openai, whasp, lambda_context):

@@ -85,7 +85,7 @@ class FollowUpSchedules:
             logger.info("follow-up schedule exists already", extra={"schedule": name})
             return False
         count("FollowUpsScheduled")
-        logger.info("follow-up scheduled", extra={"schedule": name, "zone": zone})
+        logger.info("follow-up scheduled", extra={"schedule": name})
         return True
 
     def cancel(self, name: str) -> bool:

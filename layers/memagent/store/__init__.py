@@ -12,7 +12,7 @@ __getattr__, __all__ = face(
     __name__,
     {
         "erasure": ["KEPT_ON_ERASURE"],
-        "follow_ups": ["DUE", "follow_up_view"],
+        "follow_ups": ["DUE", "FOLLOW_UP_FOR_HUMAN", "follow_up_view"],
         "handoff": ["claim_holds"],
         "ledger": ["PART", "SENDING", "SENT", "STORED", "Standing", "sent_parts"],
         "memory_store": ["MemoryStore", "handoff_of"],

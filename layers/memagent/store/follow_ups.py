@@ -17,11 +17,15 @@ from memagent.store.turn import TurnWrites, _no_handoff_since
 
 DUE = "DUE#"
 # what an operator, the export and the API see of a follow-up (not the address it goes to)
-VIEWED = ("name", "at", "local", "zone", "about", "created_at")
+VIEWED = ("name", "at", "local", "zone", "about", "created_at", "status")
+# its time came while a human had the chat: kept, for the operator to handle
+FOLLOW_UP_FOR_HUMAN = "for_human"
 
 
 def follow_up_view(item: dict[str, Any]) -> dict[str, Any]:
-    return {"id": item["name"], **{k: item.get(k) for k in VIEWED if k != "name"}}
+    view = {"id": item["name"], **{k: item.get(k) for k in VIEWED if k != "name"}}
+    view["status"] = view["status"] or "pending"
+    return view
 
 
 class FollowUpWrites(TurnWrites, LedgerWrites):
@@ -39,6 +43,16 @@ class FollowUpWrites(TurnWrites, LedgerWrites):
         return self._put_if(
             Item={"pk": pk, "sk": DUE + name, "name": name, **values},
             ConditionExpression="attribute_not_exists(pk)",
+        )
+
+    def hand_follow_up_over(self, pk: str, name: str) -> bool:
+        """Its time came while a human had the chat: kept, marked, for the operator."""
+        return self._update_if(
+            Key={"pk": pk, "sk": DUE + name},
+            UpdateExpression="SET #s = :s",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":s": FOLLOW_UP_FOR_HUMAN},
         )
 
     def drop_follow_up(self, pk: str, name: str) -> bool:

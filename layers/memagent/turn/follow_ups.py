@@ -37,7 +37,7 @@ from memagent.errors import MalformedEvent, ModelRejected
 from memagent.memory import Turn, build_context, exhausted, stack_budget
 from memagent.observability import count, logger
 from memagent.providers import InboundMessage, shorten
-from memagent.store import ledger
+from memagent.store import FOLLOW_UP_FOR_HUMAN, ledger
 from memagent.turn.delivery import send
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def schedule(crew: Crew, pk: str, arguments: str, key: str) -> tuple[str, str, b
     if at < datetime.now(UTC) + EARLIEST:
         return _refused("that time has passed: ask for a time in the future")
     name = schedule_name(key)
-    pending = crew.store.follow_ups(pk)
+    pending = [p for p in crew.store.follow_ups(pk) if p.get("status") != FOLLOW_UP_FOR_HUMAN]
     if name not in {p["name"] for p in pending}:
         if len(pending) >= crew.settings.follow_up_max_pending:
             count("FollowUpsRefusedByLimit")
@@ -190,7 +190,7 @@ def fire(crew: Crew, due: FollowUpDue) -> str:
     entry = crew.store.ledger(pk, event_id)
     if entry is not None:  # a repeat: the words were chosen and stored before
         return _resend(crew, pk, due, entry, item)
-    if item is None:
+    if item is None or item.get("status") == FOLLOW_UP_FOR_HUMAN:
         count("FollowUpsGone")
         logger.info("follow-up no longer pending: nothing sent")
         return "follow_up_gone"
@@ -199,7 +199,8 @@ def fire(crew: Crew, due: FollowUpDue) -> str:
     if state.opted_out:
         return _dropped(crew, pk, due, "opted_out")
     if state.handed_off(now, crew.handoff_timeout):
-        crew.store.drop_follow_up(pk, due.name)
+        # kept, marked, for the operator to see (GET /people/{id}/follow-ups) and cancel
+        crew.store.hand_follow_up_over(pk, due.name)
         count("FollowUpsForHuman")
         logger.info("a human has the chat: the follow-up is the operator's note")
         crew.events.emit(HANDOFF_MESSAGE, pk, waiting=state.handoff.waiting if state.handoff else 0)
