@@ -425,3 +425,25 @@ def test_a_crash_at_each_step_still_ends_with_one_reminder(
     # then she got the reminder exactly once, and nothing is left pending
     assert whasp.texts_to(MAYA).count(REMINDER) == 1
     assert due_items(env["TABLE_NAME"]) == [] and firing.pending() == []
+
+
+def test_a_memory_whose_retention_ended_is_never_followed_up(stack, openai, whasp, lambda_context):
+    agent, firing, env = stack
+    at = tomorrow_at_nine()
+    model = Model(at)
+    openai.responder = model
+    say(agent, lambda_context, ASK)
+    # given her retention ended before the follow-up's time, and DynamoDB's TTL has not run yet
+    table = boto3.resource("dynamodb").Table(env["TABLE_NAME"])
+    pk = due_items(env["TABLE_NAME"])[0]["pk"]
+    expired = int((datetime.now(UTC) - timedelta(hours=1)).timestamp())
+    table.update_item(
+        Key={"pk": pk, "sk": "STATE"},
+        UpdateExpression="SET expires_at = :e",
+        ExpressionAttributeValues={":e": expired},
+    )
+    before = list(whasp.sent)
+    # when its time comes: nothing is said from that memory, and the follow-up is dropped
+    run_due(agent, firing, lambda_context, env, at)
+    assert whasp.sent == before and model.due_requests == []
+    assert due_items(env["TABLE_NAME"]) == []

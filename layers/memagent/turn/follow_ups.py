@@ -11,6 +11,7 @@ Firing (its own turn): at the time, Scheduler puts {"memagent": "follow_up", ...
 person's FIFO group, ordered with what they write. The consumer runs it here:
 
     still pending?        DUE#<name> gone (cancelled, erased, sent): nothing
+    expired?              retention ended (the TTL not run yet), an erasure half-done: nothing
     a repeat?             its ledger entry holds the words: send them (delivery: per part, keyed)
     opted out?            dropped: nothing is ever sent after STOP
     a human has it?       a note for the operator (HANDOFF_MESSAGE), no model message
@@ -34,6 +35,7 @@ from zoneinfo import ZoneInfo
 
 from memagent.aws import HANDOFF_MESSAGE, schedule_name
 from memagent.errors import MalformedEvent, ModelRejected
+from memagent.lifecycle import left_by_ttl, left_half_done
 from memagent.memory import Turn, build_context, exhausted, stack_budget
 from memagent.observability import count, logger
 from memagent.providers import InboundMessage, shorten
@@ -196,6 +198,10 @@ def fire(crew: Crew, due: FollowUpDue) -> str:
         return "follow_up_gone"
     memory = crew.store.load(pk)
     state, now = memory.state, datetime.now(UTC)
+    if left_by_ttl(memory, now) is not None or left_half_done(memory) is not None:
+        # their retention ended (the TTL has yet to erase it) or an erasure stopped half-way:
+        # nothing is ever said from that memory; the next message of theirs finishes it
+        return _dropped(crew, pk, due, "expired")
     if state.opted_out:
         return _dropped(crew, pk, due, "opted_out")
     if state.handed_off(now, crew.handoff_timeout):
