@@ -447,3 +447,22 @@ def test_a_memory_whose_retention_ended_is_never_followed_up(stack, openai, whas
     run_due(agent, firing, lambda_context, env, at)
     assert whasp.sent == before and model.due_requests == []
     assert due_items(env["TABLE_NAME"]) == []
+
+
+def test_forget_me_takes_her_follow_ups_and_nothing_is_sent_after(
+    stack, openai, whasp, lambda_context
+):
+    agent, firing, env = stack
+    at = tomorrow_at_nine()
+    model = Model(at)
+    openai.responder = model
+    say(agent, lambda_context, ASK)
+    assert len(due_items(env["TABLE_NAME"])) == 1
+    # when Maya writes "forget me", then "yes"
+    say(agent, lambda_context, "forget me")
+    say(agent, lambda_context, "yes")
+    # then her follow-up went with her memory, its schedule with it, and at 9:00 nothing is sent
+    assert due_items(env["TABLE_NAME"]) == [] and firing.pending() == []
+    before = list(whasp.sent)
+    run_due(agent, firing, lambda_context, env, at)
+    assert whasp.sent == before and model.due_requests == []

@@ -72,5 +72,10 @@ class Crew:
 
     def _forget(self, pk: str, *, at: datetime | None = None) -> Receipt:
         """Erase a person (memagent.lifecycle.rights), with this agent's archive and kept media.
-        Every step of a turn erases through here, so a test can strike a crash into it."""
+        Every step of a turn erases through here, so a test can strike a crash into it. Their
+        follow-ups' schedules go first (the erasure takes the follow-ups themselves; a schedule
+        left by a crash between fires, finds nothing pending and sends nothing)."""
+        if self.follow_ups is not None:
+            for item in self.store.follow_ups(pk):
+                self.follow_ups.cancel(item["name"])
         return forget_key(self.store, pk, archive=self.archive, at=at, media=self.media)
