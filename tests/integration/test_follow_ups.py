@@ -466,3 +466,56 @@ def test_forget_me_takes_her_follow_ups_and_nothing_is_sent_after(
     before = list(whasp.sent)
     run_due(agent, firing, lambda_context, env, at)
     assert whasp.sent == before and model.due_requests == []
+
+
+def test_after_number_replaced_the_reminder_goes_from_the_new_number(
+    stack, openai, whasp, lambda_context
+):
+    from devstack.events import BUSINESS, sqs_batch
+
+    agent, firing, env = stack
+    at = tomorrow_at_nine()
+    openai.responder = Model(at)
+    say(agent, lambda_context, ASK)
+    # given whasp replaces the business number she wrote to, before the follow-up's time
+    new_number = "+14155550199"
+    replaced = {
+        "id": f"evt_{uuid.uuid4().hex}",
+        "type": "number.replaced",
+        "created_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        "data": {"old_number": BUSINESS, "new_number": new_number, "label": "Coach"},
+    }
+    assert agent.handler(sqs_batch(replaced), lambda_context)["batchItemFailures"] == []
+    # when its time comes: the reminder goes out once, from the number that replaced the old one
+    run_due(agent, firing, lambda_context, env, at)
+    [reminder] = [s for s in whasp.sent if s["text"] == REMINDER]
+    assert reminder["from"] == new_number
+
+
+def test_a_sent_reminder_counts_toward_her_days_budget(
+    consumer_env, openai, whasp, monkeypatch, lambda_context
+):
+    # given a stack that gives a person two model turns a day
+    scheduler = boto3.client("scheduler")
+    group = f"g-{uuid.uuid4().hex[:10]}"
+    scheduler.create_schedule_group(Name=group)
+    env = {
+        **consumer_env,
+        "FOLLOW_UP_SCHEDULE_GROUP": group,
+        "FOLLOW_UP_ROLE_ARN": ROLE,
+        "PERSON_DAILY_TURNS": "2",
+    }
+    agent = load_function("consumer", env, monkeypatch)
+    firing = SchedulerFiring(scheduler, boto3.client("sqs"), group)
+    at = tomorrow_at_nine()
+    model = Model(at)
+    openai.responder = model
+    # when Maya asks (one turn), the reminder comes (a second), and she writes again
+    say(agent, lambda_context, ASK)
+    run_due(agent, firing, lambda_context, env, at)
+    assert whasp.texts_to(MAYA)[-1] == REMINDER
+    calls = len(openai.calls())
+    say(agent, lambda_context, "Thanks! And what else should I do today?")
+    # then her day's two turns are spent: no model call, the budget's notice instead
+    assert len(openai.calls()) == calls
+    assert "taking a break until tomorrow" in whasp.texts_to(MAYA)[-1]

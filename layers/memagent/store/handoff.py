@@ -116,12 +116,6 @@ class HandoffWrites(TurnWrites, CompactionWrites):
 
     # ------------------------------------------------------------------ the operator's reply
 
-    def current_number(self, agent_pk: str, last: str | None) -> str | None:
-        """The business number to answer from: the one the person last wrote to, or the
-        number that replaced it (number.replaced: the old one is retired)."""
-        item = self.table.get_item(Key={"pk": agent_pk, "sk": "NUMBER"}).get("Item") or {}
-        return item["current"] if last and item.get("previous") == last else last
-
     def remember_operator_reply(
         self,
         pk: str,

@@ -181,6 +181,12 @@ class PersonWrites(Table):
     def _delete(self, pk: str, sk: str) -> dict[str, Any]:
         return {"Delete": {"TableName": self.table_name, "Key": {"pk": pk, "sk": sk}}}
 
+    def current_number(self, agent_pk: str, last: str | None) -> str | None:
+        """The business number to answer from: the one the person last wrote to, or the
+        number that replaced it (number.replaced: the old one is retired)."""
+        item = self.table.get_item(Key={"pk": agent_pk, "sk": "NUMBER"}).get("Item") or {}
+        return item["current"] if last and item.get("previous") == last else last
+
     def record_opt_out(self, pk: str, at: datetime) -> bool:
         """Mark the person opted out, unless they have written since (events arrive out of
         order). Returns whether the opt-out was recorded."""

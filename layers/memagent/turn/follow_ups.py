@@ -36,7 +36,7 @@ from zoneinfo import ZoneInfo
 from memagent.aws import HANDOFF_MESSAGE, schedule_name
 from memagent.errors import MalformedEvent, ModelRejected
 from memagent.lifecycle import left_by_ttl, left_half_done
-from memagent.memory import Turn, build_context, exhausted, stack_budget
+from memagent.memory import Turn, agent_key, build_context, exhausted, stack_budget
 from memagent.observability import count, logger
 from memagent.providers import InboundMessage, shorten
 from memagent.store import FOLLOW_UP_FOR_HUMAN, ledger
@@ -218,14 +218,23 @@ def fire(crew: Crew, due: FollowUpDue) -> str:
         # Meta takes free text only within 24 hours of the person's last message (131047);
         # outside it only an approved template, which follow-ups do not send yet
         return _dropped(crew, pk, due, "window_closed")
+    used = crew.model.tokens_used
     text = _ask(crew, pk, memory, item, now)
+    # the person's day counts it as a model turn, with the next message's write (budget.counted)
+    tokens = max(1, crew.model.tokens_used - used)
     if text is None:
         crew.store.drop_follow_up(pk, due.name)
         count("FollowUpsSkippedByModel")
         logger.info("the model found nothing to say: nothing sent")
         return "follow_up_skipped"
     seq = memory.next_seq
-    turn = Turn(seq=seq, role="assistant", text=text, at=now, number=str(item["number"]))
+    # whasp: from the number that replaced the one she wrote to, if whasp replaced it since
+    # (number.replaced), as an operator's reply goes; Meta: the number she wrote to
+    number = crew.store.current_number(agent_key(crew.settings.agent_id), str(item["number"]))
+    item = {**item, "number": number or item["number"]}
+    turn = Turn(
+        seq=seq, role="assistant", text=text, at=now, number=str(item["number"]), tokens=tokens
+    )
     stored = crew.store.remember_follow_up(
         pk,
         previous=state,
@@ -322,7 +331,7 @@ def _resend(crew: Crew, pk: str, due: FollowUpDue, entry: dict, item: dict | Non
         pk,
         _address(due, item),
         due.event_id,
-        str(item["number"]),
+        str(turn.number or item["number"]),
         turn.text,
         sent,
         reply_seq=seq,
