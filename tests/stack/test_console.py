@@ -98,6 +98,11 @@ def test_the_operator_takes_over_replies_hands_back_and_deletes_a_fact(stack, br
         stack.send_message(phone, text)
     assert stack.wait_idle()
     admin(stack, "POST", f"/people/{quote(SAM)}/facts", {"text": "Has a dog called Rex"})
+    # and a follow-up of Sam's pending, whose words are the person's (shown as text, never HTML)
+    about = "take Rex to the <b>vet</b>"
+    follow_up = {"at": "2026-12-04T09:00:00+00:00", "local": "2026-12-04T09:00", "about": about}
+    follow_up.update(zone="Europe/London", address=SAM, number=stack.business_number)
+    stack.store().add_follow_up(stack.person_key(SAM), "fu-console", follow_up)
     sent_before = len(stack.replies_to(SAM))
 
     class Counted(AdminApi):
@@ -150,6 +155,11 @@ def test_the_operator_takes_over_replies_hands_back_and_deletes_a_fact(stack, br
 
         wait.until(lambda _: delete_fact("Rex"))
         wait.until(lambda _: not shown("#facts li", "Rex"))
+        # and see Sam's follow-up, its words as he wrote them, and cancel it
+        wait.until(lambda _: shown("#follow-ups li", about))
+        assert not browser.find_elements(By.CSS_SELECTOR, "#follow-ups li b")
+        browser.find_element(By.CSS_SELECTOR, "#follow-ups li button.cancel").click()
+        wait.until(lambda _: not shown("#follow-ups li", about))
 
     # then the reply reached the whasp stand-in exactly once, and memory holds the edits
     texts = [s["text"] for s in stack.replies_to(SAM)[sent_before:]]
@@ -160,6 +170,7 @@ def test_the_operator_takes_over_replies_hands_back_and_deletes_a_fact(stack, br
     assert admin(stack, "GET", f"/people/{quote(SAM)}/conversation")["handoff"] == {
         "handed_off": False
     }
+    assert admin(stack, "GET", f"/people/{quote(SAM)}/follow-ups")["follow_ups"] == []
 
 
 def test_scripts_people_has_the_consoles_verbs(stack, capsys):
