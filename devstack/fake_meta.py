@@ -8,6 +8,11 @@ Implements what memagent.providers.meta uses (META.md), with Meta's error envelo
                 "text": {"body" (<= 4,096 chars)}, "biz_opaque_callback_data"? (<= 512)}
                -> 200 {"messaging_product", "contacts": [...], "messages": [{"id": "wamid..."}]}
                recorded in `.sent`. No idempotency: a repeat sends again, as at Meta.
+        template: {..., "type": "template", "template": {"name", "language": {"policy":
+                "deterministic", "code"}, "components": [{"type": "body", "parameters":
+                [{"type": "text", "text"}]}]}} -> as text; only a template in `.templates`
+                (approved, in that language, with that many body parameters), else 132001
+                (no such template or language) or 132000 (the parameters do not match)
         read:  {"messaging_product": "whatsapp", "status": "read", "message_id",
                 "typing_indicator"?: {"type": "text"}} -> 200 {"success": true}, in `.reads`
         A phone_number_id not in `.numbers` is error 100; a wrong token is error 190 (HTTP 401).
@@ -84,6 +89,8 @@ class FakeGraph(RecordingServer):
         self.download_base: str | None = None  # where lookups send downloads (default: here)
         self.sent: list[dict[str, Any]] = []
         self.reads: list[dict[str, Any]] = []
+        # approved templates: name -> {"languages": {...}, "parameters": n}; a test adds its own
+        self.templates: dict[str, dict[str, Any]] = {}
         self._media: dict[str, tuple[bytes, str]] = {}
         self._urls: dict[str, tuple[str, float]] = {}  # download token -> (media id, expiry)
         self._injected: list[tuple[str, Reply]] = []  # (kind: send | read | media, reply)
@@ -116,6 +123,7 @@ class FakeGraph(RecordingServer):
                 store.clear()
             self._media.clear()
             self._urls.clear()
+            self.templates.clear()
             self.download_base = None
 
     # ------------------------------------------------------------------ HTTP
@@ -162,7 +170,12 @@ class FakeGraph(RecordingServer):
             target = recipient
         if target is None:
             return error_reply(100, message="'to' (a phone) or 'recipient' (a BSUID) required")
-        text = (body.get("text") or {}).get("body") if body.get("type") == "text" else None
+        if body.get("type") == "template":
+            text, refused = self._template(body.get("template"))
+            if refused is not None:
+                return refused
+        else:
+            text = (body.get("text") or {}).get("body") if body.get("type") == "text" else None
         if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEXT_CHARS:
             return error_reply(100, message=f"text.body: 1 to {MAX_TEXT_CHARS} characters")
         callback = body.get("biz_opaque_callback_data")
@@ -189,6 +202,24 @@ class FakeGraph(RecordingServer):
             200,
             {"messaging_product": "whatsapp", "contacts": [contact], "messages": [{"id": wamid}]},
         )
+
+    def _template(self, template: Any) -> tuple[str | None, Reply | None]:
+        """A template message's text as the person sees it (its name and parameters), or the
+        error Meta answers (132001: no such approved template or language; 132000: the
+        parameters do not match it)."""
+        if not isinstance(template, dict):
+            return None, error_reply(100, message="template required")
+        name, language = template.get("name"), (template.get("language") or {}).get("code")
+        known = self.templates.get(name) if isinstance(name, str) else None
+        if known is None or language not in known["languages"]:
+            return None, error_reply(
+                132001, message="Template name does not exist in the translation"
+            )
+        bodies = [c for c in template.get("components") or [] if c.get("type") == "body"]
+        given = [p.get("text") for c in bodies for p in c.get("parameters") or []]
+        if len(given) != known["parameters"] or not all(isinstance(t, str) and t for t in given):
+            return None, error_reply(132000, message="Number of parameters does not match")
+        return f"[template {name}] " + " | ".join(given), None
 
     def _read(self, number: str, body: dict[str, Any]) -> Reply:
         if injected := self._take("read"):

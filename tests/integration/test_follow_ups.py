@@ -311,8 +311,19 @@ def test_the_model_sees_pending_follow_ups_and_cancels_one_when_asked(
 
 
 @pytest.fixture
-def meta_consumer(resources, openai, graph, monkeypatch):
-    from devstack.events import META_NUMBER_ID  # noqa: F401 (the business number of `graph`)
+def meta_consumer(meta_consumer_with):
+    return meta_consumer_with()
+
+
+@pytest.fixture
+def meta_consumer_with(resources, openai, graph, monkeypatch):
+    def make(**extra: str):
+        return _meta_consumer(resources, openai, graph, monkeypatch, **extra)
+
+    return make
+
+
+def _meta_consumer(resources, openai, graph, monkeypatch, **extra: str):
     from tests.integration.test_meta import ACCESS_TOKEN
 
     scheduler = boto3.client("scheduler")
@@ -332,6 +343,7 @@ def meta_consumer(resources, openai, graph, monkeypatch):
         "FOLLOW_UP_SCHEDULE_GROUP": group,
         "FOLLOW_UP_ROLE_ARN": ROLE,
         "LEDGER_TTL_DAYS": "3650",
+        **extra,
     }
     return load_function("consumer", env, monkeypatch), env
 
@@ -519,3 +531,39 @@ def test_a_sent_reminder_counts_toward_her_days_budget(
     # then her day's two turns are spent: no model call, the budget's notice instead
     assert len(openai.calls()) == calls
     assert "taking a break until tomorrow" in whasp.texts_to(MAYA)[-1]
+
+
+@pytest.mark.parametrize("approved", [True, False])
+def test_on_meta_outside_the_window_a_follow_up_goes_as_the_approved_template(
+    meta_consumer_with, graph, openai, store, lambda_context, approved
+):
+    from devstack.events import META_NUMBER_ID
+    from memagent.memory.person import person_key
+    from tests.conftest import seed_turns
+
+    # given a template for follow-ups (approved at Meta, or not), and Maya silent for 26 hours
+    agent, _env = meta_consumer_with(
+        FOLLOW_UP_TEMPLATE="reminder", FOLLOW_UP_TEMPLATE_LANGUAGE="en_GB"
+    )
+    if approved:
+        graph.templates["reminder"] = {"languages": {"en_GB"}, "parameters": 1}
+    openai.responder = Model(tomorrow_at_nine())
+    start = datetime.now(UTC) - timedelta(hours=26)
+    seed_turns(store, MAYA, [ASK, "Done: I'll remind you."], start=start)
+    pk = person_key(AGENT, MAYA)
+    values = {"at": "x", "local": "2026-12-04T09:00", "zone": "Europe/London"}
+    values.update(about="call the dentist", address=MAYA, number=META_NUMBER_ID, created_at="x")
+    store.add_follow_up(pk, "fu-2", values)
+    # when its time comes (and the record is delivered twice)
+    for _ in range(2):
+        response = agent.handler({"Records": [due_record("fu-2", pk)]}, lambda_context)
+        assert response["batchItemFailures"] == []
+    # then it went once, as the template with the model's message; or, refused (132001), not
+    # at all: never as free text, and not in her memory as said
+    sent = graph.texts_to(MAYA)
+    if approved:
+        assert sent == [f"[template reminder] {REMINDER}"]
+    else:
+        assert sent == []
+        assert REMINDER not in json.dumps(store.load(pk).turns, default=str)
+    assert store.follow_up(pk, "fu-2") is None

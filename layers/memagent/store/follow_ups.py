@@ -70,6 +70,7 @@ class FollowUpWrites(TurnWrites, LedgerWrites):
         turn: Turn,
         compact: bool,
         ledger_ttl: timedelta,
+        template: tuple[str, str] | None = None,
     ) -> bool:
         """Store the follow-up's message as the agent's turn, with its ledger entry (the reply's
         words: a repeat sends the same), in one write; False when the entry exists (a repeat).
@@ -84,6 +85,8 @@ class FollowUpWrites(TurnWrites, LedgerWrites):
             "created_at": iso(now),
             "expires_at": int((now + ledger_ttl).timestamp()),
         }
+        if template is not None:  # a repeat sends it the same way (name, language)
+            entry["template"] = list(template)
         update = self._state_update(pk, previous=previous, seq=turn.seq, compact=compact)
         # no human took the chat since the turn read it (a timed-out handoff read stays allowed)
         since = previous.handoff.since if previous.handoff else None

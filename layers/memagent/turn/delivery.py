@@ -36,29 +36,38 @@ def send(
     sent: dict[int, str] | None = None,
     *,
     reply_seq: int | None = None,
+    template: tuple[str, str] | None = None,
 ) -> str:
     """Send the reply stored under `event_id`'s ledger entry (for a burst: its last
     message's), the parts not yet `sent`, keyed by that event, so a repeat after any crash
     is a no-op at the provider; record each part's id as the provider answers (the last
     one with the end of the event's turn, in one write). A reply the provider refused
     before any part went out is taken back out of memory (`reply_seq`): the memory holds
-    what the person saw, not what we meant to say."""
+    what the person saw, not what we meant to say. `template` (name, language): the text goes
+    whole as an approved template's one parameter (a follow-up outside Meta's window)."""
     store = crew.store
-    parts = split_text(text)
+    parts = [text] if template else split_text(text)
     sent = dict(sent or {})
     try:
         for part, chunk in enumerate(parts):
             if part in sent:
                 continue  # a redelivery: this part went out before
-            sent[part] = (
-                crew.provider.send_text(
+            key = idempotency_key(event_id, part)
+            if template is not None:
+                name, language = template
+                sent[part] = crew.provider.send_template(  # type: ignore[attr-defined]
                     sender=sender,
                     to=message.address,
-                    text=chunk,
-                    key=idempotency_key(event_id, part),
+                    name=name,
+                    language=language,
+                    parameter=chunk,
+                    key=key,
                 )
-                or "sent"
-            )
+            else:
+                sent[part] = crew.provider.send_text(
+                    sender=sender, to=message.address, text=chunk, key=key
+                )
+            sent[part] = sent[part] or "sent"
             if part < len(parts) - 1:
                 store.record_part(pk, event_id, part, sent[part])
     except OptedOut:

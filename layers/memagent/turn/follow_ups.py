@@ -214,10 +214,13 @@ def fire(crew: Crew, due: FollowUpDue) -> str:
     stack = stack_budget(crew.store, crew.settings)
     if exhausted(state, crew.settings) or stack.reached():
         return _dropped(crew, pk, due, "over_budget")
+    template = None
     if crew.settings.provider == "meta" and not _window_open(state.last_inbound_at, now):
         # Meta takes free text only within 24 hours of the person's last message (131047);
-        # outside it only an approved template, which follow-ups do not send yet
-        return _dropped(crew, pk, due, "window_closed")
+        # outside it only an approved template: FOLLOW_UP_TEMPLATE, or nothing
+        if not crew.settings.follow_up_template:
+            return _dropped(crew, pk, due, "window_closed")
+        template = (crew.settings.follow_up_template, crew.settings.follow_up_template_language)
     used = crew.model.tokens_used
     text = _ask(crew, pk, memory, item, now)
     # the person's day counts it as a model turn, with the next message's write (budget.counted)
@@ -242,10 +245,11 @@ def fire(crew: Crew, due: FollowUpDue) -> str:
         turn=turn,
         compact=seq - state.marker >= crew.settings.compact_threshold,
         ledger_ttl=crew.ledger_ttl,
+        template=template,
     )
     if not stored:  # a repeat raced this one: it owns the words
         return _resend(crew, pk, due, crew.store.ledger(pk, event_id) or {}, item)
-    return _send(crew, pk, due, item, text, seq)
+    return _send(crew, pk, due, item, text, seq, template)
 
 
 def _window_open(last_inbound_at: datetime | None, now: datetime) -> bool:
@@ -301,10 +305,17 @@ def _address(due: FollowUpDue, item: dict) -> InboundMessage:
     )
 
 
-def _send(crew: Crew, pk: str, due: FollowUpDue, item: dict, text: str, seq: int) -> str:
-    decision = send(
-        crew, pk, _address(due, item), due.event_id, str(item["number"]), text, reply_seq=seq
-    )
+def _send(
+    crew: Crew,
+    pk: str,
+    due: FollowUpDue,
+    item: dict,
+    text: str,
+    seq: int,
+    template: tuple[str, str] | None = None,
+) -> str:
+    address, number = _address(due, item), str(item["number"])
+    decision = send(crew, pk, address, due.event_id, number, text, reply_seq=seq, template=template)
     crew.store.drop_follow_up(pk, due.name)
     if decision == "sent":
         count("FollowUpsSent")
@@ -335,6 +346,7 @@ def _resend(crew: Crew, pk: str, due: FollowUpDue, entry: dict, item: dict | Non
         turn.text,
         sent,
         reply_seq=seq,
+        template=tuple(entry["template"]) if entry.get("template") else None,  # type: ignore[arg-type]
     )
     crew.store.drop_follow_up(pk, due.name)
     count("FollowUpsSent" if decision == "sent" else "FollowUpsRepeated")

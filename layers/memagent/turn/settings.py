@@ -80,6 +80,10 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     follow_up_group: str | None = None
     follow_up_role_arn: str | None = None
     follow_up_max_pending: int = 3
+    # Meta, outside the 24-hour window: an approved template with one body parameter (the
+    # follow-up's message); without one, such a follow-up is dropped with a count
+    follow_up_template: str | None = None
+    follow_up_template_language: str = "en_US"
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
@@ -176,4 +180,6 @@ def _follow_ups(read: Environment) -> dict:
         "follow_up_group": group,
         "follow_up_role_arn": role,
         "follow_up_max_pending": read.integer("FOLLOW_UP_MAX_PENDING", 3, minimum=1, maximum=20),
+        "follow_up_template": read.optional("FOLLOW_UP_TEMPLATE"),
+        "follow_up_template_language": read.text("FOLLOW_UP_TEMPLATE_LANGUAGE", "en_US"),
     }

@@ -149,11 +149,28 @@ class GraphClient:
     def send_text(self, *, sender: str, to: str, text: str, key: str) -> str:
         """Send one text part; return its wamid. `to` is a phone or a BSUID; `key` comes back
         as biz_opaque_callback_data in this message's status webhooks."""
+        return self._send_message(
+            sender, to, key, type="text", text={"body": text, "preview_url": False}
+        )
+
+    def send_template(
+        self, *, sender: str, to: str, name: str, language: str, parameter: str, key: str
+    ) -> str:
+        """Send an approved template with its one body parameter (what may go outside the
+        24-hour window, META.md "Templates"); return its wamid. Its errors (132000, 132001,
+        132015, 132016) are permanent: SendRejected, never a fall back to free text."""
+        template = {
+            "name": name,
+            "language": {"policy": "deterministic", "code": language},
+            "components": [{"type": "body", "parameters": [{"type": "text", "text": parameter}]}],
+        }
+        return self._send_message(sender, to, key, type="template", template=template)
+
+    def _send_message(self, sender: str, to: str, key: str, **content: Any) -> str:
         body: dict[str, Any] = {
             "messaging_product": "whatsapp",
             "recipient_type": "individual",
-            "type": "text",
-            "text": {"body": text, "preview_url": False},
+            **content,
             "biz_opaque_callback_data": key,
         }
         if BSUID.match(to):
