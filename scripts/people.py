@@ -16,6 +16,8 @@ their facts and summary, take their chat over and answer (through the admin API)
     python scripts/people.py say +447700900123 "Hi Maya, Sam here" --stack whasp-agent
     python scripts/people.py hand-back +447700900123 --stack whasp-agent
     python scripts/people.py follow-ups +447700900123 --stack whasp-agent     # pending ones
+    python scripts/people.py schedule-follow-up +447700900123 "ask how the move went" \
+        --when 2026-12-07T18:00 --stack whasp-agent
     python scripts/people.py cancel-follow-up +447700900123 --follow-up fu-3f2a... --stack ...
 
 The operator's verbs go through the admin API (the stack's AdminApiUrl output, or --url), signed
@@ -98,6 +100,7 @@ ROUTES = {
     "hand-back": ("DELETE", "/people/{id}/handoff"),
     "say": ("POST", "/people/{id}/messages"),
     "follow-ups": ("GET", "/people/{id}/follow-ups"),
+    "schedule-follow-up": ("POST", "/people/{id}/follow-ups"),
     "cancel-follow-up": ("DELETE", "/people/{id}/follow-ups/{follow_up}"),
 }
 OPERATOR_VERBS = tuple(ROUTES)
@@ -133,6 +136,13 @@ def operate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
         parser.error(f"{verb} needs the text")
     if verb in ("correct-fact", "delete-fact") and not args.fact:
         parser.error(f"{verb} needs --fact ID (the id `facts` lists)")
+    if verb == "schedule-follow-up":
+        if not (args.text and args.when):
+            parser.error(f"{verb} needs what it is about and --when YYYY-MM-DDTHH:MM")
+        key = args.key or f"cli-{uuid.uuid4()}"
+        sys.stderr.write(f"idempotency key: {key} (retry a failed request with --key {key})\n")
+        body = {"when": args.when, "about": args.text}
+        return call(verb, body, **{"Idempotency-Key": key})
     if verb == "cancel-follow-up" and not args.follow_up:
         parser.error(f"{verb} needs --follow-up ID (the id `follow-ups` lists)")
     if verb == "summary":  # based on the summary as read now: a fold meanwhile is a 409
@@ -194,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("text", nargs="?", help="a fact, the summary, or what to say")
     parser.add_argument("--fact", help="a fact's id (correct-fact, delete-fact)")
     parser.add_argument("--follow-up", help="a follow-up's id (cancel-follow-up)")
-    parser.add_argument("--key", help="say: the idempotency key (the same for every retry)")
+    parser.add_argument("--when", help="schedule-follow-up: YYYY-MM-DDTHH:MM on the person's clock")
+    parser.add_argument(
+        "--key", help="say, schedule-follow-up: the idempotency key (the same for every retry)"
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--stack", help="CloudFormation stack name (deployed)")
     source.add_argument("--table", help="memory table name (e.g. the local stack's)")

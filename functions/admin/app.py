@@ -66,7 +66,11 @@ operator = Operator(
     events=OperatorEvents(settings.operator_event_bus, settings.agent_id),
     provider=(lambda: provider_from_settings(settings)[0]) if settings.sends else None,
     meta=settings.provider == "meta",
-    schedules=FollowUpSchedules(settings.follow_up_group, "", "")
+    schedules=FollowUpSchedules(
+        settings.follow_up_group,
+        settings.follow_up_role_arn or "",
+        settings.follow_up_queue_url or "",
+    )
     if settings.follow_up_group
     else None,
 )
@@ -193,6 +197,14 @@ SEAT_ROUTES: list[tuple[str, str, str, Callable[..., dict[str, Any]]]] = [
     ("POST", "/people/<id>/handoff", actions.HANDOFF_START, operator.take_over),
     ("DELETE", "/people/<id>/handoff", actions.HANDOFF_END, operator.hand_back),
     ("GET", "/people/<id>/follow-ups", actions.READ, operator.follow_ups),
+    (
+        "POST",
+        "/people/<id>/follow-ups",
+        actions.FOLLOW_UP_ADD,
+        lambda who: operator.schedule_follow_up(
+            who, _body(), app.current_event.headers.get("idempotency-key")
+        ),
+    ),
     (
         "DELETE",
         "/people/<id>/follow-ups/<follow_up>",

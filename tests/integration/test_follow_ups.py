@@ -255,6 +255,8 @@ def admin(stack, resources, whasp, monkeypatch):
             "WHASP_API_URL": whasp.url,
             "WHASP_API_KEY": "whasp-test-key",
             "FOLLOW_UP_SCHEDULE_GROUP": env["FOLLOW_UP_SCHEDULE_GROUP"],
+            "FOLLOW_UP_ROLE_ARN": ROLE,
+            "FOLLOW_UP_QUEUE_URL": env["QUEUE_URL"],
             "LEDGER_TTL_DAYS": "3650",
         },
         monkeypatch,
@@ -567,3 +569,36 @@ def test_on_meta_outside_the_window_a_follow_up_goes_as_the_approved_template(
         assert sent == []
         assert REMINDER not in json.dumps(store.load(pk).turns, default=str)
     assert store.follow_up(pk, "fu-2") is None
+
+
+def test_an_operator_schedules_a_follow_up_the_agent_writes_at_its_time(
+    stack, admin, openai, whasp, lambda_context
+):
+    from tests.integration.test_operator import call as admin_call
+    from tests.integration.test_operator import person
+
+    agent, firing, env = stack
+    at = tomorrow_at_nine()
+    model = Model(at)
+    openai.responder = model
+    say(agent, lambda_context, "Hi! I move house on Saturday")
+    path, body = f"{person()}/follow-ups", {"when": at.strftime("%Y-%m-%dT%H:%M")}
+    body["about"] = "ask how the move went"
+    # an operator's request needs an Idempotency-Key; with one, a retry schedules nothing new
+    assert admin_call(admin, lambda_context, "POST", path, body)[0] == 400
+    for _ in range(2):
+        status, answer = admin_call(
+            admin, lambda_context, "POST", path, body, **{"Idempotency-Key": "k1"}
+        )
+        assert status == 200, answer
+    assert len(firing.pending()) == 1 and len(due_items(env["TABLE_NAME"])) == 1
+    # when its time comes: the agent writes it, once, having seen what it is about
+    run_due(agent, firing, lambda_context, env, at)
+    assert whasp.texts_to(MAYA).count(REMINDER) == 1
+    assert "ask how the move went" in json.dumps(model.due_requests[0]["input"])
+    # and once she opted out, an operator can schedule none
+    say(agent, lambda_context, "STOP")
+    status, answer = admin_call(
+        admin, lambda_context, "POST", path, body, **{"Idempotency-Key": "k2"}
+    )
+    assert status == 400 and "opted out" in answer["error"]

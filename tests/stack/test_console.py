@@ -14,6 +14,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -45,7 +46,9 @@ def _installed() -> bool:
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[DevStack]:
-    with DevStack(level="quiet", log_path=tempfile.mkdtemp() + "/stack.log") as stack:
+    with DevStack(
+        level="quiet", log_path=tempfile.mkdtemp() + "/stack.log", parameters={"FollowUps": "true"}
+    ) as stack:
         yield stack
 
 
@@ -98,11 +101,6 @@ def test_the_operator_takes_over_replies_hands_back_and_deletes_a_fact(stack, br
         stack.send_message(phone, text)
     assert stack.wait_idle()
     admin(stack, "POST", f"/people/{quote(SAM)}/facts", {"text": "Has a dog called Rex"})
-    # and a follow-up of Sam's pending, whose words are the person's (shown as text, never HTML)
-    about = "take Rex to the <b>vet</b>"
-    follow_up = {"at": "2026-12-04T09:00:00+00:00", "local": "2026-12-04T09:00", "about": about}
-    follow_up.update(zone="Europe/London", address=SAM, number=stack.business_number)
-    stack.store().add_follow_up(stack.person_key(SAM), "fu-console", follow_up)
     sent_before = len(stack.replies_to(SAM))
 
     class Counted(AdminApi):
@@ -155,8 +153,15 @@ def test_the_operator_takes_over_replies_hands_back_and_deletes_a_fact(stack, br
 
         wait.until(lambda _: delete_fact("Rex"))
         wait.until(lambda _: not shown("#facts li", "Rex"))
-        # and see Sam's follow-up, its words as he wrote them, and cancel it
+        # and schedule a follow-up for Sam (its words shown as text, never as HTML), then cancel it
+        about = "ask how Rex's <b>vet</b> visit went"
+        when = (datetime.now(UTC) + timedelta(days=2)).strftime("%Y-%m-%dT09:00")
+        field = browser.find_element(By.ID, "follow-up-when")
+        browser.execute_script("arguments[0].value = arguments[1]", field, when)
+        browser.find_element(By.ID, "follow-up-about").send_keys(about)
+        browser.find_element(By.ID, "schedule-follow-up").click()
         wait.until(lambda _: shown("#follow-ups li", about))
+        assert len(stack.scheduler.pending()) == 1
         assert not browser.find_elements(By.CSS_SELECTOR, "#follow-ups li b")
         browser.find_element(By.CSS_SELECTOR, "#follow-ups li button.cancel").click()
         wait.until(lambda _: not shown("#follow-ups li", about))
@@ -171,6 +176,7 @@ def test_the_operator_takes_over_replies_hands_back_and_deletes_a_fact(stack, br
         "handed_off": False
     }
     assert admin(stack, "GET", f"/people/{quote(SAM)}/follow-ups")["follow_ups"] == []
+    assert stack.scheduler.pending() == []
 
 
 def test_scripts_people_has_the_consoles_verbs(stack, capsys):

@@ -12,6 +12,7 @@ __getattr__, __all__ = face(
     __name__,
     {
         "audit_trail": ["ERASE", "audit"],
+        "follow_ups": ["FOLLOW_UP", "FollowUpRefused", "Target", "ask"],
         "rights": [
             "Receipt",
             "expire",

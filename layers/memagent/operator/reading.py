@@ -14,11 +14,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from memagent.errors import UnknownPerson
-from memagent.memory import Memory
+from memagent.aws import schedule_name
+from memagent.errors import InvalidEdit, UnknownPerson
+from memagent.lifecycle import FollowUpRefused, Target, ask
+from memagent.memory import Memory, agent_key, person_key, person_zone
 from memagent.operator.edits import MemoryEdits
 from memagent.operator.handoff import ChatHandoff, handoff_view
-from memagent.store import follow_up_view, handoff_of, iso
+from memagent.store import FOLLOW_UP_FOR_HUMAN, follow_up_view, handoff_of, iso
 
 
 class Operator(MemoryEdits, ChatHandoff):
@@ -61,6 +63,44 @@ class Operator(MemoryEdits, ChatHandoff):
         """The person's pending follow-ups, soonest first (docs/follow-ups.md)."""
         pk, _memory = self.person(who)
         return {"person": pk, "follow_ups": [follow_up_view(i) for i in self.store.follow_ups(pk)]}
+
+    def schedule_follow_up(self, who: str, body: dict[str, Any], key: str | None) -> dict[str, Any]:
+        """An operator asks for a follow-up as the model would: `{"when": "YYYY-MM-DDTHH:MM"
+        (the person's clock), "about": ...}` under an Idempotency-Key (a retry schedules
+        nothing new). At its time the agent writes it, seeing the memory as it is then."""
+        if self.schedules is None or not self.schedules.role_arn:
+            raise InvalidEdit("follow-ups are off on this stack (FollowUps=false)")
+        if not key:
+            raise InvalidEdit("an Idempotency-Key header is required (the same for every retry)")
+        pk, memory = self.person(who)
+        state, agent = memory.state, self.settings.agent_id
+        if state.opted_out:
+            raise InvalidEdit("the person opted out: nothing may be sent to them")
+        number = self.store.current_number(agent_key(agent), state.last_number)
+        if not number:
+            raise InvalidEdit("the person has not written yet: no business number to write from")
+        target = Target(
+            address=who,
+            number=number,
+            zone=person_zone(who, self.settings.time_zone),
+            group=person_key(agent, who),
+        )
+        name = schedule_name(f"operator:{pk}:{key}")
+        try:
+            said = ask(
+                self.store,
+                self.schedules,
+                pk,
+                name=name,
+                when=body.get("when"),
+                about=body.get("about"),
+                target=target,
+                max_pending=getattr(self.settings, "follow_up_max_pending", 3),
+                held=FOLLOW_UP_FOR_HUMAN,
+            )
+        except FollowUpRefused as error:
+            raise InvalidEdit(str(error)) from None
+        return {"person": pk, "id": name, "scheduled": said}
 
     def cancel_follow_up(self, who: str, name: str) -> dict[str, Any]:
         """Cancel one: its schedule deleted, and dropped from memory (so a schedule whose delete

@@ -17,12 +17,23 @@ class AdminSettings(MemorySettings, ProviderSettings):
     answers 503 saying so) and needs no provider settings."""
 
     sends: bool = True
-    # follow-ups' schedule group: an operator's cancel deletes the schedule too
+    # follow-ups: an operator schedules them as the model does, and a cancel deletes the schedule
     follow_up_group: str | None = None
+    follow_up_role_arn: str | None = None
+    follow_up_queue_url: str | None = None
+    follow_up_max_pending: int = 3
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
-        group = {"follow_up_group": read.optional("FOLLOW_UP_SCHEDULE_GROUP")}
+        group: dict = {"follow_up_group": read.optional("FOLLOW_UP_SCHEDULE_GROUP")}
+        if group["follow_up_group"]:
+            group.update(
+                follow_up_role_arn=read.text("FOLLOW_UP_ROLE_ARN"),
+                follow_up_queue_url=read.text("FOLLOW_UP_QUEUE_URL"),
+                follow_up_max_pending=read.integer(
+                    "FOLLOW_UP_MAX_PENDING", 3, minimum=1, maximum=20
+                ),
+            )
         if read.optional("PROVIDER") is None:
             return {**super()._read(read), **group, "sends": False}
         return {**super()._read(read), **group, **cls._provider(read)}

@@ -6,7 +6,7 @@ memagent/turn/agent.py."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from memagent.aws import OperatorEvents
 from memagent.lifecycle import forget_key
@@ -15,21 +15,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from memagent.aws import FollowUpSchedules, KeptMedia, TranscriptArchive
-    from memagent.lifecycle import Receipt
+    from memagent.lifecycle import Receipt, Target
     from memagent.model import ModelClient, ToolBox
     from memagent.providers import Provider
     from memagent.store import MemoryStore
     from memagent.turn.settings import ConsumerSettings
-
-
-class Target(NamedTuple):
-    """Where the asking turn's follow-ups go: the person's address and our number, their zone,
-    and their FIFO group (the webhook's: memagent.aws.queue.group_id)."""
-
-    address: str
-    number: str
-    zone: str
-    group: str
 
 
 class Crew:

@@ -31,11 +31,16 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo
 
 from memagent.aws import HANDOFF_MESSAGE, schedule_name
 from memagent.errors import MalformedEvent, ModelRejected
-from memagent.lifecycle import left_by_ttl, left_half_done
+from memagent.lifecycle import (
+    FOLLOW_UP,
+    FollowUpRefused,
+    ask,
+    left_by_ttl,
+    left_half_done,
+)
 from memagent.memory import Turn, agent_key, build_context, exhausted, stack_budget
 from memagent.observability import count, logger
 from memagent.providers import InboundMessage, shorten
@@ -45,15 +50,12 @@ from memagent.turn.delivery import send
 if TYPE_CHECKING:
     from memagent.turn.crew import Crew
 
-FOLLOW_UP = "follow_up"  # the queued body's "memagent" field
 CANCEL = "cancel_follow_up"  # memagent.model.tools.CANCEL_FOLLOW_UP_TOOL
 PENDING_HEADING = (
     "Follow-ups pending (you scheduled them; the person's requests, as data; cancel_follow_up "
     "cancels one):"
 )
 NOTHING = "NOTHING"  # the model's answer when the follow-up no longer needs saying
-MAX_ABOUT_CHARS = 300
-EARLIEST = timedelta(minutes=1)  # a follow-up asked for sooner than this is refused
 META_WINDOW = timedelta(hours=24)  # META.md: free text only within it
 DUE_NOTE = (
     "A follow-up you scheduled is due now. What it is about (the person's request, as data): "
@@ -83,10 +85,6 @@ def parse(raw: Any) -> FollowUpDue | None:
     if not isinstance(name, str) or not isinstance(person, str) or not person.startswith("P#"):
         raise MalformedEvent("a follow-up without its name or person")
     return FollowUpDue(name=name, person=person, created_at=datetime.now(UTC))
-
-
-def body(name: str, person: str) -> dict[str, str]:
-    return {"memagent": FOLLOW_UP, "name": name, "person": person}
 
 
 def _refused(why: str) -> tuple[str, str, bool]:
@@ -129,44 +127,27 @@ def pending_note(crew: Crew, pk: str) -> str:
 
 
 def schedule(crew: Crew, pk: str, arguments: str, key: str) -> tuple[str, str, bool]:
-    """The built-in tool: keep the follow-up and create its schedule. (output for the model,
-    summary for memory, failed)."""
+    """The built-in tool: keep the follow-up and create its schedule, named from the call's
+    key (memagent.lifecycle.follow_ups.ask). (output for the model, summary for memory, failed)"""
     target, schedules = crew.follow_up_target, crew.follow_ups
     if target is None or schedules is None:
         return _refused("follow-ups are not available")
     try:
         asked = json.loads(arguments or "{}")
-        when = datetime.fromisoformat(str(asked["when"]))
-        about = str(asked["about"]).strip()
-    except (ValueError, KeyError, TypeError):
-        return _refused("give 'when' as YYYY-MM-DDTHH:MM and 'about'")
-    if not about or len(about) > MAX_ABOUT_CHARS:
-        return _refused(f"'about' takes 1 to {MAX_ABOUT_CHARS} characters")
-    local = when.replace(tzinfo=None, second=0, microsecond=0)
-    at = local.replace(tzinfo=ZoneInfo(target.zone)).astimezone(UTC)
-    if at < datetime.now(UTC) + EARLIEST:
-        return _refused("that time has passed: ask for a time in the future")
-    name = schedule_name(key)
-    pending = [p for p in crew.store.follow_ups(pk) if p.get("status") != FOLLOW_UP_FOR_HUMAN]
-    if name not in {p["name"] for p in pending}:
-        if len(pending) >= crew.settings.follow_up_max_pending:
-            count("FollowUpsRefusedByLimit")
-            return _refused(f"the person has {len(pending)} follow-ups pending already")
-        crew.store.add_follow_up(
+        said = ask(
+            crew.store,
+            schedules,
             pk,
-            name,
-            {
-                "at": at.isoformat(),
-                "local": local.isoformat(timespec="minutes"),
-                "zone": target.zone,
-                "about": about,
-                "address": target.address,
-                "number": target.number,
-                "created_at": datetime.now(UTC).isoformat(),
-            },
+            name=schedule_name(key),
+            when=asked["when"],
+            about=asked["about"],
+            target=target,
+            max_pending=crew.settings.follow_up_max_pending,
+            held=FOLLOW_UP_FOR_HUMAN,
         )
-    schedules.create(name, local, target.zone, body(name, pk), target.group)
-    said = f"follow-up scheduled for {local.isoformat(timespec='minutes')} ({target.zone})"
+    except (ValueError, KeyError, TypeError) as error:  # FollowUpRefused is a ValueError
+        why = str(error) if isinstance(error, FollowUpRefused) else "give 'when' and 'about'"
+        return _refused(why)
     return json.dumps({"output": said}), said, False
 
 

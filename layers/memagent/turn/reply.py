@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from memagent.aws import HANDOFF_STARTED
 from memagent.errors import ModelRejected
+from memagent.lifecycle import Target
 from memagent.memory import (
     Turn,
     build_context,
@@ -23,7 +24,6 @@ from memagent.memory import (
 from memagent.observability import count, logger
 from memagent.providers import shorten
 from memagent.store import ledger
-from memagent.turn.crew import Target
 from memagent.turn.delivery import say_goodbye_and_forget, send
 from memagent.turn.follow_ups import pending_note
 from memagent.turn.keywords import keyword

@@ -1,0 +1,85 @@
+"""Asking for a follow-up, whoever asks (the model's built-in tool in a turn, an operator through
+the admin API): the request checked, kept in the person's partition (memagent.store: DUE#),
+its one-time schedule created (memagent.aws.scheduler). Its firing is the turn's
+(memagent.turn.follow_ups)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from memagent.observability import count
+
+FOLLOW_UP = "follow_up"  # the queued body's "memagent" field
+MAX_ABOUT_CHARS = 300
+EARLIEST = timedelta(minutes=1)  # a follow-up asked for sooner than this is refused
+
+
+class FollowUpRefused(ValueError):
+    """What was asked cannot be kept (a bad time or subject, the person's limit): says why."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a person's follow-ups go: their address and our number, their zone, and their FIFO
+    group (the webhook's: memagent.aws.queue.group_id)."""
+
+    address: str
+    number: str
+    zone: str
+    group: str
+
+
+def body(name: str, person: str) -> dict[str, str]:
+    """What the schedule puts into the queue: ids only, never the subject or an identifier."""
+    return {"memagent": FOLLOW_UP, "name": name, "person": person}
+
+
+def ask(
+    store: Any,
+    schedules: Any,
+    pk: str,
+    *,
+    name: str,
+    when: Any,
+    about: Any,
+    target: Target,
+    max_pending: int,
+    held: str,
+) -> str:
+    """Keep the follow-up `name` (for `when` on the person's clock, about `about`) and create
+    its schedule; a repeat of the same request (the same name) keeps and creates nothing new.
+    Returns what was scheduled, in words; FollowUpRefused says why not. `held`: the status of
+    follow-ups an operator has to handle, which the limit does not count."""
+    try:
+        local = datetime.fromisoformat(str(when)).replace(tzinfo=None, second=0, microsecond=0)
+    except ValueError:
+        raise FollowUpRefused("give 'when' as YYYY-MM-DDTHH:MM, on the person's clock") from None
+    about = str(about or "").strip()
+    if not about or len(about) > MAX_ABOUT_CHARS:
+        raise FollowUpRefused(f"'about' takes 1 to {MAX_ABOUT_CHARS} characters")
+    at = local.replace(tzinfo=ZoneInfo(target.zone)).astimezone(UTC)
+    if at < datetime.now(UTC) + EARLIEST:
+        raise FollowUpRefused("that time has passed: ask for a time in the future")
+    pending = [p for p in store.follow_ups(pk) if p.get("status") != held]
+    if name not in {p["name"] for p in pending}:
+        if len(pending) >= max_pending:
+            count("FollowUpsRefusedByLimit")
+            raise FollowUpRefused(f"the person has {len(pending)} follow-ups pending already")
+        store.add_follow_up(
+            pk,
+            name,
+            {
+                "at": at.isoformat(),
+                "local": local.isoformat(timespec="minutes"),
+                "zone": target.zone,
+                "about": about,
+                "address": target.address,
+                "number": target.number,
+                "created_at": datetime.now(UTC).isoformat(),
+            },
+        )
+    schedules.create(name, local, target.zone, body(name, pk), target.group)
+    return f"follow-up scheduled for {local.isoformat(timespec='minutes')} ({target.zone})"
