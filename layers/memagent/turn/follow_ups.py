@@ -10,12 +10,13 @@ named from the call's key (memagent.aws.scheduler: a repeat creates nothing).
 Firing (its own turn): at the time, Scheduler puts {"memagent": "follow_up", ...} into the
 person's FIFO group, ordered with what they write. The consumer runs it here:
 
-    still pending?        DUE#<name> gone (cancelled, erased, sent): nothing
+    a repeat?             its ledger entry holds the words: send them again, the same way
+    still pending?        DUE#<name> gone (cancelled, erased, sent) or an operator's: nothing
     expired?              retention ended (the TTL not run yet), an erasure half-done: nothing
-    a repeat?             its ledger entry holds the words: send them (delivery: per part, keyed)
     opted out?            dropped: nothing is ever sent after STOP
-    a human has it?       a note for the operator (HANDOFF_MESSAGE), no model message
+    a human has it?       kept, marked for the operator (listed), operators told; no model message
     over budget?          dropped, counted
+    Meta's window closed? the approved template (FOLLOW_UP_TEMPLATE), else dropped, counted
     the model             sees the memory as it is now and the subject; writes the message, or
                           NOTHING when it no longer needs saying (nothing sent)
     remember, send        the message as the agent's turn with its ledger entry (one write), then
