@@ -38,6 +38,15 @@ ASK = "Remind me tomorrow at 9 to call the dentist"
 REMINDER = "Good morning Maya! Time to call the dentist."
 
 
+def conforms(answer: Any, schema: str) -> None:
+    """The answer matches its schema in the admin API's OpenAPI document."""
+    from openapi_schema_validator import OAS30Validator
+
+    from tests.unit.test_admin_api_doc import document
+
+    OAS30Validator(document()["components"]["schemas"][schema]).validate(answer)
+
+
 def tomorrow_at_nine() -> datetime:
     local = datetime.fromtimestamp(SQS_CLOCK.now(), tz=UTC).astimezone(LONDON)
     return (local + timedelta(days=1)).replace(hour=9, minute=0, second=0, microsecond=0)
@@ -273,8 +282,12 @@ def test_an_operator_lists_and_cancels_a_follow_up(stack, admin, openai, whasp, 
     say(agent, lambda_context, ASK)
     # when an operator lists Maya's follow-ups
     status, listed = admin_call(admin, lambda_context, "GET", f"{person()}/follow-ups")
-    # then they see when and what, on her clock, and not where it goes
+    # then they see when and what, on her clock, and not where it goes (as docs/admin-api.yaml says)
     assert status == 200
+    conforms(listed, "FollowUps")
+    conforms(
+        admin_call(admin, lambda_context, "GET", f"{person()}/conversation")[1], "Conversation"
+    )
     [pending] = listed["follow_ups"]
     assert pending["about"] == "call the dentist" and pending["zone"] == "Europe/London"
     assert pending["local"] == at.strftime("%Y-%m-%dT%H:%M") and "address" not in pending
