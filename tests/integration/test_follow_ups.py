@@ -52,20 +52,19 @@ def tomorrow_at_nine() -> datetime:
     return (local + timedelta(days=1)).replace(hour=9, minute=0, second=0, microsecond=0)
 
 
-@pytest.fixture
-def stack(consumer_env, monkeypatch):
+def follow_up_stack(consumer_env: dict[str, str], monkeypatch, **extra: str):
+    """The consumer with follow-ups on (a schedule group of its own), and Scheduler's firing."""
     scheduler = boto3.client("scheduler")
     group = f"g-{uuid.uuid4().hex[:10]}"
     scheduler.create_schedule_group(Name=group)
-    env = {
-        **consumer_env,
-        "FOLLOW_UP_SCHEDULE_GROUP": group,
-        "FOLLOW_UP_ROLE_ARN": ROLE,
-        "FOLLOW_UP_MAX_PENDING": "2",
-    }
+    env = {**consumer_env, "FOLLOW_UP_SCHEDULE_GROUP": group, "FOLLOW_UP_ROLE_ARN": ROLE, **extra}
     agent = load_function("consumer", env, monkeypatch)
-    firing = SchedulerFiring(scheduler, boto3.client("sqs"), group)
-    return agent, firing, env
+    return agent, SchedulerFiring(scheduler, boto3.client("sqs"), group), env
+
+
+@pytest.fixture
+def stack(consumer_env, monkeypatch):
+    return follow_up_stack(consumer_env, monkeypatch, FOLLOW_UP_MAX_PENDING="2")
 
 
 class Model:
@@ -124,6 +123,22 @@ def run_due(agent, firing, lambda_context, env, at: datetime, *, times: int = 1)
         assert response["batchItemFailures"] == []
 
 
+def nothing_sent_at(agent, firing, lambda_context, env, at: datetime, whasp) -> None:
+    """When the follow-up's time comes, no message reaches the person."""
+    before = list(whasp.sent)
+    run_due(agent, firing, lambda_context, env, at)
+    assert whasp.sent == before
+
+
+def asked(stack, openai, lambda_context, **model: Any):
+    """Maya asked for a reminder tomorrow at 9: (consumer, firing, env, the time, the model)."""
+    agent, firing, env = stack
+    at = tomorrow_at_nine()
+    openai.responder = Model(at, **model)
+    say(agent, lambda_context, ASK)
+    return agent, firing, env, at, openai.responder
+
+
 def due_items(table: str) -> list[dict[str, Any]]:
     rows = boto3.resource("dynamodb").Table(table).scan()["Items"]
     return [r for r in rows if str(r["sk"]).startswith("DUE#")]
@@ -159,27 +174,19 @@ def test_a_reminder_arrives_once_at_nine_on_her_clock(stack, openai, whasp, lamb
 
 
 def test_stop_cancels_and_nothing_is_sent_at_the_time(stack, openai, whasp, lambda_context):
-    agent, firing, env = stack
-    at = tomorrow_at_nine()
-    openai.responder = Model(at)
-    say(agent, lambda_context, ASK)
+    agent, firing, env, at, _model = asked(stack, openai, lambda_context)
     assert len(firing.pending()) == 1
     # when Maya writes STOP
     say(agent, lambda_context, "STOP")
     # then her follow-up and its schedule are gone, and at 9:00 nothing is sent
     assert due_items(env["TABLE_NAME"]) == [] and firing.pending() == []
-    before = list(whasp.sent)
-    run_due(agent, firing, lambda_context, env, at)
-    assert whasp.sent == before
+    nothing_sent_at(agent, firing, lambda_context, env, at, whasp)
 
 
 def test_a_follow_up_whose_schedule_outlived_stop_still_sends_nothing(
     stack, openai, whasp, lambda_context
 ):
-    agent, firing, env = stack
-    at = tomorrow_at_nine()
-    openai.responder = Model(at)
-    say(agent, lambda_context, ASK)
+    agent, firing, env, at, _model = asked(stack, openai, lambda_context)
     [schedule] = firing.pending()
     # given the schedule's delete was lost (it fires anyway), after STOP with the follow-up gone
     boto3.resource("dynamodb").Table(env["TABLE_NAME"]).update_item(
@@ -276,10 +283,7 @@ def test_an_operator_lists_and_cancels_a_follow_up(stack, admin, openai, whasp, 
     from tests.integration.test_operator import call as admin_call
     from tests.integration.test_operator import person
 
-    agent, firing, env = stack
-    at = tomorrow_at_nine()
-    openai.responder = Model(at)
-    say(agent, lambda_context, ASK)
+    agent, firing, env, at, _model = asked(stack, openai, lambda_context)
     # when an operator lists Maya's follow-ups
     status, listed = admin_call(admin, lambda_context, "GET", f"{person()}/follow-ups")
     # then they see when and what, on her clock, and not where it goes (as docs/admin-api.yaml says)
@@ -299,27 +303,20 @@ def test_an_operator_lists_and_cancels_a_follow_up(stack, admin, openai, whasp, 
     assert admin_call(admin, lambda_context, "DELETE", path)[0] == 200
     assert firing.pending() == [] and due_items(env["TABLE_NAME"]) == []
     assert admin_call(admin, lambda_context, "DELETE", path)[0] == 404  # gone already
-    before = list(whasp.sent)
-    run_due(agent, firing, lambda_context, env, at)
-    assert whasp.sent == before
+    nothing_sent_at(agent, firing, lambda_context, env, at, whasp)
 
 
 def test_the_model_sees_pending_follow_ups_and_cancels_one_when_asked(
     stack, openai, whasp, lambda_context
 ):
-    agent, firing, env = stack
-    at = tomorrow_at_nine()
-    openai.responder = Model(at)
-    say(agent, lambda_context, ASK)
+    agent, firing, env, at, _model = asked(stack, openai, lambda_context)
     # when Maya writes "cancel the reminder": the model's notes list it, with its id
     say(agent, lambda_context, "Oh, cancel the reminder please, I called already")
     notes = json.dumps(openai.calls()[-2]["input"])
     assert "Follow-ups pending" in notes and "call the dentist" in notes
     # then it is gone, schedule and all, and at 9:00 nothing is sent
     assert firing.pending() == [] and due_items(env["TABLE_NAME"]) == []
-    before = list(whasp.sent)
-    run_due(agent, firing, lambda_context, env, at)
-    assert whasp.sent == before
+    nothing_sent_at(agent, firing, lambda_context, env, at, whasp)
 
 
 # ------------------------------------------------------------------ Meta's 24-hour window
@@ -500,10 +497,7 @@ def test_after_number_replaced_the_reminder_goes_from_the_new_number(
 ):
     from devstack.events import BUSINESS, sqs_batch
 
-    agent, firing, env = stack
-    at = tomorrow_at_nine()
-    openai.responder = Model(at)
-    say(agent, lambda_context, ASK)
+    agent, firing, env, at, _model = asked(stack, openai, lambda_context)
     # given whasp replaces the business number she wrote to, before the follow-up's time
     new_number = "+14155550199"
     replaced = {
@@ -523,17 +517,7 @@ def test_a_sent_reminder_counts_toward_her_days_budget(
     consumer_env, openai, whasp, monkeypatch, lambda_context
 ):
     # given a stack that gives a person two model turns a day
-    scheduler = boto3.client("scheduler")
-    group = f"g-{uuid.uuid4().hex[:10]}"
-    scheduler.create_schedule_group(Name=group)
-    env = {
-        **consumer_env,
-        "FOLLOW_UP_SCHEDULE_GROUP": group,
-        "FOLLOW_UP_ROLE_ARN": ROLE,
-        "PERSON_DAILY_TURNS": "2",
-    }
-    agent = load_function("consumer", env, monkeypatch)
-    firing = SchedulerFiring(scheduler, boto3.client("sqs"), group)
+    agent, firing, env = follow_up_stack(consumer_env, monkeypatch, PERSON_DAILY_TURNS="2")
     at = tomorrow_at_nine()
     model = Model(at)
     openai.responder = model
