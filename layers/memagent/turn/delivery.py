@@ -53,21 +53,7 @@ def send(
             if part in sent:
                 continue  # a redelivery: this part went out before
             key = idempotency_key(event_id, part)
-            if template is not None:
-                name, language = template
-                sent[part] = crew.provider.send_template(  # type: ignore[attr-defined]
-                    sender=sender,
-                    to=message.address,
-                    name=name,
-                    language=language,
-                    parameter=chunk,
-                    key=key,
-                )
-            else:
-                sent[part] = crew.provider.send_text(
-                    sender=sender, to=message.address, text=chunk, key=key
-                )
-            sent[part] = sent[part] or "sent"
+            sent[part] = _send_part(crew, sender, message.address, chunk, key, template) or "sent"
             if part < len(parts) - 1:
                 store.record_part(pk, event_id, part, sent[part])
     except OptedOut:
@@ -94,6 +80,18 @@ def send(
     count("RepliesSent")
     logger.info("reply sent", extra={"parts": len(parts)})
     return "sent"
+
+
+def _send_part(
+    crew: Crew, sender: str, to: str, text: str, key: str, template: tuple[str, str] | None
+) -> str:
+    """One part: as text, or as an approved template's one parameter (name, language)."""
+    if template is None:
+        return crew.provider.send_text(sender=sender, to=to, text=text, key=key)
+    name, language = template
+    return crew.provider.send_template(  # type: ignore[attr-defined] (Meta's GraphClient)
+        sender=sender, to=to, name=name, language=language, parameter=text, key=key
+    )
 
 
 def say_goodbye_and_forget(crew: Crew, pk: str, message: InboundMessage, answering: Turn) -> str:

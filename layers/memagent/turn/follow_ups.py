@@ -180,22 +180,8 @@ def fire(crew: Crew, due: FollowUpDue) -> str:
         return "follow_up_gone"
     memory = crew.store.load(pk)
     state, now = memory.state, datetime.now(UTC)
-    if left_by_ttl(memory, now) is not None or left_half_done(memory) is not None:
-        # their retention ended (the TTL has yet to erase it) or an erasure stopped half-way:
-        # nothing is ever said from that memory; the next message of theirs finishes it
-        return _dropped(crew, pk, due, "expired")
-    if state.opted_out:
-        return _dropped(crew, pk, due, "opted_out")
-    if state.handed_off(now, crew.handoff_timeout):
-        # kept, marked, for the operator to see (GET /people/{id}/follow-ups) and cancel
-        crew.store.hand_follow_up_over(pk, due.name)
-        count("FollowUpsForHuman")
-        logger.info("a human has the chat: the follow-up is the operator's note")
-        crew.events.emit(HANDOFF_MESSAGE, pk, waiting=state.handoff.waiting if state.handoff else 0)
-        return "follow_up_for_human"
-    stack = stack_budget(crew.store, crew.settings)
-    if exhausted(state, crew.settings) or stack.reached():
-        return _dropped(crew, pk, due, "over_budget")
+    if (held_back := _held_back(crew, pk, due, memory, now)) is not None:
+        return held_back
     template = None
     if crew.settings.provider == "meta" and not _window_open(state.last_inbound_at, now):
         # Meta takes free text only within 24 hours of the person's last message (131047);
@@ -232,6 +218,28 @@ def fire(crew: Crew, due: FollowUpDue) -> str:
     if not stored:  # a repeat raced this one: it owns the words
         return _resend(crew, pk, due, crew.store.ledger(pk, event_id) or {}, item)
     return _send(crew, pk, due, item, text, seq, template)
+
+
+def _held_back(crew: Crew, pk: str, due: FollowUpDue, memory: Any, now: datetime) -> str | None:
+    """Why nothing may be said now (the decision), or None."""
+    state = memory.state
+    if left_by_ttl(memory, now) is not None or left_half_done(memory) is not None:
+        # their retention ended (the TTL has yet to erase it) or an erasure stopped half-way:
+        # nothing is ever said from that memory; the next message of theirs finishes it
+        return _dropped(crew, pk, due, "expired")
+    if state.opted_out:
+        return _dropped(crew, pk, due, "opted_out")
+    if state.handed_off(now, crew.handoff_timeout):
+        # kept, marked, for the operator to see (GET /people/{id}/follow-ups) and cancel
+        crew.store.hand_follow_up_over(pk, due.name)
+        count("FollowUpsForHuman")
+        logger.info("a human has the chat: the follow-up is the operator's note")
+        crew.events.emit(HANDOFF_MESSAGE, pk, waiting=state.handoff.waiting if state.handoff else 0)
+        return "follow_up_for_human"
+    stack = stack_budget(crew.store, crew.settings)
+    if exhausted(state, crew.settings) or stack.reached():
+        return _dropped(crew, pk, due, "over_budget")
+    return None
 
 
 def _window_open(last_inbound_at: datetime | None, now: datetime) -> bool:

@@ -73,17 +73,9 @@ def reply(
         new_number=new_number,
         about=about,
     )
-    if pending := pending_note(crew, pk):  # one Query more, where the stack has follow-ups
-        context = dataclasses.replace(context, tail=f"{context.tail}\n\n{pending}")
+    context = _with_follow_ups(crew, pk, message, answering, context)
     used = crew.model.tokens_used
     who = (message.chat, *message.aliases)
-    if crew.follow_ups is not None:  # where a follow-up this turn asks for goes
-        crew.follow_up_target = Target(
-            address=message.address,
-            number=answering.number or message.number,
-            zone=person_zone(message.address, settings.time_zone),
-            group=person_key(settings.agent_id, message.chat),
-        )
     text, done, handoff = _ask_the_model(crew, pk, first or answering.event_id, context, who)
     if handoff:  # the model handed the chat to a human (the built-in tool)
         notice = settings.handoff_notice
@@ -100,6 +92,25 @@ def reply(
     return remember_and_send(
         crew, pk, message, memory, answering, shortened, asked.flags, tools=done, tokens=tokens
     )
+
+
+def _with_follow_ups(
+    crew: Crew, pk: str, message: InboundMessage, answering: Turn, context: Context
+) -> Context:
+    """Where the stack has follow-ups: where one this turn asks for goes (the tool's target),
+    and the person's pending ones in the model's notes (one Query more)."""
+    if crew.follow_ups is None:
+        return context
+    settings = crew.settings
+    crew.follow_up_target = Target(
+        address=message.address,
+        number=answering.number or message.number,
+        zone=person_zone(message.address, settings.time_zone),
+        group=person_key(settings.agent_id, message.chat),
+    )
+    if pending := pending_note(crew, pk):
+        context = dataclasses.replace(context, tail=f"{context.tail}\n\n{pending}")
+    return context
 
 
 def _context(
