@@ -263,8 +263,9 @@ def _consumer_remainder(imports: dict[str, Any]) -> str:
     return f"""- the consumer over `import openai`: {_n(over_openai)} ms, of which \
 {_n(over_openai - own)} ms are its other libraries (boto3 and its two clients, Powertools: the \
 libraries row) and {_n(own)} ms ({own / consumer:.0%} of the whole) its own code: memagent's \
-turn, memory, store, provider and model wings and the settings check. What a stack does not use \
-is not loaded: a whasp stack never imports the Meta wing, a stack without tools never \
+turn, memory, store, provider and model wings and the settings check (a difference of two \
+medians: as noisy as the machine; the libraries are most of it either way). What a stack does \
+not use is not loaded: a whasp stack never imports the Meta wing, a stack without tools never \
 memagent.model.tools, Bedrock's token generator only with `ModelProvider=bedrock` \
 (tests/integration/test_stack_imports.py)."""
 
