@@ -92,7 +92,7 @@ SCAN_SHAPE := .aws-sam/template-all-on.yaml
 scan: $(SCAN_STAMP)
 	$(SCAN_VENV)/bin/checkov --file template.yaml --framework cloudformation --quiet --compact --skip-download
 	mkdir -p .aws-sam
-	$(PYTHON) scripts/template_shape.py FollowUps=true ExampleBookingTool=true > $(SCAN_SHAPE)
+	$(PYTHON) scripts/template_shape.py FollowUps=true ExampleBookingTool=true OperatorConsole=true > $(SCAN_SHAPE)
 	$(SCAN_VENV)/bin/checkov --file $(SCAN_SHAPE) --framework cloudformation --quiet --compact --skip-download
 
 build: $(STAMP)

@@ -4,7 +4,8 @@
     make console                       # the local stack, with someone waiting for a human
     python -m console.server --url http://127.0.0.1:PORT   # any admin API (make chat prints it)
 
-The page (console/index.html: plain HTML and JavaScript, no build step) talks only to this
+The page (memagent/operator/console.html, the one the stack serves with OperatorConsole=true,
+here in its "proxy" door) talks only to this
 server, which forwards `/api/<route>` to the admin API and signs each request with SigV4 on the
 server side (botocore, your usual credentials), so no secret ever reaches the browser.
 
@@ -29,13 +30,12 @@ import threading
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-PAGE = Path(__file__).with_name("index.html")
+from memagent.operator.console import page
+
 HEADER = "X-Operator-Console"  # this run's token: a cross-site form or fetch cannot send it
-TOKEN_SLOT = "{{CONSOLE_TOKEN}}"  # noqa: S105 (where index.html receives the run's token)
 FORWARDED = ("content-type", "idempotency-key")
 
 
@@ -93,17 +93,20 @@ def handler_for(api: AdminApi, port: int, token: str) -> type[BaseHTTPRequestHan
         def log_message(self, format: str, *args: Any) -> None:  # paths hold phone numbers
             pass
 
-        def _reply(self, status: int, body: bytes, content_type: str) -> None:
+        def _reply(
+            self, status: int, body: bytes, content_type: str, extra: dict[str, str] | None = None
+        ) -> None:
             self.send_response(status)
-            self.send_header("Content-Type", content_type)
+            headers = {
+                "Content-Type": content_type,
+                "Cache-Control": "no-store",
+                "X-Content-Type-Options": "nosniff",
+                "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
+                **(extra or {}),
+            }
+            for name, value in headers.items():
+                self.send_header(name, value)
             self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.send_header(
-                "Content-Security-Policy",
-                "default-src 'self'; script-src 'self' 'unsafe-inline'; "
-                "style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
-            )
             self.end_headers()
             self.wfile.write(body)
 
@@ -134,8 +137,8 @@ def handler_for(api: AdminApi, port: int, token: str) -> type[BaseHTTPRequestHan
             elif not self._ours():  # a rebound page must not read the token either
                 return
             elif self.path in ("/", "/index.html"):
-                page = PAGE.read_text().replace(TOKEN_SLOT, token)
-                self._reply(200, page.encode(), "text/html; charset=utf-8")
+                html, headers = page({"door": "proxy", "token": token})
+                self._reply(200, html.encode(), headers["Content-Type"], headers)
             else:
                 self._reply(404, b"not found", "text/plain")
 

@@ -9,8 +9,16 @@ an HTTP response, following the documented payload 2.0 rules:
 - a result with `statusCode` is the response; any other result is a 200 JSON body;
 - a function error answers 500 and a timeout 503, with API Gateway's own JSON bodies.
 
-Not emulated: authorizers (IAM, JWT, Lambda), throttling, custom domains, stages other than
-`$default`, CORS and the 30 s integration timeout (the function's own Timeout applies).
+Authorizers, per route:
+
+- JWT (the console's door): checked as API Gateway checks it (devstack/cognito.py's
+  JwtAuthorizer): a 401 `{"message": "Unauthorized"}` for a missing, expired, foreign or forged
+  token, else the claims in `requestContext.authorizer.jwt`, as strings.
+- AWS_IAM: the SigV4 signature is NOT checked here (there are no IAM users on this machine); the
+  event names LOCAL_IAM_CALLER, as if that ARN had signed. The IAM door's refusals are AWS's.
+
+Not emulated: Lambda authorizers, throttling, custom domains, stages other than `$default`,
+CORS and the 30 s integration timeout (the function's own Timeout applies).
 """
 
 from __future__ import annotations
@@ -28,9 +36,11 @@ from urllib.parse import parse_qs
 from devstack import LoopbackServer, Reply, Request
 from devstack.aws import REGION
 from devstack.cfn import ACCOUNT_ID
+from devstack.cognito import JwtAuthorizer
 from devstack.lambda_harness import Outcome
 
 MAX_PAYLOAD_BYTES = 10 * 1024 * 1024  # HTTP API's request payload quota
+LOCAL_IAM_CALLER = f"arn:aws:iam::{ACCOUNT_ID}:user/local-operator"
 _TEXT_TYPES = re.compile(
     r"^(text/.*|application/(json|.*\+json|xml|.*\+xml|javascript|x-www-form-urlencoded))$"
 )
@@ -48,9 +58,11 @@ def http_api_event(
     api_id: str = "localapi01",
     source_ip: str = "127.0.0.1",
     caller: str | None = None,
+    jwt_claims: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The event a Lambda function receives from an HTTP API for one request. `caller`: the
-    IAM ARN whose SigV4 signature the route's AWS_IAM authorizer accepted (the admin API)."""
+    IAM ARN whose SigV4 signature the route's AWS_IAM authorizer accepted (the admin API);
+    `jwt_claims`: the claims of the token the route's JWT authorizer accepted (the console)."""
     headers = {name.lower(): value for name, value in headers.items()}
     content_type = headers.get("content-type", "").split(";")[0].strip().lower()
     text = None
@@ -105,6 +117,8 @@ def http_api_event(
                 "userId": "AIDAEXAMPLE",
             }
         }
+    if jwt_claims is not None:  # payload 2.0's requestContext.authorizer.jwt
+        event["requestContext"]["authorizer"] = {"jwt": {"claims": jwt_claims, "scopes": None}}
     if "cookie" in headers:
         event["cookies"] = [c.strip() for c in headers["cookie"].split(";") if c.strip()]
     return event
@@ -134,6 +148,7 @@ class Route:
     method: str  # "POST", or "ANY"
     path: str  # "/webhook", "/people/{id}", "/{proxy+}"
     invoke: Callable[[dict[str, Any]], Outcome]
+    auth: str = "NONE"  # "NONE", "AWS_IAM" or "JWT" (the API's authorizer)
 
     @property
     def key(self) -> str:
@@ -157,6 +172,9 @@ class Route:
         return {name: found.group(_group(name)) for name in names}
 
 
+_CHALLENGE = {"www-authenticate": 'Bearer scope="" error="invalid_token"'}
+
+
 def _group(name: str) -> str:
     return "p_" + re.sub(r"\W", "_", name)
 
@@ -170,13 +188,20 @@ class LocalHttpApi(LoopbackServer):
         routes: list[Route],
         *,
         on_request: Callable[[str, int, float], None] | None = None,
+        authorizer: JwtAuthorizer | None = None,
     ):
         super().__init__()
         self.name = name
         self.api_id = re.sub(r"[^a-z0-9]", "", name.lower())[:10] or "localapi01"
+        self.routes: list[Route] = []
+        self.route(routes)
+        self.on_request = on_request  # (route key, status, milliseconds), for progress output
+        self.authorizer = authorizer  # the JWT routes' authorizer
+
+    def route(self, routes: list[Route]) -> None:
+        """Serve `routes` (an API bound before its functions started gets them then)."""
         # Exact paths before templated ones, as API Gateway prefers the most specific route.
         self.routes = sorted(routes, key=lambda r: (r.path.count("{"), r.method == "ANY"))
-        self.on_request = on_request  # (route key, status, milliseconds), for progress output
 
     def handle(self, request: Request) -> Reply:
         started = time.perf_counter()
@@ -186,6 +211,13 @@ class LocalHttpApi(LoopbackServer):
             parameters = route.match(request.method, request.path)
             if parameters is None:
                 continue
+            claims = None
+            if route.auth == "JWT":  # no authorizer configured refuses everything
+                header = request.headers.get("authorization")
+                found = self.authorizer.claims(header) if self.authorizer else None
+                if found is None:  # API Gateway's answer: the function never runs
+                    return Reply.json(401, {"message": "Unauthorized"}, _CHALLENGE)
+                claims = found
             event = http_api_event(
                 method=request.method,
                 path=request.path,
@@ -195,6 +227,8 @@ class LocalHttpApi(LoopbackServer):
                 route_key=route.key,
                 path_parameters=parameters or None,
                 api_id=self.api_id,
+                caller=LOCAL_IAM_CALLER if route.auth == "AWS_IAM" else None,
+                jwt_claims=claims,
             )
             reply = http_response(route.invoke(event))
             if self.on_request:

@@ -236,6 +236,8 @@ class DevStack(Started):
         self.retry_delivery: QueueDelivery | None = None  # CompactionFailureQueue -> compactor
         self.schedule_group: str | None = None  # FollowUps=true: the stack's schedule group
         self.scheduler: Any = None  # devstack.scheduler.SchedulerFiring, on AWS's clock
+        self.user_pool: Any = None  # devstack.cognito.LocalUserPool (OperatorConsole=true)
+        self.console_api: LocalHttpApi | None = None  # its console's door (JWT)
         self.webhook_url = ""
         self.buckets: dict[str, str] = {}  # logical id -> bucket name
         self._cfn: cfn.Resolver | None = None
@@ -342,6 +344,11 @@ class DevStack(Started):
         """Stop everything this stack started, newest first; safe to call twice."""
         for api in self.apis.values():
             api.stop()
+        if self.console_api is not None:
+            self.console_api.stop()
+        if self.user_pool is not None:
+            self.user_pool.stop()
+            self.user_pool = self.console_api = None
         if self.scheduler is not None:
             self.scheduler.stop()
             self.scheduler = None
@@ -424,9 +431,34 @@ class DevStack(Started):
         }
         declared = self.template.get("Parameters") or {}
         overrides = {k: v for k, v in overrides.items() if k in declared}
-        return cfn.Resolver(
-            self.template, cfn.parameter_values(self.template, overrides), refs, attributes
+        values = cfn.parameter_values(self.template, overrides)
+        resolver = cfn.Resolver(self.template, values, refs, attributes)
+        if self._start_user_pool(resolver):  # its ids are Refs the functions' settings use
+            assert self.user_pool is not None
+            refs.update(self.user_pool.refs)
+            resolver = cfn.Resolver(self.template, values, refs, attributes)
+        return resolver
+
+    def _start_user_pool(self, resolver: cfn.Resolver) -> bool:
+        """OperatorConsole=true: the operators' user pool in moto, its managed login, and the
+        console's API, bound now (the client's callback URL is its address), served later."""
+        from devstack.cognito import LocalUserPool
+
+        cognito = {
+            logical_id: resource
+            for logical_id, resource in (self.template.get("Resources") or {}).items()
+            if resource.get("Type", "").startswith("AWS::Cognito::") and _holds(resolver, resource)
+        }
+        if not cognito:
+            return False
+        self.console_api = LocalHttpApi("ConsoleApi", [], on_request=self._on_request).start()
+        self.user_pool = LocalUserPool.create(cognito, resolver.resolve, self.console_api.url + "/")
+        self.console.event(
+            "stack",
+            f"operators' user pool {self.user_pool.pool_id}, managed login at "
+            f"{self.user_pool.login.url}; console at {self.console_api.url}/",
         )
+        return True
 
     def _create_buckets(self, resolver: cfn.Resolver) -> None:
         """Create the template's S3 buckets whose Condition holds (e.g. the transcript archive,
@@ -526,6 +558,9 @@ class DevStack(Started):
         }
         if self.lambda_api is not None:
             env["AWS_ENDPOINT_URL_LAMBDA"] = self.lambda_api.url
+        if "CONSOLE_LOGIN_URL" in env and self.user_pool is not None:
+            # the template names Cognito's domain for the managed login; here, its stand-in
+            env["CONSOLE_LOGIN_URL"] = self.user_pool.login.url
         env.update(self.extra_env)
         return env
 
@@ -584,6 +619,7 @@ class DevStack(Started):
                     method=str(props.get("Method", "ANY")).upper().replace("*", "ANY"),
                     path=str(props.get("Path", "/{proxy+}")),
                     invoke=self.pools[logical_id].invoke,
+                    auth=self._route_auth(api, props),
                 )
                 routes.setdefault(api, []).append(route)
                 if self._role(spec) == "webhook":
@@ -593,12 +629,59 @@ class DevStack(Started):
             self.apis[api] = server.start()
             listing = ", ".join(r.key for r in server.routes)
             self.console.event("stack", f"{api} at {server.url}: {listing}", level="verbose")
+        if self.console_api is not None:
+            self._serve_console_api()
         if self._webhook_route is None:
             raise cfn.TemplateError("no function has an HttpApi event and a QUEUE_URL: no webhook")
         api, path = self._webhook_route
         self.webhook_url = f"{self.apis[api].url}{path}"
         signer = "Meta" if self.meta else "whasp"
         self.console.event("webhook", f"POST {self.webhook_url} (signed as {signer} signs)")
+
+    def _route_auth(self, api: str, event: dict[str, Any]) -> str:
+        """A SAM HttpApi event's authorization: its own, else its API's default."""
+        own = ((event.get("Auth") or {}).get("Authorizer") or "").upper()
+        if own:
+            return "AWS_IAM" if own == "AWS_IAM" else "NONE" if own == "NONE" else "JWT"
+        resource = (self.template.get("Resources") or {}).get(api) or {}
+        auth = (resource.get("Properties") or {}).get("Auth") or {}
+        return "AWS_IAM" if auth.get("DefaultAuthorizer") == "AWS_IAM" else "NONE"
+
+    def _serve_console_api(self) -> None:
+        """The console's API (plain AWS::ApiGatewayV2 resources): its routes, each to its
+        integration's function, and its JWT authorizer over the local user pool."""
+        from devstack.cognito import JwtAuthorizer
+
+        assert self._cfn is not None and self.console_api is not None and self.moto is not None
+        resources = self.template.get("Resources") or {}
+        kept = {
+            lid: r.get("Properties") or {}
+            for lid, r in resources.items()
+            if r.get("Type", "").startswith("AWS::ApiGatewayV2::") and _holds(self._cfn, r)
+        }
+        authorizer = next(
+            self._cfn.resolve(p["JwtConfiguration"])
+            for p in kept.values()
+            if p.get("AuthorizerType") == "JWT"
+        )
+        self.console_api.authorizer = JwtAuthorizer(
+            issuer=authorizer["Issuer"],
+            audience=tuple(authorizer["Audience"]),
+            jwks_url=f"{self.moto.url}/{self.user_pool.pool_id}/.well-known/jwks.json",
+        )
+        routes = []
+        for logical_id, props in kept.items():
+            if resources[logical_id]["Type"] != "AWS::ApiGatewayV2::Route":
+                continue
+            target = re.search(r"\$\{(\w+)\}", str(props["Target"]))  # integrations/${X}
+            assert target is not None, f"{logical_id}: a Target of integrations/${{...}}"
+            integration = resources[target.group(1)]
+            function = cfn.logical_id_of(integration["Properties"]["IntegrationUri"])
+            method, path = props["RouteKey"].split(" ", 1)
+            auth = str(props.get("AuthorizationType", "NONE"))
+            routes.append(Route(method, path, self.pools[function].invoke, auth=auth))
+        self.console_api.route(routes)
+        self.console.event("stack", f"ConsoleApi at {self.console_api.url}", level="verbose")
 
     def _start_deliveries(self, resolver: cfn.Resolver) -> None:
         import boto3
@@ -1085,3 +1168,8 @@ class DevStack(Started):
                 bucket = s3.Bucket(name)
                 bucket.objects.all().delete()
                 bucket.delete()
+
+
+def _holds(resolver: cfn.Resolver, resource: dict[str, Any]) -> bool:
+    """A resource's Condition holds (or it has none)."""
+    return "Condition" not in resource or resolver.condition(resource["Condition"])

@@ -1,4 +1,6 @@
-"""Admin Lambda: the operator's seat. HTTP API with AWS_IAM authorization.
+"""Admin Lambda: the operator's seat, behind two doors (memagent/operator/doors.py): AdminApi
+(AWS_IAM: scripts, the CLI) and, with OperatorConsole=true, ConsoleApi (the user pool's JWT: the
+console a support team signs in to, whose page is GET / there). The same routes behind both:
 
 GET    /people/{id}                    export everything held about the person (JSON)
 DELETE /people/{id}                    forget the person; a receipt without content
@@ -12,11 +14,15 @@ POST   /people/{id}/handoff            a human takes the chat over
 DELETE /people/{id}/handoff            hand the chat back to the agent
 POST   /people/{id}/messages           the operator writes: {"text": "..."}, Idempotency-Key
 GET    /handoffs                       who is waiting for a human, oldest first
+GET    /people/{id}/follow-ups         the person's pending follow-ups
+POST   /people/{id}/follow-ups         schedule one: {"when": ..., "about": ...}, Idempotency-Key
+DELETE /people/{id}/follow-ups/{id}    cancel one
 
-Each request writes one audit line (memagent.lifecycle.audit_trail): the caller's IAM ARN, the
-action, the person's hashed key, the time and the outcome; never content. Bad input is a 400 saying
-what is wrong, an unknown person or fact a 404, a refused edit a 409, Meta's closed 24-hour window
-422.
+Each request writes one audit line (memagent.lifecycle.audit_trail): the caller (the IAM ARN, or
+the operator's user pool username and sub), the action, the person's hashed key, the time and the
+outcome; never content. Bad input is a 400 saying what is wrong, an operator whose group may not
+do it (an `operators` member erasing) a 403, an unknown person or fact a 404, a refused edit a
+409, Meta's closed 24-hour window 422.
 
 `{id}` is any of the person's identifiers: a phone in E.164, or a Meta business-scoped user id.
 
@@ -52,7 +58,7 @@ from memagent.lifecycle import audit, export, forget
 from memagent.lifecycle import audit_trail as actions
 from memagent.memory import person_key
 from memagent.observability import logger, metrics
-from memagent.operator import AdminSettings, Operator, identifier
+from memagent.operator import AdminSettings, Caller, Operator, caller_of, identifier, page
 from memagent.providers import provider_from_settings
 from memagent.store import OperatorStore
 
@@ -94,10 +100,15 @@ WINDOW_CLOSED = (
 )
 
 
-def _caller() -> str | None:
-    """The IAM ARN that signed the request (HTTP API AWS_IAM authorizer)."""
-    iam = app.current_event.get("requestContext", {}).get("authorizer", {}).get("iam") or {}
-    return iam.get("userArn")
+def _caller() -> Caller | None:
+    """Who API Gateway let through: an IAM ARN (AdminApi) or a signed-in operator (ConsoleApi)."""
+    return caller_of(app.current_event.get("requestContext") or {})
+
+
+def _name() -> str | None:
+    """Who the caller is, as the console shows it (the operator's username, or the ARN)."""
+    caller = _caller()
+    return caller.name if caller else None
 
 
 def _error(status: int, message: str) -> Response:
@@ -131,6 +142,11 @@ def _audited(action: str, raw: str | None, run: Callable[[str], dict[str, Any]])
     caller = _caller()
     who = unquote(raw).strip() if raw is not None else ""
     person = None
+    if caller is None or not caller.may(action):  # fail closed: no caller, or not their group
+        audit(action, caller=caller, person=None, outcome="refused")
+        if caller is None:
+            return _error(403, "no caller: this route is served only behind an authorizer")
+        return _error(403, f"your group may not do this ({action}): it needs admins")
     try:
         if raw is not None:
             who = identifier(who)
@@ -156,6 +172,21 @@ def _rights(call: Callable[..., Any], **media: Any) -> Callable[[str], Any]:
         archive=archive,
         legacy_keys=settings.legacy_person_keys,
         **media,
+    )
+
+
+@app.get("/")
+def console_page():
+    """The console's page (ConsoleApi, OperatorConsole=true): no data in it; it signs in."""
+    if not settings.console_client_id:
+        return _error(404, "no console: OperatorConsole is false")
+    login = settings.console_login_url or ""
+    html, headers = page(
+        {"door": "user-pool", "login": login, "client": settings.console_client_id},
+        connect=(login,),
+    )
+    return Response(
+        status_code=200, content_type=headers["Content-Type"], body=html, headers=headers
     )
 
 
@@ -194,7 +225,12 @@ SEAT_ROUTES: list[tuple[str, str, str, Callable[..., dict[str, Any]]]] = [
         actions.SUMMARY_REPLACE,
         lambda who: operator.replace_summary(who, _body()),
     ),
-    ("POST", "/people/<id>/handoff", actions.HANDOFF_START, operator.take_over),
+    (
+        "POST",
+        "/people/<id>/handoff",
+        actions.HANDOFF_START,
+        lambda who: operator.take_over(who, by=_name()),
+    ),
     ("DELETE", "/people/<id>/handoff", actions.HANDOFF_END, operator.hand_back),
     ("GET", "/people/<id>/follow-ups", actions.READ, operator.follow_ups),
     (

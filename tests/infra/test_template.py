@@ -730,7 +730,11 @@ def served_routes() -> set[tuple[str, str]]:
     found = re.findall(r'@app\.(get|post|put|delete)\("([^"]+)"\)', source)
     # and the table of routes that are one call of the operator's seat (SEAT_ROUTES)
     found += re.findall(r'\(\s*"(GET|POST|PUT|DELETE)",\s*"(/[^"]+)"', source)
-    return {(method.upper(), re.sub(r"<(\w+)>", r"{\1}", path)) for method, path in found}
+    routes = {(method.upper(), re.sub(r"<(\w+)>", r"{\1}", path)) for method, path in found}
+    return routes - {CONSOLE_PAGE}
+
+
+CONSOLE_PAGE = ("GET", "/")  # the console's page: ConsoleApi's alone (OperatorConsole=true)
 
 
 def test_every_admin_route_requires_aws_iam(cfn: Template) -> None:
@@ -913,3 +917,84 @@ def test_cfn_lint_reports_no_errors_with_snapstart_on(lint_errors: dict[str, lis
     # when cfn-lint checks it, then it reports no error
     errors = lint_errors["snapstart on"]
     assert not errors, "\n".join(errors)
+
+
+# ------------------------------------------------------------------ the console's door
+
+
+def _resolver(**parameters: str) -> Any:
+    from devstack import cfn
+    from devstack.resources import load_template
+
+    template = load_template()
+    return template, cfn.Resolver(template, cfn.parameter_values(template, parameters), {}, {})
+
+
+def test_operator_console_off_deploys_no_part_of_it() -> None:
+    # given the default parameters (OperatorConsole=false)
+    template, resolver = _resolver()
+    console = {
+        lid for lid, r in template["Resources"].items() if r.get("Condition") == "OperatorConsoleOn"
+    }
+    # then every console resource is conditional on it, and it does not hold
+    assert {"OperatorUserPool", "ConsoleApi", "ConsoleAuthorizer", "ConsoleAdminRoute"} <= console
+    assert not resolver.condition("OperatorConsoleOn")
+    kinds = {template["Resources"][lid]["Type"] for lid in console}
+    unconditional = {
+        lid
+        for lid, r in template["Resources"].items()
+        if r["Type"] in kinds and lid not in console and r["Type"] != "AWS::Logs::LogGroup"
+    }
+    assert unconditional == set(), "a Cognito or ApiGatewayV2 resource outside the condition"
+    # and the admin function's environment is today's: no console setting in it
+    env = template["Resources"]["AdminFunction"]["Properties"]["Environment"]["Variables"]
+    for name in ("CONSOLE_CLIENT_ID", "CONSOLE_LOGIN_URL"):
+        assert env[name]["Fn::If"][0] == "OperatorConsoleOn"
+        assert env[name]["Fn::If"][2] == {"Ref": "AWS::NoValue"}
+    assert template["Outputs"]["ConsoleUrl"]["Condition"] == "OperatorConsoleOn"
+
+
+def test_the_console_door_takes_only_the_pools_tokens_and_its_page_is_the_one_open_route() -> None:
+    from memagent.operator.doors import ADMINS, OPERATORS
+
+    template, resolver = _resolver(OperatorConsole="true")
+    assert resolver.condition("OperatorConsoleOn")
+    res = template["Resources"]
+    routes = {
+        r["Properties"]["RouteKey"]: r["Properties"]
+        for r in res.values()
+        if r["Type"] == "AWS::ApiGatewayV2::Route"
+    }
+    # the page, open; everything else behind the JWT authorizer, to the admin function
+    assert routes["GET /"]["AuthorizationType"] == "NONE"
+    assert routes["ANY /{proxy+}"]["AuthorizationType"] == "JWT"
+    assert routes["ANY /{proxy+}"]["AuthorizerId"] == {"Ref": "ConsoleAuthorizer"}
+    assert set(routes) == {"GET /", "ANY /{proxy+}"}
+    integration = res["ConsoleIntegration"]["Properties"]
+    assert integration["IntegrationUri"] == {"Fn::GetAtt": ["AdminFunction", "Arn"]}
+    assert integration["PayloadFormatVersion"] == "2.0"
+    # the authorizer: this pool as issuer, this client as audience, the header as source
+    jwt = res["ConsoleAuthorizer"]["Properties"]
+    assert jwt["IdentitySource"] == ["$request.header.Authorization"]
+    assert "${OperatorUserPool}" in jwt["JwtConfiguration"]["Issuer"]["Fn::Sub"]
+    assert jwt["JwtConfiguration"]["Audience"] == [{"Ref": "OperatorUserPoolClient"}]
+    # the client: public (no secret), the code flow only, back to the console only
+    client = res["OperatorUserPoolClient"]["Properties"]
+    assert (client["GenerateSecret"], client["AllowedOAuthFlows"]) == (False, ["code"])
+    assert client["ExplicitAuthFlows"] == ["ALLOW_REFRESH_TOKEN_AUTH"]  # no password via the API
+    assert client["CallbackURLs"] == client["LogoutURLs"]
+    assert "${ConsoleApi}" in client["CallbackURLs"][0]["Fn::Sub"]
+    assert client["PreventUserExistenceErrors"] == "ENABLED"
+    # the pool: invited operators only, optional TOTP; the groups the admin function checks
+    pool = res["OperatorUserPool"]["Properties"]
+    assert pool["AdminCreateUserConfig"]["AllowAdminCreateUserOnly"] is True
+    assert pool["EnabledMfas"] == ["SOFTWARE_TOKEN_MFA"]
+    groups = {
+        r["Properties"]["GroupName"]
+        for r in res.values()
+        if r["Type"] == "AWS::Cognito::UserPoolGroup"
+    }
+    assert groups == {OPERATORS, ADMINS}
+    # API Gateway may invoke the admin function from this API only
+    arn = res["ConsoleInvokePermission"]["Properties"]["SourceArn"]["Fn::Sub"]
+    assert arn.endswith(":${ConsoleApi}/*")

@@ -28,7 +28,8 @@ admin = test_operator.admin  # the admin handler, as the operator tests load it 
 
 @pytest.fixture
 def console(admin) -> Iterator[Console]:
-    route = Route("ANY", "/{proxy+}", lambda event: invoke(admin.handler, event, LambdaContext()))
+    invoked = lambda event: invoke(admin.handler, event, LambdaContext())  # noqa: E731
+    route = Route("ANY", "/{proxy+}", invoked, auth="AWS_IAM")  # the IAM door, as deployed
     with LocalHttpApi("AdminApi", [route]) as api, Console(AdminApi(api.url)) as console:
         yield console
 
@@ -51,9 +52,11 @@ def page_token(console: Console, host: str | None = None) -> str:
     """The token in the page the console serves (what its own page's scripts read)."""
     status, page = get(console, "/", **({"Host": host} if host else {}))
     assert status == 200
-    found = re.search(r'<meta name="console-token" content="([^"]+)">', page)
-    assert found, "the page carries no token"
-    return found[1]
+    found = re.search(r'<script type="application/json" id="console-config">([^<]+)</script>', page)
+    assert found, "the page carries no configuration"
+    config = json.loads(found[1])
+    assert config["door"] == "proxy", "the page carries no token"
+    return config["token"]
 
 
 def port(console: Console) -> int:

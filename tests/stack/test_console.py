@@ -3,7 +3,12 @@ the system chromedriver (never a downloaded browser), against the local stack's 
 
 The operator sees who is waiting for a human, takes a chat over, replies, hands it back and
 deletes a fact; the reply reaches the whasp stand-in once, and a double click on Send sends one
-request. (What the console's server refuses: tests/integration/test_console_server.py.)"""
+request. (What the console's server refuses: tests/integration/test_console_server.py.)
+
+With OperatorConsole=true the stack serves the same page itself: an operator signs in through
+the managed login (the local stand-in over moto's Cognito), answers a waiting person, hands the
+chat back, and is refused the erasure their group may not do. (What the door refuses:
+tests/integration/test_console_door.py.)"""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from urllib.parse import quote
 import pytest
 
 from console.server import AdminApi, Console
+from devstack.cognito import LOCAL_OPERATORS, LOCAL_PASSWORD
 from devstack.stack import DevStack
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -47,7 +53,9 @@ def _installed() -> bool:
 @pytest.fixture(scope="module")
 def stack() -> Iterator[DevStack]:
     with DevStack(
-        level="quiet", log_path=tempfile.mkdtemp() + "/stack.log", parameters={"FollowUps": "true"}
+        level="quiet",
+        log_path=tempfile.mkdtemp() + "/stack.log",
+        parameters={"FollowUps": "true", "OperatorConsole": "true"},
     ) as stack:
         yield stack
 
@@ -177,6 +185,62 @@ def test_the_operator_takes_over_replies_hands_back_and_deletes_a_fact(stack, br
     }
     assert admin(stack, "GET", f"/people/{quote(SAM)}/follow-ups")["follow_ups"] == []
     assert stack.scheduler.pending() == []
+
+
+def test_an_operator_signs_in_answers_a_waiting_person_hands_back_and_may_not_erase(stack, browser):
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    # given Ana asked for a human
+    ana = "+447700900321"
+    stack.send_message(ana, "Hello, can I talk to a human please?")
+    assert stack.wait_idle()
+    operator = next(e for e, groups in LOCAL_OPERATORS.items() if groups == ("operators",))
+    wait = WebDriverWait(
+        browser, 60, poll_frequency=0.05, ignored_exceptions=[StaleElementReferenceException]
+    )
+
+    def shown(css: str, text: str) -> bool:
+        return any(text in e.text for e in browser.find_elements(By.CSS_SELECTOR, css))
+
+    # when an operator opens the console, it sends them to sign in
+    browser.get(stack.console_api.url + "/")
+    wait.until(lambda _: browser.find_elements(By.ID, "password"))
+    assert browser.current_url.startswith(stack.user_pool.login.url + "/oauth2/authorize?")
+    browser.find_element(By.ID, "username").send_keys(operator)
+    browser.find_element(By.ID, "password").send_keys(LOCAL_PASSWORD)
+    browser.find_element(By.ID, "sign-in").click()
+    # then, back at the console (no code or token left in the address), they see Ana waiting
+    wait.until(lambda _: shown("#operator-name", operator))
+    assert browser.current_url == stack.console_api.url + "/"
+    wait.until(lambda _: shown("#waiting li", ana))
+    # when they open her chat and answer
+    next(
+        li for li in browser.find_elements(By.CSS_SELECTOR, "#waiting li") if ana in li.text
+    ).click()
+    wait.until(lambda _: shown("#messages li", "can I talk to a human"))
+    words = "Hi Ana, this is Ana's operator. How can I help?"
+    browser.find_element(By.ID, "reply-text").send_keys(words)
+    browser.find_element(By.ID, "send").click()
+    wait.until(lambda _: shown("#messages li.human", words))
+    # and hand the chat back
+    browser.find_element(By.ID, "hand-back").click()
+    wait.until(lambda _: browser.find_element(By.ID, "take-over").is_displayed())
+    wait.until(lambda _: not shown("#waiting li", ana))
+    # and try to erase her: their group may not
+    browser.find_element(By.ID, "erase").click()
+    browser.switch_to.alert.accept()
+    wait.until(lambda _: "admins" in browser.find_element(By.ID, "status").text)
+    # then the answer reached her once, the chat is the agent's, and nothing was erased
+    assert [s["text"] for s in stack.replies_to(ana)].count(words) == 1
+    assert admin(stack, "GET", f"/people/{quote(ana)}/conversation")["handoff"] == {
+        "handed_off": False
+    }
+    assert stack.view(ana).turns[0][2] == "Hello, can I talk to a human please?"
+    # and the token never reached a URL the browser kept
+    history = browser.execute_script("return performance.getEntriesByType('navigation')")
+    assert all("access_token" not in entry["name"] for entry in history)
 
 
 def test_scripts_people_has_the_consoles_verbs(stack, capsys):

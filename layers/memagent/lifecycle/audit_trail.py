@@ -2,13 +2,15 @@
 how it ended. One log line per request, in the function's log group (kept LogRetentionDays),
 findable with CloudWatch Logs Insights: `filter audit = "erase"`.
 
-The line holds the caller's IAM ARN and the person's hashed key: never the phone number (it
+The line holds the caller (the IAM ARN, or the operator's user pool username and `sub`, with
+the door each came through) and the person's hashed key: never the phone number (it
 is in the request path, so the HTTP API's access log leaves the path out too), never content.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from memagent.observability import logger
 
@@ -27,13 +29,21 @@ FOLLOW_UP_ADD = "follow_up_add"
 FOLLOW_UP_CANCEL = "follow_up_cancel"
 
 
-def audit(action: str, *, caller: str | None, person: str | None, outcome: str) -> None:
-    """Write the one audit line of an admin request. `outcome`: done, refused or failed."""
+def audit(action: str, *, caller: Any, person: str | None, outcome: str) -> None:
+    """Write the one audit line of an admin request. `caller`: a memagent.operator Caller (its
+    door, name and sub), an ARN, or None; `outcome`: done, refused or failed."""
+    who: dict[str, Any] = {"caller": "unknown"}
+    if isinstance(caller, str):
+        who = {"caller": caller, "door": "iam"}
+    elif caller is not None:
+        who = {"caller": caller.name, "door": caller.door}
+        if caller.sub:
+            who["caller_sub"] = caller.sub
     logger.info(
         "audit",
         extra={
             "audit": action,
-            "caller": caller or "unknown",
+            **who,
             "person": person,
             "at": datetime.now(UTC).isoformat(),
             "outcome": outcome,

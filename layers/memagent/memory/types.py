@@ -68,6 +68,7 @@ class Handoff:
     reason: str  # "person" (they asked for a human) or "operator" (took it over)
     replied_at: datetime | None = None  # the operator's last reply
     waiting: int = 0  # the person's messages since the handoff or the operator's last reply
+    by: str | None = None  # who took it over (an operator's username or an IAM ARN)
 
     def expired(self, now: datetime, timeout: timedelta) -> bool:
         """HandoffTimeoutHours without an operator reply: the agent takes the chat back."""

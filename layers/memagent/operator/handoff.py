@@ -85,13 +85,15 @@ def handoff_view(handoff: Handoff | None, timeout: timedelta, now: datetime) -> 
         "reason": handoff.reason,
         "replied_at": iso(handoff.replied_at),
         "waiting": handoff.waiting,
+        **({"by": handoff.by} if handoff.by else {}),
         "expires_at": iso(max(handoff.since, handoff.replied_at or handoff.since) + timeout),
     }
 
 
 class ChatHandoff(Seat):
-    def take_over(self, who: str) -> dict[str, Any]:
-        """Hand the chat to a human (idempotent: a handoff in force stays as it is). Written
+    def take_over(self, who: str, by: str | None = None) -> dict[str, Any]:
+        """Hand the chat to a human, `by` (an operator's name; idempotent: a handoff in force
+        stays as it is, with whoever took it). Written
         only if the person stored nothing since it was read (else read again), so it hands
         over every message awaiting a reply, even one stored as the operator clicked."""
         for _attempt in range(RACE_ATTEMPTS):
@@ -111,6 +113,7 @@ class ChatHandoff(Seat):
                 last_seq=memory.state.last_seq,
                 awaiting=memory.state.awaiting,  # the human's to answer now, not the agent's
                 ledger_ttl=timedelta(days=self.settings.ledger_ttl_days),
+                by=by,
             ):
                 self.events.emit(HANDOFF_STARTED, pk, reason="operator", since=now)
                 logger.info("chat handed to a human", extra={"reason": "operator"})

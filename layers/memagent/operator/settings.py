@@ -22,10 +22,17 @@ class AdminSettings(MemorySettings, ProviderSettings):
     follow_up_role_arn: str | None = None
     follow_up_queue_url: str | None = None
     follow_up_max_pending: int = 3
+    # OperatorConsole=true: the page's sign-in (the user pool's client and managed login)
+    console_client_id: str | None = None
+    console_login_url: str | None = None
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
-        group: dict = {"follow_up_group": read.optional("FOLLOW_UP_SCHEDULE_GROUP")}
+        group: dict = {
+            "follow_up_group": read.optional("FOLLOW_UP_SCHEDULE_GROUP"),
+            "console_client_id": read.optional("CONSOLE_CLIENT_ID"),
+            "console_login_url": read.optional("CONSOLE_LOGIN_URL"),
+        }
         if group["follow_up_group"]:
             group.update(
                 follow_up_role_arn=read.text("FOLLOW_UP_ROLE_ARN"),

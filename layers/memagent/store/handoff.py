@@ -46,14 +46,16 @@ class HandoffWrites(TurnWrites, CompactionWrites):
         last_seq: int,
         awaiting: Sequence[str] = (),
         ledger_ttl: timedelta,
+        by: str | None = None,
     ) -> bool:
         """Hand the person to a human (replacing a timed-out handoff `previous`). The messages
         still `awaiting` a reply are the human's now: their ledger entries end `skipped`
         (reason `handed_to_human`) and the state's list is dropped, in the same transaction,
         so the agent never answers them, during the handoff or after it; they count as
-        waiting. `last_seq`: the state's as read with `awaiting`; a message stored since
-        refuses the write (it awaits a reply too: read again). False: the person is gone, or
-        wrote since, or someone else started a handoff meanwhile."""
+        waiting. `by`: who took it (an operator). `last_seq`: the state's as read with
+        `awaiting`; a message stored since refuses the write (it awaits a reply too: read
+        again). False: the person is gone, or wrote since, or someone else started a handoff
+        meanwhile."""
         condition = "last_seq = :seq AND "
         values: dict[str, Any] = {
             ":seq": last_seq,
@@ -63,6 +65,9 @@ class HandoffWrites(TurnWrites, CompactionWrites):
             ":reason": reason,
             ":waiting": len(awaiting),
         }
+        took = ", handoff_by = :by" if by else ""
+        if by:
+            values[":by"] = by
         if previous is None:
             condition += "attribute_not_exists(handoff_since)"
         else:
@@ -75,7 +80,9 @@ class HandoffWrites(TurnWrites, CompactionWrites):
                 "UpdateExpression": (
                     "SET handoff_agent = :agent, handoff_since = :since, handoff_reason = :reason,"
                     " handoff_waiting = :waiting, handoff_address = :address"
-                    " REMOVE handoff_replied_at, awaiting"
+                    + took
+                    + " REMOVE handoff_replied_at, awaiting"
+                    + ("" if by else ", handoff_by")
                 ),
                 "ConditionExpression": condition,
                 "ExpressionAttributeValues": values,

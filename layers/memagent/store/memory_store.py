@@ -112,6 +112,7 @@ def handoff_of(item: dict[str, Any]) -> Handoff | None:
         reason=str(item.get("handoff_reason") or "operator"),
         replied_at=from_iso(item.get("handoff_replied_at")),
         waiting=int(item.get("handoff_waiting") or 0),
+        by=item.get("handoff_by"),
     )
 
 

@@ -31,6 +31,7 @@ HANDOFF_ATTRIBUTES = (
     "handoff_replied_at",
     "handoff_waiting",
     "handoff_address",
+    "handoff_by",
 )
 TRANSACTION_LIMIT = 100  # DynamoDB's cap on actions per TransactWriteItems
 
