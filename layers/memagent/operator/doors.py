@@ -20,9 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memagent.lifecycle import audit_trail as actions
+
 OPERATORS = "operators"
 ADMINS = "admins"
-ADMIN_ONLY = frozenset({"export", "erase"})  # memagent.lifecycle.audit_trail's action names
+ADMIN_ONLY = frozenset({actions.EXPORT, actions.ERASE})
 
 
 @dataclass(frozen=True)
