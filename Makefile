@@ -22,7 +22,8 @@ help:
 	@echo "               make demo PROVIDER=meta runs it through Meta's Cloud API payloads;"
 	@echo "               make demo MODEL_PROVIDER=bedrock with ModelProvider=bedrock (still offline)"
 	@echo "make chat      the same local stack, interactive (/human, /say TEXT, /back: the operator)"
-	@echo "make console   the operator's console on http://127.0.0.1:8089 (local stack, or STACK=name)"
+	@echo "make console   the operator's console: the local stack's, signed in as a seeded operator;"
+	@echo "               STACK=name: a deployed stack's admin API on http://127.0.0.1:8089 (your AWS credentials)"
 	@echo "make bench     benchmarks -> docs/benchmarks.md"
 
 install: $(STAMP)

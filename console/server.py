@@ -1,7 +1,8 @@
 """The operator's console: a small web page on your own machine, for the admin API.
 
     make console STACK=whasp-agent     # a deployed stack, signed with your AWS credentials
-    make console                       # the local stack, with someone waiting for a human
+    make console                       # the local stack's own console: sign in as a seeded
+                                       # operator (OperatorConsole=true, no AWS account)
     python -m console.server --url http://127.0.0.1:PORT   # any admin API (make chat prints it)
 
 The page (memagent/operator/console.html, the one the stack serves with OperatorConsole=true,
@@ -183,10 +184,13 @@ def stack_admin_url(stack: str) -> str:
 
 
 def local_stack() -> Any:
-    """The local stack, with one person who asked for a human (and a fact to correct)."""
+    """The local stack with its console (OperatorConsole=true: a user pool in moto, the managed
+    login's stand-in), and one person who asked for a human (and a fact to correct)."""
     from devstack.stack import DevStack
 
-    stack = DevStack(level="quiet").start()
+    stack = DevStack(
+        level="quiet", parameters={"OperatorConsole": "true", "FollowUps": "true"}
+    ).start()
     phone = "+447700900123"
     for text in ("Hi, I'm Maya. I have a dog called Biscuit", "can I talk to a human?"):
         stack.send_message(phone, text)
@@ -200,19 +204,21 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--stack", help="a deployed CloudFormation stack (its AdminApiUrl)")
     source.add_argument("--url", help="the admin API's base URL")
     parser.add_argument("--region", help="the stack's region (default: your AWS config's)")
-    parser.add_argument("--port", type=int, default=8089)
+    parser.add_argument("--port", type=int, default=8089, help="with --stack or --url")
     args = parser.parse_args(argv)
-    stack = None
-    if args.stack:
-        api = AdminApi(stack_admin_url(args.stack), region=args.region)
-    elif args.url:
-        api = AdminApi(args.url, region=args.region)
+    stack = console = None
+    if args.stack or args.url:
+        url = stack_admin_url(args.stack) if args.stack else args.url
+        console = Console(AdminApi(url, region=args.region), args.port).start()
+        print(f"operator console: {console.url}  (Ctrl-C to stop)")
     else:
+        from devstack.cognito import LOCAL_OPERATORS, LOCAL_PASSWORD
+
         stack = local_stack()
-        api = AdminApi(stack.apis["AdminApi"].url, sign=False)
         print("local stack: +447700900123 asked for a human (make chat talks to its own stack)")
-    console = Console(api, args.port).start()
-    print(f"operator console: {console.url}  (Ctrl-C to stop)")
+        print(f"operator console: {stack.console_api.url}/  (Ctrl-C to stop)")
+        for email, groups in LOCAL_OPERATORS.items():
+            print(f"  sign in as {email} ({', '.join(groups)}), password {LOCAL_PASSWORD}")
     # a SIGTERM stops it like Ctrl-C: the local stack's processes are stopped too
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
@@ -220,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        console.stop()
+        if console is not None:
+            console.stop()
         if stack is not None:
             stack.stop()
     return 0
