@@ -46,7 +46,8 @@ def test_it_has_exactly_the_routes_the_handler_serves() -> None:
 
 def test_it_names_only_statuses_the_handler_or_api_gateway_answers() -> None:
     answered = {int(s) for s in re.findall(r"\(\w+, (\d{3}), \"", ADMIN_APP.read_text())}
-    answered |= {200, 403}  # done; API Gateway's answer to an unsigned or unauthorised caller
+    # done; API Gateway's answers to no or a bad token (401) and to an unsigned caller (403)
+    answered |= {200, 401, 403}
     documented = {
         int(status) for op in operations(document()).values() for status in op["responses"]
     }
