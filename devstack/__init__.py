@@ -213,7 +213,14 @@ def _handler_for(app: LoopbackServer) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             return self.rfile.read(length) if length else b""
 
-        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _serve
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _serve
+
+        def __getattr__(self, name: str) -> Any:
+            # any other method (TRACE, QUERY, ...) reaches the stand-in too, which answers it
+            # as its service does (http.server's own answer would be a 501 no service gives)
+            if name.startswith("do_"):
+                return self._serve
+            raise AttributeError(name)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # keep test output and the local stack's terminal clean

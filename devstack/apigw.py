@@ -40,6 +40,8 @@ from devstack.cognito import JwtAuthorizer
 from devstack.lambda_harness import Outcome
 
 MAX_PAYLOAD_BYTES = 10 * 1024 * 1024  # HTTP API's request payload quota
+# the methods an HTTP API route can name (ANY is all of them); any other matches no route: 404
+HTTP_API_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 LOCAL_IAM_CALLER = f"arn:aws:iam::{ACCOUNT_ID}:user/local-operator"
 _TEXT_TYPES = re.compile(
     r"^(text/.*|application/(json|.*\+json|xml|.*\+xml|javascript|x-www-form-urlencoded))$"
@@ -155,7 +157,7 @@ class Route:
         return f"{self.method} {self.path}"
 
     def match(self, method: str, path: str) -> dict[str, str] | None:
-        if self.method not in ("ANY", method):
+        if self.method != method and (self.method != "ANY" or method not in HTTP_API_METHODS):
             return None
         pattern = ""
         for part in re.split(r"(\{[^}]+\})", self.path):
