@@ -154,3 +154,13 @@ def test_every_row_of_the_configuration_table_is_a_setting_the_code_reads() -> N
     stored = {f"{name}{suffix}" for name in read for suffix in ("_PARAM", "_SECRET_ARN")}
     stale = documented() - read - stored - LIBRARY_VARIABLES
     assert sorted(stale) == []
+
+
+def test_every_parameter_of_the_template_has_its_row_in_the_deploy_page() -> None:
+    # a parameter a deployer cannot find is one they cannot choose (FollowUps went missing once)
+    from devstack.resources import load_template
+
+    page = (ROOT / "docs" / "deploy.md").read_text()
+    rows = [line.split("|")[1] for line in page.splitlines() if line.startswith("| `")]
+    documented = set(re.findall(r"`(\w+)`", "\n".join(rows)))
+    assert sorted(set(load_template()["Parameters"]) - documented) == []
