@@ -82,11 +82,11 @@ def create_table(
     kwargs: dict[str, Any] = {
         "TableName": name,
         "KeySchema": props["KeySchema"],
-        "AttributeDefinitions": props["AttributeDefinitions"],
+        "AttributeDefinitions": _every_branch(props["AttributeDefinitions"]),
         "BillingMode": props.get("BillingMode", "PAY_PER_REQUEST"),
     }
     if props.get("GlobalSecondaryIndexes"):
-        kwargs["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
+        kwargs["GlobalSecondaryIndexes"] = _every_branch(props["GlobalSecondaryIndexes"])
     stream = props.get("StreamSpecification")
     if stream:
         kwargs["StreamSpecification"] = {
@@ -101,6 +101,15 @@ def create_table(
             TimeToLiveSpecification={"AttributeName": ttl["AttributeName"], "Enabled": True},
         )
     return description.get("LatestStreamArn")
+
+
+def _every_branch(items: list[Any]) -> list[Any]:
+    """A list whose items may be `!If [cond, item, !Ref AWS::NoValue]` (an index only some
+    stacks have, OperatorConsole's RecentIndex): every such item. A local table has every index
+    the template can give it; a sparse index no write fills costs nothing and changes nothing."""
+    return [
+        item["Fn::If"][1] if isinstance(item, dict) and "Fn::If" in item else item for item in items
+    ]
 
 
 def create_queues(

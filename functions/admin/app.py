@@ -14,6 +14,7 @@ POST   /people/{id}/handoff            a human takes the chat over
 DELETE /people/{id}/handoff            hand the chat back to the agent
 POST   /people/{id}/messages           the operator writes: {"text": "..."}, Idempotency-Key
 GET    /handoffs                       who is waiting for a human, oldest first
+GET    /conversations                  who wrote most recently (OperatorConsole=true; else 404)
 GET    /people/{id}/follow-ups         the person's pending follow-ups
 POST   /people/{id}/follow-ups         schedule one: {"when": ..., "about": ...}, Idempotency-Key
 DELETE /people/{id}/follow-ups/{id}    cancel one
@@ -276,6 +277,11 @@ def reply(id: str):
 @app.get("/handoffs")
 def handoffs():
     return _audited(actions.LIST_HANDOFFS, None, lambda _who: operator.waiting())
+
+
+@app.get("/conversations")
+def recent():
+    return _audited(actions.LIST_RECENT, None, lambda _who: operator.recent())
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -192,9 +192,10 @@ def test_an_operator_signs_in_answers_a_waiting_person_hands_back_and_may_not_er
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    # given Ana asked for a human
-    ana = "+447700900321"
+    # given Ana asked for a human, and Bo just talks to the agent
+    ana, bo = "+447700900321", "+447700900654"
     stack.send_message(ana, "Hello, can I talk to a human please?")
+    stack.send_message(bo, "Hi, what are your opening hours?")
     assert stack.wait_idle()
     operator = next(e for e, groups in LOCAL_OPERATORS.items() if groups == ("operators",))
     wait = WebDriverWait(
@@ -215,6 +216,18 @@ def test_an_operator_signs_in_answers_a_waiting_person_hands_back_and_may_not_er
     wait.until(lambda _: shown("#operator-name", operator))
     assert browser.current_url == stack.console_api.url + "/"
     wait.until(lambda _: shown("#waiting li", ana))
+    # and Bo among the recent conversations (Ana, waiting, only above); a filter finds him
+    wait.until(lambda _: shown("#recent li", bo))
+    assert not shown("#recent li", ana)
+    browser.find_element(By.ID, "filter").send_keys("654")
+    wait.until(
+        lambda _: (
+            [li.text.split("\n")[0] for li in browser.find_elements(By.CSS_SELECTOR, "#recent li")]
+            == [bo]
+        )
+    )
+    browser.find_element(By.CSS_SELECTOR, "#recent li").click()
+    wait.until(lambda _: shown("#messages li", "opening hours"))
     # when they open her chat and answer
     next(
         li for li in browser.find_elements(By.CSS_SELECTOR, "#waiting li") if ana in li.text
@@ -224,11 +237,13 @@ def test_an_operator_signs_in_answers_a_waiting_person_hands_back_and_may_not_er
     browser.find_element(By.ID, "reply-text").send_keys(words)
     browser.find_element(By.ID, "send").click()
     wait.until(lambda _: shown("#messages li.human", words))
-    # and hand the chat back
+    # and hand the chat back (once the send is over: the buttons wait for it)
+    wait.until(lambda _: browser.find_element(By.ID, "hand-back").is_enabled())
     browser.find_element(By.ID, "hand-back").click()
     wait.until(lambda _: browser.find_element(By.ID, "take-over").is_displayed())
     wait.until(lambda _: not shown("#waiting li", ana))
     # and try to erase her: their group may not
+    wait.until(lambda _: browser.find_element(By.ID, "erase").is_enabled())
     browser.find_element(By.ID, "erase").click()
     browser.switch_to.alert.accept()
     wait.until(lambda _: "admins" in browser.find_element(By.ID, "status").text)

@@ -25,6 +25,7 @@ HANDOFF_START = "handoff_start"
 HANDOFF_END = "handoff_end"
 REPLY = "operator_reply"
 LIST_HANDOFFS = "list_handoffs"
+LIST_RECENT = "list_recent"
 FOLLOW_UP_ADD = "follow_up_add"
 FOLLOW_UP_CANCEL = "follow_up_cancel"
 

@@ -33,6 +33,7 @@ __getattr__, __all__ = face(
             "person_key_secret",
             "read_person_key",
         ],
+        "recent": ["recent_keys", "shards"],
         "settings": ["MemorySettings"],
         "types": [
             "Epoch",

@@ -131,6 +131,10 @@ class PersonState:
     handoff: Handoff | None = _held(
         Kind.CONTENT
     )  # a human has the chat (memagent.operator.reading)
+    # OperatorConsole=true: the RecentIndex keys, where to open their chat (memagent.memory.recent)
+    recent_shard: str | None = _held(Kind.CONTENT)
+    recent_at: str | None = _held(Kind.CONTENT)
+    recent_address: str | None = _held(Kind.CONTENT)
     # the person's day (UTC, of what they wrote) and its model turns and tokens, counted up to
     # the reply with seq `counted_seq` (a seq of this memory: erased with it); `notice_day`:
     # the day they were told of the limit

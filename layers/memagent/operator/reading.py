@@ -17,10 +17,12 @@ from typing import Any
 from memagent.aws import schedule_name
 from memagent.errors import InvalidEdit, UnknownPerson
 from memagent.lifecycle import FollowUpRefused, Target, ask
-from memagent.memory import Memory, agent_key, person_key, person_zone
+from memagent.memory import Memory, agent_key, person_key, person_zone, shards
 from memagent.operator.edits import MemoryEdits
 from memagent.operator.handoff import ChatHandoff, handoff_view
 from memagent.store import FOLLOW_UP_FOR_HUMAN, follow_up_view, handoff_of, iso
+
+RECENT_LIMIT = 50  # the console's recent conversations: the newest fifty
 
 
 class Operator(MemoryEdits, ChatHandoff):
@@ -112,6 +114,19 @@ class Operator(MemoryEdits, ChatHandoff):
             self.schedules.cancel(name)
         self.store.drop_follow_up(pk, name)
         return {"person": pk, "cancelled": name}
+
+    def recent(self, limit: int = RECENT_LIMIT) -> dict[str, Any]:
+        """Who wrote most recently, newest first (RecentIndex): where to open each chat and
+        the hour they last wrote (UTC). Who waits for a human is `waiting`'s to say."""
+        if not self.settings.recent_conversations:
+            raise UnknownPerson("no recent conversations: they need OperatorConsole=true")
+        items = self.store.recent(shards(self.settings.agent_id), limit)
+        return {
+            "conversations": [
+                {"person": i["pk"], "address": i.get("recent_address"), "hour": i["recent_at"]}
+                for i in items
+            ]
+        }
 
     def waiting(self) -> dict[str, Any]:
         """Who is waiting for a human, oldest handoff first (timed-out handoffs left out)."""

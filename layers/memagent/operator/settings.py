@@ -25,6 +25,7 @@ class AdminSettings(MemorySettings, ProviderSettings):
     # OperatorConsole=true: the page's sign-in (the user pool's client and managed login)
     console_client_id: str | None = None
     console_login_url: str | None = None
+    recent_conversations: bool = False  # RecentIndex exists (GET /conversations)
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
@@ -32,6 +33,7 @@ class AdminSettings(MemorySettings, ProviderSettings):
             "follow_up_group": read.optional("FOLLOW_UP_SCHEDULE_GROUP"),
             "console_client_id": read.optional("CONSOLE_CLIENT_ID"),
             "console_login_url": read.optional("CONSOLE_LOGIN_URL"),
+            "recent_conversations": read.flag("RECENT_CONVERSATIONS", False),
         }
         if group["follow_up_group"]:
             group.update(

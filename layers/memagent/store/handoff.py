@@ -8,7 +8,8 @@ two concurrent requests with one key send once, even on Meta, which has no idemp
 
 Who is waiting for a human is read from the sparse index HandoffIndex (template.yaml): only the
 state items of people handed off carry its keys (`handoff_agent`, `handoff_since`), so the list
-is one Query, oldest first, and an erasure or a hand-back removes a person from it.
+is one Query, oldest first, and an erasure or a hand-back removes a person from it. Who wrote
+recently, from RecentIndex (OperatorConsole=true), as sparse: memagent/memory/recent.py.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from memagent.store.table import iso as _iso
 from memagent.store.turn import TurnWrites
 
 HANDOFF_INDEX = "HandoffIndex"
+RECENT_INDEX = "RecentIndex"  # OperatorConsole=true (memagent.memory.recent)
 HANDED_OVER = "handed_to_human"  # why the agent skipped a message: a human took the chat
 
 
@@ -120,6 +122,19 @@ class HandoffWrites(TurnWrites, CompactionWrites):
             if "LastEvaluatedKey" not in page:
                 return found
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def recent(self, shards: Sequence[str], limit: int) -> list[dict[str, Any]]:
+        """The state items of the people who wrote most recently (RecentIndex, OperatorConsole
+        =true): the newest `limit` of each shard, merged, newest first (one Query a shard)."""
+        found: list[dict[str, Any]] = []
+        for shard in shards:
+            found += self.table.query(
+                IndexName=RECENT_INDEX,
+                KeyConditionExpression=Key("recent_shard").eq(shard),
+                ScanIndexForward=False,
+                Limit=limit,
+            ).get("Items", [])
+        return sorted(found, key=lambda item: item["recent_at"], reverse=True)[:limit]
 
     # ------------------------------------------------------------------ the operator's reply
 

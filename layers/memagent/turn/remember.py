@@ -9,7 +9,16 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from memagent.memory import Memory, PersonState, Turn, converts, counted, day_of, stack_budget
+from memagent.memory import (
+    Memory,
+    PersonState,
+    Turn,
+    converts,
+    counted,
+    day_of,
+    recent_keys,
+    stack_budget,
+)
 from memagent.observability import count, logger
 from memagent.store import Standing
 from memagent.turn.delivery import show_typing
@@ -80,6 +89,9 @@ def remember(
     # the day's model turns and tokens, in this same state write (memagent/memory/budget.py)
     opted_out = standing in (Standing.STOP, Standing.HELD)
     counters = {} if opted_out else counted(state, memory.turns, day_of(message.sent_at))
+    if crew.settings.recent_conversations and standing is not Standing.HELD:
+        # the console's recent conversations: the same write, a new index entry once an hour
+        extra.update(recent_keys(crew.settings.agent_id, pk, message.sent_at, message.address))
     if counters:
         counters["day_tokens"] += spent
     turn = Turn(

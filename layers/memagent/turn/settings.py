@@ -59,6 +59,7 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     watchdog_seconds: float = 0
     # one reply to a burst of lines a person sent while their previous turn was answered
     coalesce_bursts: bool = True
+    recent_conversations: bool = False  # OperatorConsole=true: mark who wrote (RecentIndex)
     whasp_api_key: Secret | None = field(default=None, repr=False)
     meta_access_token: Secret | None = field(default=None, repr=False)
     # the operator's tools (TOOLS_FILE, memagent/model/tools.py) and the bounds of a turn with them
@@ -109,6 +110,7 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
             "defer_seconds": read.integer("DEFER_SECONDS", 2, minimum=0, maximum=900),
             "watchdog_seconds": read.number("WATCHDOG_SECONDS", 0, minimum=0),
             "coalesce_bursts": read.flag("COALESCE_BURSTS", True),
+            "recent_conversations": read.flag("RECENT_CONVERSATIONS", False),
             **tools_settings(read),
             "max_reply_parts": read.integer("MAX_REPLY_PARTS", 3, minimum=1, maximum=100),
             "max_audio_seconds": read.integer("MAX_AUDIO_SECONDS", 300, minimum=1),
