@@ -14,7 +14,7 @@ POST   /people/{id}/handoff            a human takes the chat over
 DELETE /people/{id}/handoff            hand the chat back to the agent
 POST   /people/{id}/messages           the operator writes: {"text": "..."}, Idempotency-Key
 GET    /handoffs                       who is waiting for a human, oldest first
-GET    /conversations                  who wrote most recently (OperatorConsole=true; else 404)
+GET    /conversations                  who wrote most recently (ConsoleApi only; else 404)
 GET    /people/{id}/follow-ups         the person's pending follow-ups
 POST   /people/{id}/follow-ups         schedule one: {"when": ..., "about": ...}, Idempotency-Key
 DELETE /people/{id}/follow-ups/{id}    cancel one

@@ -731,10 +731,12 @@ def served_routes() -> set[tuple[str, str]]:
     # and the table of routes that are one call of the operator's seat (SEAT_ROUTES)
     found += re.findall(r'\(\s*"(GET|POST|PUT|DELETE)",\s*"(/[^"]+)"', source)
     routes = {(method.upper(), re.sub(r"<(\w+)>", r"{\1}", path)) for method, path in found}
-    return routes - {CONSOLE_PAGE}
+    return routes - CONSOLE_ONLY
 
 
-CONSOLE_PAGE = ("GET", "/")  # the console's page: ConsoleApi's alone (OperatorConsole=true)
+# ConsoleApi's alone (OperatorConsole=true): the console's page, and the recent conversations
+# (a SAM event cannot be conditional, and OperatorConsole=false deploys today's AdminApi)
+CONSOLE_ONLY = {("GET", "/"), ("GET", "/conversations")}
 
 
 def test_every_admin_route_requires_aws_iam(cfn: Template) -> None:
