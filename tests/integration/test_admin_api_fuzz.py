@@ -6,8 +6,9 @@ the document's. A fixed seed (derandomize) and a bounded number of examples per 
 the run the same on every machine and inside the suite's time: about 220 requests, 200s for the
 document's example person, 400s for what the document refuses, 404s and 409s.
 
-The IAM door: locally the caller is devstack's LOCAL_IAM_CALLER (signatures are AWS's to check);
-the console's door is tests/integration/test_console_door.py."""
+Both doors: AdminApi's (locally the caller is devstack's LOCAL_IAM_CALLER: signatures are AWS's
+to check) and the console's, with an admin's token from the local user pool and without one
+(what else that door refuses: tests/integration/test_console_door.py)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ from schemathesis.specs.openapi.checks import (
 from devstack.apigw import LocalHttpApi, Route
 from devstack.lambda_harness import LambdaContext, invoke
 from tests.conftest import MAYA
-from tests.integration import test_operator
+from tests.integration import test_console_door, test_operator
+from tests.integration.test_console_door import ADMIN
 from tests.integration.test_operator import say
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "admin-api.yaml"
@@ -42,6 +44,7 @@ CHECKS = [
 ]
 
 admin = test_operator.admin  # the admin handler, as the operator tests load it (a fixture)
+door = test_console_door.door  # the console's door, as its tests build it (a fixture)
 
 
 @pytest.fixture
@@ -88,3 +91,29 @@ def test_every_answer_is_the_documents_and_none_is_a_server_error(label, admin_a
     except Unsatisfiable:  # every input the operation takes is valid: there is no wrong one
         headers = {p.name for p in operation.headers.items} - {"Authorization"}  # the security's
         assert not (operation.body or operation.query or headers), label
+
+
+# ------------------------------------------------------------------ the console's door
+
+
+@pytest.fixture
+def console_api(door, resources) -> Iterator[tuple[str, str]]:
+    """The console's API (devstack's JWT authorizer over moto's user pool) and an admin's
+    access token, with the example person there."""
+    from tests.integration.test_lifecycle import fill
+
+    fill(resources.table_name, MAYA, messages=2, facts=1, ledger=1)
+    yield door.api.url, door.sign_in(ADMIN)["access_token"]
+
+
+@pytest.mark.parametrize("label", sorted(OPERATIONS))
+def test_through_the_console_door_too_signed_in_or_not(label, console_api) -> None:
+    operation = OPERATIONS[label]
+    url, token = console_api
+    signed = {"Authorization": f"Bearer {token}"}
+    strategy = operation.as_strategy(
+        path_parameters={"id": MAYA} if "{id}" in operation.path else None, headers=signed
+    )
+    fuzz(strategy, url, 4)
+    # without a token, API Gateway's 401 (the document's), whatever the request
+    fuzz(operation.as_strategy(headers={"Authorization": "Bearer not-a-token"}), url, 2)

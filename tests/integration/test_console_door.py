@@ -123,7 +123,7 @@ def call(
 
 
 @pytest.fixture
-def door(resources, monkeypatch, lambda_context) -> Iterator[Door]:
+def door(resources, whasp, bus, monkeypatch, lambda_context) -> Iterator[Door]:
     template = load_template()
     cognito = {
         lid: r for lid, r in template["Resources"].items() if r["Type"].startswith("AWS::Cognito::")
@@ -154,6 +154,10 @@ def door(resources, monkeypatch, lambda_context) -> Iterator[Door]:
             "AGENT_ID": AGENT,
             "CONSOLE_CLIENT_ID": pool.client_id,
             "CONSOLE_LOGIN_URL": pool.login.url,
+            "PROVIDER": "whasp",  # as the template always sets it: the operator's replies
+            "WHASP_API_URL": whasp.url,
+            "WHASP_API_KEY": "whasp-test-key",
+            "OPERATOR_EVENT_BUS": bus["name"],
         },
         monkeypatch,
     )
