@@ -105,9 +105,11 @@ class JwtAuthorizer:
         audiences = audience if isinstance(audience, list) else [audience]
         if claims.get("iss") != self.issuer or not set(audiences) & set(self.audience):
             return None
-        if not isinstance(claims.get("exp"), int | float) or claims["exp"] <= now:
-            return None
-        if any(claims.get(name, 0) > now for name in ("nbf", "iat")):
+        times = [claims.get(name, 0) for name in ("exp", "nbf", "iat")]
+        if not all(isinstance(t, int | float) for t in times):
+            return None  # a time that is no number (RFC 7519's NumericDate)
+        expires, not_before, issued = times
+        if expires <= now or not_before > now or issued > now:
             return None
         return {name: _as_string(value) for name, value in claims.items()}
 
