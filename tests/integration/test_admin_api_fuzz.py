@@ -43,7 +43,7 @@ CHECKS = [
     response_schema_conformance,
 ]
 
-admin = test_operator.admin  # the admin handler, as the operator tests load it (a fixture)
+admin, admin_env = test_operator.admin, test_operator.admin_env  # the operator tests' fixtures
 door = test_console_door.door  # the console's door, as its tests build it (a fixture)
 
 

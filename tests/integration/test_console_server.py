@@ -23,7 +23,7 @@ from tests.integration import test_operator
 from tests.integration.test_operator import say
 
 HEADER = "X-Operator-Console"
-admin = test_operator.admin  # the admin handler, as the operator tests load it (a fixture)
+admin, admin_env = test_operator.admin, test_operator.admin_env  # the operator tests' fixtures
 
 
 @pytest.fixture

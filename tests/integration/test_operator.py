@@ -54,20 +54,21 @@ def notifications(bus: dict[str, str]) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def admin(resources, whasp, bus, monkeypatch) -> Any:
-    return load_function(
-        "admin",
-        {
-            "TABLE_NAME": resources.table_name,
-            "AGENT_ID": AGENT,
-            "PROVIDER": "whasp",
-            "WHASP_API_URL": whasp.url,
-            "WHASP_API_KEY": "whasp-test-key",
-            "OPERATOR_EVENT_BUS": bus["name"],
-            "LEDGER_TTL_DAYS": "3650",
-        },
-        monkeypatch,
-    )
+def admin_env(resources, whasp, bus) -> dict[str, str]:
+    return {
+        "TABLE_NAME": resources.table_name,
+        "AGENT_ID": AGENT,
+        "PROVIDER": "whasp",
+        "WHASP_API_URL": whasp.url,
+        "WHASP_API_KEY": "whasp-test-key",
+        "OPERATOR_EVENT_BUS": bus["name"],
+        "LEDGER_TTL_DAYS": "3650",
+    }
+
+
+@pytest.fixture
+def admin(admin_env, monkeypatch) -> Any:
+    return load_function("admin", admin_env, monkeypatch)
 
 
 def say(consumer, lambda_context, text: str, minutes_ago: float = 1, phone: str = MAYA) -> None:

@@ -17,6 +17,7 @@ import pytest
 from devstack.apigw import http_api_event
 from memagent.memory.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, sqs_batch, whasp_message
+from tests.integration import test_operator
 from tests.integration.test_operator import OPERATOR_ARN, SAM, call, person
 
 ANA = "+447700900789"
@@ -28,21 +29,13 @@ def marking(consumer_env, monkeypatch) -> Any:
     return load_function("consumer", {**consumer_env, "RECENT_CONVERSATIONS": "true"}, monkeypatch)
 
 
+admin_env = test_operator.admin_env  # a fixture
+
+
 @pytest.fixture
-def admin(resources, whasp, bus, monkeypatch) -> Any:
-    return load_function(
-        "admin",
-        {
-            "TABLE_NAME": resources.table_name,
-            "AGENT_ID": AGENT,
-            "PROVIDER": "whasp",
-            "WHASP_API_URL": whasp.url,
-            "WHASP_API_KEY": "whasp-test-key",
-            "OPERATOR_EVENT_BUS": bus["name"],
-            "RECENT_CONVERSATIONS": "true",
-        },
-        monkeypatch,
-    )
+def admin(admin_env, monkeypatch) -> Any:
+    """The admin function of a stack with OperatorConsole=true."""
+    return load_function("admin", {**admin_env, "RECENT_CONVERSATIONS": "true"}, monkeypatch)
 
 
 def write(consumer, lambda_context, phone: str, text: str, at: datetime) -> None:
