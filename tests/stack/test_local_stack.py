@@ -265,7 +265,8 @@ def test_changing_the_table_in_the_template_changes_the_table_created(stand_in_s
     ]
     renamed = {"pk": "person", "sk": "item"}
     for field in table["AttributeDefinitions"] + table["KeySchema"]:
-        field["AttributeName"] = renamed.get(field["AttributeName"], field["AttributeName"])
+        if "AttributeName" in field:  # not an !If (the console's index keys: kept as they are)
+            field["AttributeName"] = renamed.get(field["AttributeName"], field["AttributeName"])
     # when the stack's resources are created from it (DevStack.start creates them this way, from
     # its template: the test above shows the queue following its copy)
     created = create_all(f"t{uuid.uuid4().hex[:10]}", template)
