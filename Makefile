@@ -10,7 +10,8 @@ STAMP := $(VENV)/.installed
 
 help:
 	@echo "make test      the test suite, in parallel, without the slow tier (creates .venv)"
-	@echo "make test-slow the slow tier: sam build, the demo, the bench smoke, the 20 x 60 stack run"
+	@echo "make test-slow the slow tier: sam build, the demo, the bench smoke, the 20 x 60 stack run,"
+	@echo "               the console in Chromium, the admin API fuzzed (Schemathesis)"
 	@echo "make test-all  both (CI runs both)"
 	@echo "make mutation  mutmut on the domain modules (MODULE=memory.facts: one), a score per module"
 	@echo "make lint      ruff lint and format check, import-linter's contracts"
