@@ -59,7 +59,15 @@ from memagent.lifecycle import audit, export, forget
 from memagent.lifecycle import audit_trail as actions
 from memagent.memory import person_key
 from memagent.observability import logger, metrics
-from memagent.operator import AdminSettings, Caller, Operator, caller_of, identifier, page
+from memagent.operator import (
+    AdminSettings,
+    Caller,
+    Operator,
+    caller_of,
+    identifier,
+    needed_for,
+    page,
+)
 from memagent.providers import provider_from_settings
 from memagent.store import OperatorStore
 
@@ -147,7 +155,7 @@ def _audited(action: str, raw: str | None, run: Callable[[str], dict[str, Any]])
         audit(action, caller=caller, person=None, outcome="refused")
         if caller is None:
             return _error(403, "no caller: this route is served only behind an authorizer")
-        return _error(403, f"your group may not do this ({action}): it needs admins")
+        return _error(403, f"your group may not do this ({action}): it needs {needed_for(action)}")
     try:
         if raw is not None:
             who = identifier(who)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from memagent.operator.doors import ADMIN_ONLY, Caller, caller_of, groups_of
+from memagent.operator.doors import ADMIN_ONLY, Caller, caller_of, groups_of, needed_for
 
 SEAT = ("read", "fact_add", "handoff_start", "operator_reply", "follow_up_cancel", "list_handoffs")
 
@@ -65,6 +65,11 @@ def test_a_token_in_no_known_group_may_do_nothing():
     for groups in (frozenset(), frozenset({"operator"}), frozenset({"Admins"})):
         stranger = Caller("console", "cy", "s", groups)
         assert not any(stranger.may(action) for action in (*SEAT, *ADMIN_ONLY))
+
+
+def test_a_refusal_names_the_groups_that_may():
+    assert needed_for("erase") == needed_for("export") == "admins"
+    assert needed_for("read") == "operators or admins"
 
 
 def test_no_authorizer_no_caller():

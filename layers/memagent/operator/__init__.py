@@ -12,7 +12,7 @@ __getattr__, __all__ = face(
     __name__,
     {
         "console": ["page"],
-        "doors": ["Caller", "caller_of"],
+        "doors": ["Caller", "caller_of", "needed_for"],
         "reading": ["Operator"],
         "seat": ["identifier"],
         "settings": ["AdminSettings"],

@@ -46,6 +46,11 @@ class Caller:
         return bool(self.groups & {OPERATORS, ADMINS})
 
 
+def needed_for(action: str) -> str:
+    """The groups that may do `action`, as a refusal names them."""
+    return ADMINS if action in ADMIN_ONLY else f"{OPERATORS} or {ADMINS}"
+
+
 def caller_of(request_context: Mapping[str, Any]) -> Caller | None:
     """The caller API Gateway's authorizer let through (payload 2.0's requestContext), or None
     when no authorizer ran (the console's page, or a misrouted request: refused)."""
