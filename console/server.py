@@ -217,8 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         stack = local_stack()
         print("local stack: +447700900123 asked for a human (make chat talks to its own stack)")
         print(f"operator console: {stack.console_api.url}/  (Ctrl-C to stop)")
-        for email, groups in LOCAL_OPERATORS.items():
-            print(f"  sign in as {email} ({', '.join(groups)}), password {LOCAL_PASSWORD}")
+        for username, groups in LOCAL_OPERATORS.items():
+            print(f"  sign in as {username} ({', '.join(groups)}), password {LOCAL_PASSWORD}")
     # a SIGTERM stops it like Ctrl-C: the local stack's processes are stopped too
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:

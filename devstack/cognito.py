@@ -44,26 +44,27 @@ UNAUTHORIZED = {"message": "Unauthorized"}
 
 
 def seed_operator(
-    pool_id: str, email: str, password: str, groups: tuple[str, ...], client: Any = None
+    pool_id: str, username: str, password: str, groups: tuple[str, ...], client: Any = None
 ) -> None:
-    """An invited operator who has set a password (the invitation's temporary one changed)."""
+    """An invited operator (`username`, at username@example.com) who has set a password (the
+    invitation's temporary one changed)."""
     import boto3
 
     cognito = client or boto3.client("cognito-idp")
     cognito.admin_create_user(
         UserPoolId=pool_id,
-        Username=email,
+        Username=username,
         UserAttributes=[
-            {"Name": "email", "Value": email},
+            {"Name": "email", "Value": f"{username}@example.com"},
             {"Name": "email_verified", "Value": "true"},
         ],
         MessageAction="SUPPRESS",
     )
     cognito.admin_set_user_password(
-        UserPoolId=pool_id, Username=email, Password=password, Permanent=True
+        UserPoolId=pool_id, Username=username, Password=password, Permanent=True
     )
     for group in groups:
-        cognito.admin_add_user_to_group(UserPoolId=pool_id, Username=email, GroupName=group)
+        cognito.admin_add_user_to_group(UserPoolId=pool_id, Username=username, GroupName=group)
 
 
 # ------------------------------------------------------------------ API Gateway's JWT authorizer
@@ -291,7 +292,7 @@ def _form(fields: dict[str, str], error: str) -> str:
         + warning
         + '<form method="post" action="/login">'
         + hidden
-        + '<label>Email <input name="username" id="username" autocomplete="username"></label>'
+        + '<label>Username or email <input name="username" id="username"></label>'
         + '<label>Password <input name="password" id="password" type="password"></label>'
         + '<button type="submit" id="sign-in">Sign in</button></form>'
     )
@@ -304,9 +305,9 @@ def _page(status: int, body: str) -> Reply:
 
 # ------------------------------------------------------------------ the stack's user pool
 
-LOCAL_OPERATORS = {  # make console prints these; docs/operator.md names them
-    "operator@example.com": ("operators",),
-    "admin@example.com": ("admins",),
+LOCAL_OPERATORS = {  # usernames and groups: make console prints these; docs/operator.md too
+    "operator": ("operators",),
+    "admin": ("admins",),
 }
 LOCAL_PASSWORD = "Local-operator-1"  # noqa: S105 (a local stand-in's published password)
 
@@ -339,7 +340,8 @@ class LocalUserPool:
         pool = resolved(
             "AWS::Cognito::UserPool",
             ("UserPoolName", "Policies", "AdminCreateUserConfig", "UsernameAttributes",
-             "AutoVerifiedAttributes", "MfaConfiguration", "AccountRecoverySetting"),
+             "AliasAttributes", "UsernameConfiguration", "AutoVerifiedAttributes",
+             "MfaConfiguration", "AccountRecoverySetting"),
         )  # fmt: skip
         name = pool.pop("UserPoolName")
         pool_id = cognito.create_user_pool(PoolName=name, **pool)["UserPool"]["Id"]
@@ -356,8 +358,8 @@ class LocalUserPool:
             if resource["Type"] == "AWS::Cognito::UserPoolGroup":
                 group = resolve(resource["Properties"]["GroupName"])
                 cognito.create_group(UserPoolId=pool_id, GroupName=group)
-        for email, groups in LOCAL_OPERATORS.items():
-            seed_operator(pool_id, email, LOCAL_PASSWORD, groups, cognito)
+        for username, groups in LOCAL_OPERATORS.items():
+            seed_operator(pool_id, username, LOCAL_PASSWORD, groups, cognito)
         login = ManagedLogin(pool_id).start()
         refs = {
             of["AWS::Cognito::UserPool"][0]: pool_id,

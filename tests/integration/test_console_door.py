@@ -52,14 +52,14 @@ class Door:
         self.pool, self.api, self.jwks = pool, api, jwks
         self.url = api.url + "/"
 
-    def sign_in(self, email: str, password: str = LOCAL_PASSWORD) -> dict[str, Any]:
+    def sign_in(self, username: str, password: str = LOCAL_PASSWORD) -> dict[str, Any]:
         """The browser's sign-in: authorize, the form, the redirect back, the code for tokens."""
         verifier = secrets.token_urlsafe(32)
         challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest())
         query = self.authorize_query(challenge.rstrip(b"=").decode())
         status, _headers, body = call("GET", f"{self.pool.login.url}/oauth2/authorize?{query}")
         assert status == 200 and b'name="password"' in body
-        form = {**parse_qs_one(query), "username": email, "password": password}
+        form = {**parse_qs_one(query), "username": username, "password": password}
         status, headers, body = call("POST", f"{self.pool.login.url}/login", form=form)
         if status != 302:
             return {"refused": body.decode()}
@@ -299,7 +299,8 @@ def test_an_operator_may_not_erase_or_export_an_admin_may_and_the_audit_names_th
     # an operator reads and takes over...
     assert door.request("GET", path + "/conversation", operator)[0] == 200
     status, taken = door.request("POST", path + "/handoff", operator)
-    assert status == 200 and taken["handoff"]["by"] == claims_of(operator)["username"]
+    # who took it, by the name the console shows: the operator's username
+    assert status == 200 and taken["handoff"]["by"] == claims_of(operator)["username"] == OPERATOR
     # ...but may neither erase nor export: 403, and nothing is erased
     for method in ("DELETE", "GET"):
         status, body = door.request(method, path, operator)
@@ -324,11 +325,10 @@ def test_an_operator_may_not_erase_or_export_an_admin_may_and_the_audit_names_th
 
 def test_a_token_in_no_group_may_do_nothing(door):
     cognito = boto3.client("cognito-idp")
-    email = "nobody@example.com"
     from devstack.cognito import seed_operator
 
-    seed_operator(door.pool.pool_id, email, LOCAL_PASSWORD, (), cognito)
-    token = door.sign_in(email)["access_token"]
+    seed_operator(door.pool.pool_id, "nobody", LOCAL_PASSWORD, (), cognito)
+    token = door.sign_in("nobody")["access_token"]
     assert door.request("GET", "/handoffs", token)[0] == 403
 
 

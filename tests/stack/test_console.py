@@ -197,7 +197,7 @@ def test_an_operator_signs_in_answers_a_waiting_person_hands_back_and_may_not_er
     stack.send_message(ana, "Hello, can I talk to a human please?")
     stack.send_message(bo, "Hi, what are your opening hours?")
     assert stack.wait_idle()
-    operator = next(e for e, groups in LOCAL_OPERATORS.items() if groups == ("operators",))
+    operator = next(u for u, groups in LOCAL_OPERATORS.items() if groups == ("operators",))
     wait = WebDriverWait(
         browser, 60, poll_frequency=0.05, ignored_exceptions=[StaleElementReferenceException]
     )
