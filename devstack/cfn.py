@@ -2,7 +2,8 @@
 
 The local stack reads each function's code location, handler, timeout, memory size, environment
 and event sources from the template, resolving the intrinsics it uses (Ref, Fn::GetAtt, Fn::Sub,
-Fn::If with the template's Conditions, Fn::Join, Fn::Select) against the local resources. A new
+Fn::If with the template's Conditions, Fn::Join, Fn::Split, Fn::Select) against the local
+resources. A new
 environment variable or a changed timeout in template.yaml therefore reaches the local run with no
 second place to edit; an intrinsic this module cannot resolve raises `TemplateError` naming it.
 """
@@ -136,6 +137,9 @@ class Resolver:
         if name == "Fn::Join":
             separator, items = argument
             return separator.join(as_text(v) for v in self.resolve(items))
+        if name == "Fn::Split":
+            separator, text = argument
+            return as_text(self.resolve(text)).split(separator)
         if name == "Fn::Select":
             index, items = argument
             return self.resolve(items)[int(self.resolve(index))]

@@ -542,6 +542,14 @@ def main(argv: list[str] | None = None) -> int:
     ) as stack:
         console.model_banner(stack.model)
         Demo(stack, console).run()
+        refused = stack.iam_refusals()
+        console.check(
+            not refused,
+            "IAM allowed every AWS call the functions made (each checked against its role)"
+            + "".join(
+                f"; refused: {r['function']} {r['action']} on {r['resource']}" for r in refused[:5]
+            ),
+        )
         stats = {name: (pool.invocations, pool.cold_starts) for name, pool in stack.pools.items()}
     console.heading("Done")
     for name, (invocations, cold) in stats.items():

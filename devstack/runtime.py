@@ -283,6 +283,9 @@ def serve(config: dict[str, Any]) -> int:
     channel = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # print() and logs -> the log file
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    from devstack.iam.guard import install_from_environment
+
+    install_from_environment()  # IAM: the role's guard on every AWS call (devstack.iam)
     started = time.perf_counter()
     try:
         handler = _load(config)

@@ -75,6 +75,23 @@ IDLE_POLL_SECONDS = 0.05
 STOP_WORDS = frozenset({"stop", "unsubscribe"})  # what whasp treats as an opt-out
 
 
+# The calls the stacks of this process were refused and nobody has read yet: tests/conftest.py
+# fails the test during which a stack was refused one (a sufficiency check on every stack run).
+_REFUSED: list[dict[str, Any]] = []  # from stacks stopped since the last read
+_RUNNING: set[DevStack] = set()
+_REFUSED_LOCK = threading.Lock()
+
+
+def unread_refusals() -> list[dict[str, Any]]:
+    """Refusals seen since the last call, from running and stopped stacks alike."""
+    with _REFUSED_LOCK:
+        found, _REFUSED[:] = list(_REFUSED), []
+        running = list(_RUNNING)
+    for stack in running:
+        found += stack._unread_refusals()
+    return found
+
+
 # --------------------------------------------------------------------------- the model
 
 
@@ -177,6 +194,10 @@ class DevStack(Started):
     provider            "whasp" or "meta" (default: PROVIDER, else whasp)
     console / level     where progress goes: "quiet", "normal" or "verbose"
     log_path            the detailed log (functions' Powertools JSON, the stack's own lines)
+    iam                 check every AWS call each function makes against its role, as IAM would
+                        (devstack.iam; on by default): a refused call is AccessDenied, and
+                        `iam_refusals()` lists them; "record": list them, refuse nothing (one
+                        run names every missing grant, not only the first)
     """
 
     def __init__(
@@ -199,6 +220,7 @@ class DevStack(Started):
         level: str = "normal",
         log_path: Path | str = LOG_PATH,
         provider: str | None = None,
+        iam: bool | str = True,
     ):
         self.agent_id = agent_id
         self.provider = provider or os.environ.get("PROVIDER") or "whasp"
@@ -221,6 +243,13 @@ class DevStack(Started):
         self.log_path = Path(log_path)
         self.prefix = f"local-{uuid.uuid4().hex[:6]}"
         self.clock_offset = timedelta(0)  # events are dated now + offset ("let days pass")
+        if iam not in (True, False, "record"):
+            raise ValueError(f"iam must be True, False or 'record', not {iam!r}")
+        self.iam_enforced = bool(iam)  # each function's AWS calls checked against its role
+        self.iam_refuses = iam is True  # "record": refusals recorded, the calls let through
+        self.iam: Any = None  # devstack.iam.roles.StackIam, resolved at start
+        self._iam_dir: Any = None  # tempfile.TemporaryDirectory: the guards' files, the record
+        self._refusals_read = 0  # how many of the record's refusals unread_refusals() gave
 
         self.moto: MotoServer | None = None
         self.whasp: Any = None  # devstack.fake_whasp.FakeWhasp
@@ -320,6 +349,8 @@ class DevStack(Started):
         resolver = self._cfn = self._resolver(base_url)
         self._create_buckets(resolver)
         self.functions = cfn.functions(self.template, resolver, ROOT)
+        if self.iam_enforced:
+            self._resolve_iam(resolver)
         # moto's Parameter Store takes seconds to initialise: overlap it with the cold starts
         # (the functions read their secrets on first use, after both are done).
         in_parallel([self._start_functions, self._store_secrets])
@@ -328,6 +359,104 @@ class DevStack(Started):
                 self.lambda_api.functions[self.function_arn(logical_id)] = self._invoker(logical_id)
         self._start_apis()
         self._start_deliveries(resolver)
+
+    # ------------------------------------------------------------------ IAM
+
+    def _resolve_iam(self, resolver: cfn.Resolver) -> None:
+        """The template's roles for this shape of the stack; the checks AWS makes when it
+        creates the stack (the Lambda service assumes each function's role; an event source
+        mapping's role may read its source); and each function's guard file."""
+        import tempfile
+
+        from devstack.iam.roles import StackIam
+
+        self.iam = iam = StackIam.from_template(
+            self.template,
+            resolver,
+            role_arn=lambda lid: f"arn:aws:iam::{cfn.ACCOUNT_ID}:role/{self.prefix}-{lid}",
+        )
+        self._iam_dir = tempfile.TemporaryDirectory(prefix="devstack-iam-")
+        self.iam_record = Path(self._iam_dir.name) / "decisions.jsonl"
+        self.iam_record.touch()
+        for logical_id, spec in self.functions.items():
+            role = iam.function_role[logical_id]
+            if not iam.service_may_assume(role, "lambda.amazonaws.com", {}):
+                raise cfn.TemplateError(
+                    f"{logical_id}: the Lambda service cannot assume {role} (its trust policy)"
+                )
+            self._check_event_sources(spec, role, resolver)
+            config = {
+                "function": self.function_name(logical_id),
+                "role": iam.roles[role].as_json(),
+                "roles": [r.as_json() for r in iam.roles.values()],
+                "resource_policies": iam.resource_policies,
+                "record": str(self.iam_record),
+                "enforce": self.iam_refuses,
+                "region": REGION,
+                "account": cfn.ACCOUNT_ID,
+            }
+            (Path(self._iam_dir.name) / f"{logical_id}.json").write_text(json.dumps(config))
+        with _REFUSED_LOCK:
+            _RUNNING.add(self)
+
+    def _check_event_sources(
+        self, spec: cfn.FunctionSpec, role: str, resolver: cfn.Resolver
+    ) -> None:
+        """What CreateEventSourceMapping checks of the function's role (Lambda's guide: the
+        execution role permissions for SQS and DynamoDB Streams), and what its OnFailure
+        destination needs."""
+        from devstack.iam.policy import Request
+
+        assert self.iam is not None
+        needed: list[Request] = []
+        for event in spec.events.values():
+            props = resolver.resolve(event.get("Properties") or {})
+            if event.get("Type") == "SQS":
+                needed += [
+                    Request(f"sqs:{a}", props["Queue"])
+                    for a in ("ReceiveMessage", "DeleteMessage", "GetQueueAttributes")
+                ]
+            elif event.get("Type") == "DynamoDB":
+                needed += [
+                    Request(f"dynamodb:{a}", props["Stream"])
+                    for a in ("DescribeStream", "GetRecords", "GetShardIterator")
+                ]
+                # ListStreams too in Lambda's list, but it has no resource type (the Service
+                # Authorization Reference): SAM's own DynamoDBStreamReadPolicy scopes it to the
+                # stream, which IAM never matches, and mappings work: the poller does not need it
+                failure = (props.get("DestinationConfig") or {}).get("OnFailure") or {}
+                if failure.get("Destination"):
+                    needed.append(Request("sqs:SendMessage", failure["Destination"]))
+        for request in needed:
+            decision = self.iam.decide(role, request)
+            if not decision.allowed:
+                raise cfn.TemplateError(
+                    f"{spec.logical_id}'s event source: the execution role {role} may not "
+                    f"{request.action} on {request.resource} ({decision.reason})"
+                )
+
+    def iam_decisions(self) -> list[dict[str, Any]]:
+        """Every authorisation the functions asked for so far (devstack.iam.guard's record)."""
+        record = getattr(self, "iam_record", None)
+        if record is None or not Path(record).exists():
+            return []
+        return [json.loads(line) for line in Path(record).read_text().splitlines() if line]
+
+    def iam_refusals(self) -> list[dict[str, Any]]:
+        """The calls a function's role was refused: function, action, resource, why."""
+        return [d for d in self.iam_decisions() if not d["allowed"]]
+
+    def _unread_refusals(self) -> list[dict[str, Any]]:
+        refusals = self.iam_refusals()
+        found, self._refusals_read = refusals[self._refusals_read :], len(refusals)
+        return found
+
+    def _keep_refusals(self) -> None:
+        """At stop: what was refused and not read stays readable (`unread_refusals`)."""
+        found = self._unread_refusals()
+        with _REFUSED_LOCK:
+            _RUNNING.discard(self)
+            _REFUSED.extend(found)
 
     def _invoker(self, logical_id: str) -> Any:
         pool = self.pools[logical_id]
@@ -365,6 +494,10 @@ class DevStack(Started):
             self.moto = None
         self._restore_env()
         self._undo.close()
+        if self._iam_dir is not None:
+            self._keep_refusals()
+            self._iam_dir.cleanup()
+            self._iam_dir = None
         self.apis, self.pools = {}, {}
         self.queue_delivery = self.stream_delivery = self.retry_delivery = None
         if self._log is not None:
@@ -479,10 +612,18 @@ class DevStack(Started):
                 if "Condition" in resource and not resolver.condition(resource["Condition"]):
                     continue
                 name = resolver.refs[logical_id] = f"{self.prefix}-{logical_id}"
-                boto3.client("scheduler").create_schedule_group(Name=name)
+                resolver.attributes[(logical_id, "Arn")] = boto3.client(
+                    "scheduler"
+                ).create_schedule_group(Name=name)["ScheduleGroupArn"]
                 self.schedule_group = name
             if resource.get("Type") == "AWS::IAM::Role":  # a role Scheduler assumes: its ARN
                 arn = f"arn:aws:iam::{cfn.ACCOUNT_ID}:role/{self.prefix}-{logical_id}"
+                resolver.attributes[(logical_id, "Arn")] = arn
+            if resource.get("Type") == "AWS::Logs::LogGroup":  # what the logs policies name
+                props = resource.get("Properties") or {}
+                name = resolver.resolve(props.get("LogGroupName", f"/local/{logical_id}"))
+                resolver.refs.setdefault(logical_id, str(name))
+                arn = f"arn:aws:logs:{REGION}:{cfn.ACCOUNT_ID}:log-group:{name}:*"
                 resolver.attributes[(logical_id, "Arn")] = arn
             if resource.get("Type") == "AWS::Events::EventBus":  # the operator notifications
                 name = resolver.refs[logical_id] = f"{self.prefix}-{logical_id}"
@@ -558,6 +699,10 @@ class DevStack(Started):
         }
         if self.lambda_api is not None:
             env["AWS_ENDPOINT_URL_LAMBDA"] = self.lambda_api.url
+        if self._iam_dir is not None:
+            from devstack.iam.guard import ENV
+
+            env[ENV] = str(Path(self._iam_dir.name) / f"{spec.logical_id}.json")
         if "CONSOLE_LOGIN_URL" in env and self.user_pool is not None:
             # the template names Cognito's domain for the managed login; here, its stand-in
             env["CONSOLE_LOGIN_URL"] = self.user_pool.login.url

@@ -120,6 +120,25 @@ def no_long_sleeps() -> Iterator[None]:
         )
 
 
+@pytest.fixture(autouse=True)
+def iam_sufficient(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every local stack a test starts checks each AWS call against the function's role
+    (devstack.iam): a call its role would be refused in AWS fails the test, naming the function,
+    the action and the resource, unless the test expects refusals (`iam_refusals_expected`)."""
+    from devstack import stack
+
+    yield
+    refused = stack.unread_refusals()
+    if refused and request.node.get_closest_marker("iam_refusals_expected") is None:
+        lines = sorted(
+            {f"{r['function']} ({r['role']}): {r['action']} on {r['resource']}" for r in refused}
+        )
+        pytest.fail(
+            "AWS would refuse these calls (the role does not grant them):\n  " + "\n  ".join(lines),
+            pytrace=False,
+        )
+
+
 @pytest.fixture
 def aws_retry_pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """botocore's pauses between retries, recorded instead of waited: a test of an unreachable
