@@ -236,6 +236,7 @@ MUST_SEE = {
     ("ConsumerRole", "s3:PutObject"),
     ("ConsumerRole", "events:PutEvents"),
     ("CompactorRole", "dynamodb:UpdateItem"),
+    ("CompactorRole", "s3:PutObject"),
     ("AdminRole", "dynamodb:BatchGetItem"),
     ("AdminRole", "dynamodb:Query"),
     ("WebhookRole", "sqs:SendMessage"),
