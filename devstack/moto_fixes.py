@@ -150,6 +150,7 @@ def make_dynamodb_faster() -> None:
 
 def apply() -> None:
     """Every fix above, once per process."""
+    make_iam_simulate()  # adds a method to a response class: before the server's first request
     make_dynamodb_thread_safe()
     make_dynamodb_faster()
     make_server_dispatch_faster()
@@ -497,3 +498,52 @@ def make_scheduler_strict() -> None:
         return create(self, **kwargs)
 
     EventBridgeSchedulerBackend.create_schedule = create_schedule
+
+
+@_once
+def make_iam_simulate() -> None:
+    """IAM's SimulatePrincipalPolicy, which moto lacks, answered by the local stack's own
+    evaluation (devstack.iam.policy) over the role's inline policies in moto's IAM: how an
+    operator checks from outside that a role may read a secret (`make smoke`), and what the
+    local stack then answers the same way. Identity policies only, as the API does when no
+    ResourcePolicy is given; decisions are allowed, explicitDeny or implicitDeny."""
+    import json as json_
+    from urllib.parse import unquote
+
+    from moto.core.responses import ActionResult
+    from moto.iam.responses import IamResponse
+
+    from devstack.iam.policy import Request, decide
+
+    def simulate_principal_policy(self: Any) -> Any:
+        source = self._get_param("PolicySourceArn")
+        role = self.backend.get_role(source.rsplit("/", 1)[-1])
+        documents = []
+        for document in role.policies.values():
+            text = document if isinstance(document, str) else json_.dumps(document)
+            documents.append(json_.loads(unquote(text)))
+        actions = self._get_param("ActionNames") or []
+        resources = self._get_param("ResourceArns") or ["*"]
+        context = {
+            entry["ContextKeyName"]: entry["ContextKeyValues"]
+            for entry in self._get_param("ContextEntries") or []
+        }
+        results = []
+        for action in actions:
+            for resource in resources:
+                decision = decide(Request(action, resource, context), identity=documents)
+                verdict = (
+                    "allowed"
+                    if decision.allowed
+                    else ("explicitDeny" if "explicit deny" in decision.reason else "implicitDeny")
+                )
+                results.append(
+                    {
+                        "EvalActionName": action,
+                        "EvalResourceName": resource,
+                        "EvalDecision": verdict,
+                    }
+                )
+        return ActionResult({"EvaluationResults": results, "IsTruncated": False})
+
+    IamResponse.simulate_principal_policy = simulate_principal_policy

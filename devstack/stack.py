@@ -375,6 +375,7 @@ class DevStack(Started):
             resolver,
             role_arn=lambda lid: f"arn:aws:iam::{cfn.ACCOUNT_ID}:role/{self.prefix}-{lid}",
         )
+        self._create_roles(iam)
         self._iam_dir = tempfile.TemporaryDirectory(prefix="devstack-iam-")
         self.iam_record = Path(self._iam_dir.name) / "decisions.jsonl"
         self.iam_record.touch()
@@ -398,6 +399,22 @@ class DevStack(Started):
             (Path(self._iam_dir.name) / f"{logical_id}.json").write_text(json.dumps(config))
         with _REFUSED_LOCK:
             _RUNNING.add(self)
+
+    def _create_roles(self, iam: Any) -> None:
+        """The roles in moto's IAM too, as CloudFormation creates them: what an operator reads
+        from outside (GetRole, SimulatePrincipalPolicy: devstack.moto_fixes) is the template's."""
+        import boto3
+
+        client = boto3.client("iam")
+        for role in iam.roles.values():
+            name = role.arn.rsplit("/", 1)[-1]
+            client.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(role.trust))
+            for number, document in enumerate(role.policies):
+                client.put_role_policy(
+                    RoleName=name,
+                    PolicyName=f"policy-{number}",
+                    PolicyDocument=json.dumps(document),
+                )
 
     def _check_event_sources(
         self, spec: cfn.FunctionSpec, role: str, resolver: cfn.Resolver

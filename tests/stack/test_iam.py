@@ -331,3 +331,23 @@ def test_every_path_on_a_stack_with_every_part_on_is_granted_what_it_calls(tmp_p
     )
     assert all(s.startswith("ok") for s in steps), steps
     assert seen >= MUST_SEE, sorted(MUST_SEE - seen)
+
+
+@pytest.mark.xdist_group("iam-stack")
+def test_an_operator_can_ask_iam_from_outside_what_a_role_may_do(stack):
+    # given the template's roles in the local IAM, as CloudFormation creates them
+    import boto3
+
+    iam = boto3.client("iam")
+    consumer = stack.iam.roles["ConsumerRole"].arn
+    table = f"arn:aws:dynamodb:us-east-1:123456789012:table/{stack.resources.table_name}"
+    # when the operator simulates the consumer's role (IAM's SimulatePrincipalPolicy)
+    answer = iam.simulate_principal_policy(
+        PolicySourceArn=consumer,
+        ActionNames=["dynamodb:Query", "dynamodb:Scan"],
+        ResourceArns=[table],
+    )
+    # then the answers are the local evaluation's: Query allowed, Scan implicitly denied
+    decisions = {e["EvalActionName"]: e["EvalDecision"] for e in answer["EvaluationResults"]}
+    assert decisions == {"dynamodb:Query": "allowed", "dynamodb:Scan": "implicitDeny"}
+    assert iam.get_role(RoleName=consumer.rsplit("/", 1)[-1])["Role"]["Arn"] == consumer
