@@ -28,6 +28,7 @@ from devstack.events import (
 )
 from devstack.lambda_harness import retried, sqs_message_record
 from memagent.memory.person import person_key
+from memagent.providers import TEST_PERSON
 from tests.conftest import AGENT, load_function, reset_for_each_test
 from tests.integration.faults import crash_after, crash_before
 from tests.integration.test_lifecycle import only_the_mark
@@ -1023,3 +1024,23 @@ def test_an_unsigned_post_is_a_401_before_the_app_secret_is_read(
     # while a signed one does need the secret, and fails closed
     assert post(webhook, text_from("hello", phone=MAYA_PHONE), lambda_context) == 503
     assert queue.peek() == []
+
+
+def test_with_meta_the_test_person_gets_no_send_no_read_receipt_and_no_typing(
+    webhook, resources, consumer, graph, openai, lambda_context
+):
+    # given the reserved test person and Maya write through Meta (wa_id form, without a "+")
+    queue = Queue(resources)
+    wamids = {TEST_PERSON: "wamid.TESTPERSON0001", MAYA_PHONE: "wamid.MAYA0001"}
+    for phone, wamid in wamids.items():
+        notification = text_from("Hello, is this thing on?", phone=phone, wamid=wamid)
+        assert post(webhook, notification, lambda_context) == 200
+    # when the consumer handles them
+    assert queue.deliver(consumer, lambda_context) == 0
+    # then both were answered in memory
+    for phone in wamids:
+        stored = memory_rows(resources, phone)
+        assert [r["role"] for r in stored if r["sk"].startswith("MSG#")] == ["user", "assistant"]
+    # and the Graph API saw one reply and one read receipt (with its typing indicator): Maya's
+    assert [sent["to"] for sent in graph.sent] == [MAYA_PHONE.lstrip("+")]
+    assert [read["message_id"] for read in graph.reads] == [wamids[MAYA_PHONE]]

@@ -1,7 +1,8 @@
 """The messaging providers behind one seam. `seam` is what the turn, the memory and
 compaction know of a provider; `whasp` and `meta` are the two adapters (independent: neither
 imports the other, import-linter's contract); `configured` builds only the one a stack serves;
-`download`, `origins` and `signing` are the rules both adapters share.
+`download`, `origins` and `signing` are the rules both adapters share; `void` keeps every send
+from the reserved test person (`make smoke`).
 
 Each adapter is a face of its own: another wing imports `memagent.providers.whasp` or
 `memagent.providers.meta` directly, and only where that provider is served.
@@ -35,5 +36,6 @@ __getattr__, __all__ = face(
         ],
         "settings": ["DEFAULT_META_GRAPH_URL", "PROVIDERS", "ProviderSettings"],
         "signing": ["check_signing_secrets"],
+        "void": ["TEST_PERSON", "is_test_person"],
     },
 )

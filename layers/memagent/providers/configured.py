@@ -1,10 +1,13 @@
 """The provider a stack serves (PROVIDER): its client and its queued-event parser, built from
 the settings of a function that sends (the consumer, the admin API). Only that provider's
-module is imported."""
+module is imported. Either client sends nothing to the reserved test person
+(memagent.providers.void: what `make smoke` writes as)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from memagent.providers.void import IntoTheVoid
 
 if TYPE_CHECKING:
     from memagent.providers.seam import ParseEvent, Provider
@@ -25,7 +28,7 @@ def provider_from_settings(settings: ProviderSettings) -> tuple[Provider, ParseE
             media_origins=parse_origins(settings.meta_media_origins, https_only=True),
             media_deadline_seconds=settings.media_deadline_seconds,
         )
-        return client, meta.parse_event
+        return IntoTheVoid(client), meta.parse_event
     from memagent.providers import whasp
 
     assert settings.whasp_api_url  # checked by ConsumerSettings.from_env
@@ -36,4 +39,4 @@ def provider_from_settings(settings: ProviderSettings) -> tuple[Provider, ParseE
         media_origins=settings.media_origins,
         media_deadline_seconds=settings.media_deadline_seconds,
     )
-    return client, whasp.parse_event
+    return IntoTheVoid(client), whasp.parse_event
