@@ -32,6 +32,13 @@ target whose Input is no JSON object, and the templated SQS target on a FIFO que
 group id or without content-based deduplication (the event queue has none: follow-ups use the
 universal target, memagent.aws.scheduler). Its test: tests/integration/test_follow_up_schedules.py.
 
+SNS's subscriptions (`make_sns_faithful`): moto confirms every subscription at once. SNS waits
+for an email, email-json, http or https endpoint's owner to confirm it (Subscribe's API
+reference: "the endpoint owner must run the ConfirmSubscription action"); until then
+ListSubscriptionsByTopic lists its SubscriptionArn as "PendingConfirmation". The fix keeps those
+pending (no one confirms locally: an address given to the local stack receives nothing), which
+is what `make smoke` tells apart from a subscriber alarms reach.
+
 Each correction above has a test in tests/test_moto_fixes.py that shows moto as released still
 behaves that way (when it fails, moto has fixed it upstream: delete the patch) and that the patch
 gives AWS's behaviour. The clock and the speed-ups below correct nothing, so they have none.
@@ -156,6 +163,7 @@ def apply() -> None:
     make_server_dispatch_faster()
     make_sqs_faithful()
     make_scheduler_strict()
+    make_sns_faithful()
 
 
 @_once
@@ -547,3 +555,44 @@ def make_iam_simulate() -> None:
         return ActionResult({"EvaluationResults": results, "IsTruncated": False})
 
     IamResponse.simulate_principal_policy = simulate_principal_policy
+
+
+# the protocols whose endpoint's owner confirms a subscription (SNS's Subscribe reference)
+CONFIRMED_BY_THEIR_OWNER = frozenset({"email", "email-json", "http", "https"})
+PENDING = "PendingConfirmation"  # the SubscriptionArn SNS lists until then
+
+
+@_once
+def make_sns_faithful() -> None:
+    """Subscriptions that their endpoint's owner must confirm stay pending (nobody does here)."""
+    from moto.sns.models import SNSBackend
+
+    subscribe = SNSBackend.subscribe
+
+    def subscribe_pending(self: Any, topic_arn: str, endpoint: str, protocol: str) -> Any:
+        subscription = subscribe(self, topic_arn, endpoint, protocol)
+        if protocol in CONFIRMED_BY_THEIR_OWNER:
+            subscription.attributes["PendingConfirmation"] = "true"
+        return subscription
+
+    def listed(method: Any) -> Any:
+        def list_subscriptions(self: Any, *args: Any, **kwargs: Any) -> Any:
+            subscriptions, next_token = method(self, *args, **kwargs)
+            return [_as_listed(s) for s in subscriptions], next_token
+
+        return list_subscriptions
+
+    SNSBackend.subscribe = subscribe_pending
+    SNSBackend.list_subscriptions = listed(SNSBackend.list_subscriptions)
+    SNSBackend.list_subscriptions_by_topic = listed(SNSBackend.list_subscriptions_by_topic)
+
+
+def _as_listed(subscription: Any) -> dict[str, str]:
+    pending = subscription.attributes.get("PendingConfirmation") == "true"
+    return {
+        "SubscriptionArn": PENDING if pending else subscription.arn,
+        "Owner": subscription.owner,
+        "Protocol": subscription.protocol,
+        "Endpoint": subscription.endpoint,
+        "TopicArn": subscription.topic.arn,
+    }

@@ -87,6 +87,17 @@ def probe() -> dict[str, Any]:
         seen["visibility_of_an_old_message_refused"] = False
     except sqs.exceptions.ClientError:
         seen["visibility_of_an_old_message_refused"] = True
+
+    # make_sns_faithful: an email subscription nobody confirmed is listed as confirmed
+    sns = boto3.client("sns")
+    topic = sns.create_topic(Name=name)["TopicArn"]
+    queue_arn = f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
+    sns.subscribe(TopicArn=topic, Protocol="email", Endpoint="ops@example.com")
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
+    listed = sns.list_subscriptions_by_topic(TopicArn=topic)["Subscriptions"]
+    seen["subscriptions_listed"] = sorted(
+        (s["Protocol"], s["SubscriptionArn"].startswith(topic)) for s in listed
+    )
     return seen
 
 
@@ -149,3 +160,13 @@ def test_moto_still_counts_the_visibility_limit_from_sending(released_moto):
 
 def test_patched_the_visibility_limit_counts_from_the_latest_receive(patched_moto):
     assert patched_moto["visibility_of_an_old_message_refused"] is False
+
+
+def test_moto_still_confirms_an_email_subscription_at_once(released_moto):
+    # when this fails, moto fixed it: delete make_sns_faithful
+    assert released_moto["subscriptions_listed"] == [["email", True], ["sqs", True]]
+
+
+def test_patched_an_email_subscription_waits_for_its_owner_and_a_queue_does_not(patched_moto):
+    # (a queue of the topic's own account is confirmed at once, as in SNS)
+    assert patched_moto["subscriptions_listed"] == [("email", False), ("sqs", True)]
