@@ -49,6 +49,7 @@ from typing import Any, Self
 from urllib.parse import quote
 
 from devstack import Started, cfn, in_parallel, moto_fixes
+from devstack.alarms import create_alarms
 from devstack.apigw import LocalHttpApi, Route
 from devstack.aws import REGION, MotoServer, aws_env
 from devstack.clock import SQS_CLOCK
@@ -269,6 +270,7 @@ class DevStack(Started):
         self.console_api: LocalHttpApi | None = None  # its console's door (JWT)
         self.webhook_url = ""
         self.buckets: dict[str, str] = {}  # logical id -> bucket name
+        self.alarms: dict[str, str] = {}  # logical id -> alarm name (devstack.alarms)
         self._cfn: cfn.Resolver | None = None
         self._webhook_route: tuple[str, str] | None = None  # (HTTP API, path)
         self._saved_env: dict[str, str | None] = {}
@@ -348,6 +350,7 @@ class DevStack(Started):
         self.lambda_api = FakeLambda().start()  # the consumer invokes tools' functions here
         resolver = self._cfn = self._resolver(base_url)
         self._create_buckets(resolver)
+        self.alarms = create_alarms(self.template, resolver, self.prefix)
         self.functions = cfn.functions(self.template, resolver, ROOT)
         if self.iam_enforced:
             self._resolve_iam(resolver)
@@ -1301,6 +1304,36 @@ class DevStack(Started):
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as error:
             return error.code, json.loads(error.read() or b"null")
+
+    def outputs(self) -> dict[str, str]:
+        """The template's Outputs as CloudFormation's DescribeStacks lists them for this stack:
+        each whose Condition holds, resolved; an API's execute-api address is its local
+        server's (what `make smoke` reads, as it reads a deployed stack's)."""
+        assert self._cfn is not None
+        served = {name: api.url for name, api in self.apis.items()}
+        if self.console_api is not None:
+            served["ConsoleApi"] = self.console_api.url
+        refs = {name: self._cfn.refs.get(name, name.lower()) for name in served}
+        resolver = cfn.Resolver(
+            self.template, self._cfn.parameters, {**self._cfn.refs, **refs}, self._cfn.attributes
+        )
+        outputs = {}
+        for key, output in (self.template.get("Outputs") or {}).items():
+            if not _holds(resolver, output):
+                continue
+            value = cfn.as_text(resolver.resolve(output["Value"]))
+            for name, url in served.items():
+                value = value.replace(
+                    f"https://{refs[name]}.execute-api.{REGION}.amazonaws.com", url
+                )
+            outputs[key] = value
+        return outputs
+
+    def resolve(self, value: Any) -> Any:
+        """A template value (a parameter's Ref, a function's Role ...) as this stack resolved
+        it."""
+        assert self._cfn is not None
+        return self._cfn.resolve(value)
 
     def invoke(self, logical_id: str, event: Any) -> Outcome:
         """Invoke any function of the template directly (like `aws lambda invoke`)."""
