@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install test test-slow test-all mutation lint format validate scan build events bench demo chat console clean
+.PHONY: help install test test-slow test-all mutation lint format validate scan build events bench demo chat console smoke clean
 
 help:
 	@echo "make test      the test suite, in parallel, without the slow tier (creates .venv)"
@@ -25,6 +25,10 @@ help:
 	@echo "make chat      the same local stack, interactive (/human, /say TEXT, /back: the operator)"
 	@echo "make console   the operator's console: the local stack's, signed in as a seeded operator;"
 	@echo "               STACK=name: a deployed stack's admin API on http://127.0.0.1:8089 (your AWS credentials)"
+	@echo "make smoke     STACK=name: check a deployed stack from outside (your AWS credentials): outputs,"
+	@echo "               secrets and who may read them, the webhook refusing an unsigned POST, a test"
+	@echo "               person answered into the void, alarms reaching a subscriber; without STACK,"
+	@echo "               a local stack (PROVIDER=meta: Meta's)"
 	@echo "make bench     benchmarks -> docs/benchmarks.md"
 
 install: $(STAMP)
@@ -113,6 +117,10 @@ chat: $(STAMP)
 # the admin API of a deployed stack (STACK=name, your AWS credentials), else of a local stack
 console: $(STAMP)
 	$(PY) -m console.server $(if $(STACK),--stack $(STACK))
+
+# a deployed stack checked from outside (STACK=name, your AWS credentials), else a local stack
+smoke: $(STAMP)
+	$(PY) scripts/smoke.py $(if $(STACK),--stack $(STACK),--local $(if $(PROVIDER),--provider $(PROVIDER)))
 
 bench: $(STAMP)
 	$(PY) bench/run.py --out docs/benchmarks.md
