@@ -11,7 +11,8 @@ One line per check, `pass` or `FAIL` and why, and exit status 1 if any failed:
 - secrets: each SSM parameter and Secrets Manager secret a function reads (for the provider and
   the model home the stack serves: its settings are asked, as the function reads its
   environment) exists, and the function's role may read it (IAM's policy simulator,
-  SimulatePrincipalPolicy, with the role, the action and the secret's ARN). Values are never
+  SimulatePrincipalPolicy, with the role, the action and the secret's ARN; and kms:Decrypt on
+  its key, when that is a customer managed key). Values are never
   printed: the webhook's signing secret (and Meta's verify token) is read only to sign the test
   event below (and to answer Meta's check);
 - webhook: an unsigned POST is refused with 401; with Meta, the subscription check (GET with the
@@ -32,8 +33,9 @@ whasp or Meta, so no channel fee.
 
 Your credentials need: cloudformation:DescribeStacks, ListStackResources and GetTemplate;
 lambda:GetFunctionConfiguration; ssm:DescribeParameters and GetParameter (the signing secret);
-secretsmanager:DescribeSecret; iam:SimulatePrincipalPolicy; cloudwatch:DescribeAlarms;
-sns:ListSubscriptionsByTopic; execute-api:Invoke on the admin API (as scripts/people.py).
+secretsmanager:DescribeSecret; kms:DescribeKey (a key of yours, named by its alias);
+iam:SimulatePrincipalPolicy; cloudwatch:DescribeAlarms; sns:ListSubscriptionsByTopic;
+execute-api:Invoke on the admin API (as scripts/people.py).
 """
 
 from __future__ import annotations
@@ -350,18 +352,24 @@ def check_secrets(functions: list[Function], session: Any) -> Iterator[Result]:
     for secret in stored.values():
         check = f"{secret.store} {secret.name}"
         who = ", ".join(f"{lid} ({variable})" for lid, variable in secret.readers)
-        missing = _missing(secret, session)
+        missing, key = _described(secret, session)
         if missing:
             yield Result(False, check, f"{missing}; read by {who}")
             continue
         readers = ", ".join(dict.fromkeys(lid for lid, _ in secret.readers))
+        # reading it: the store's action on it, and Decrypt on its key when it is one of yours
+        # (an AWS managed key's policy lets every role the store serves use it)
+        needs = [(secret.action, "it")] + ([("kms:Decrypt", f"its key {key}")] if key else [])
         refused = []
         try:
             for logical_id, _ in secret.readers:
-                arn = _arn(secret, roles[logical_id], session)
-                decision = _simulated(session, roles[logical_id], secret.action, arn)
-                if decision != "allowed":
-                    refused.append(f"{logical_id}'s role may not {secret.action} it ({decision})")
+                for action, what in needs:
+                    arn = (
+                        key if action == "kms:Decrypt" else _arn(secret, roles[logical_id], session)
+                    )
+                    decision = _simulated(session, roles[logical_id], action, str(arn))
+                    if decision != "allowed":
+                        refused.append(f"{logical_id}'s role may not {action} {what} ({decision})")
         except Unasked as error:
             yield Result(False, check, f"exists; whether {readers} may read it is unknown: {error}")
             continue
@@ -375,21 +383,38 @@ class Unasked(Exception):
     """IAM's policy simulator could not be asked."""
 
 
-def _missing(secret: StoredSecret, session: Any) -> str | None:
-    """Why the secret cannot be there, or None when it is (its value is never read here)."""
+# the keys AWS manages for the stores: their key policies let the store use them for any
+# principal of the account that may read the secret
+AWS_MANAGED_KEYS = ("alias/aws/ssm", "alias/aws/secretsmanager")
+
+
+def _described(secret: StoredSecret, session: Any) -> tuple[str | None, str | None]:
+    """(why the secret cannot be there, or None; the ARN of the KMS key of yours it is
+    encrypted with, or None). Its value is never read here."""
     try:
         if secret.store == "secret":
-            session.client("secretsmanager").describe_secret(SecretId=secret.name)
-            return None
+            key = session.client("secretsmanager").describe_secret(SecretId=secret.name)
+            return None, _key_arn(key.get("KmsKeyId"), session)
         found = session.client("ssm").describe_parameters(
             ParameterFilters=[{"Key": "Name", "Option": "Equals", "Values": [secret.name]}]
         )["Parameters"]
+        if not found:
+            return "does not exist: create it (docs/deploy.md, step 1)", None
+        return None, _key_arn(found[0].get("KeyId"), session)
     except ClientError as error:
         code = error.response.get("Error", {}).get("Code", "")
         if code == "ResourceNotFoundException":
-            return "does not exist"
-        return f"could not be described ({code})"
-    return None if found else "does not exist: create it (docs/deploy.md, step 1)"
+            return "does not exist", None
+        return f"could not be described ({code})", None
+
+
+def _key_arn(key: str | None, session: Any) -> str | None:
+    """The ARN of a customer managed key (an alias, an id or an ARN); None for none or AWS's."""
+    if not key or key in AWS_MANAGED_KEYS:
+        return None
+    if key.startswith("arn:") and ":key/" in key:
+        return key
+    return str(session.client("kms").describe_key(KeyId=key)["KeyMetadata"]["Arn"])
 
 
 def _arn(secret: StoredSecret, role_arn: str, session: Any) -> str:

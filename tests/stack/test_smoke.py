@@ -181,6 +181,39 @@ def test_a_role_that_may_not_read_its_secret_fails_saying_whose(stack):
     ) in said
 
 
+def test_a_secret_under_a_key_of_yours_needs_decrypt_on_that_key(stack):
+    # given the OpenAI key is stored under a customer managed KMS key, which IAM does not let
+    # the compactor's role use
+    kms, ssm = boto3.client("kms"), boto3.client("ssm")
+    key = kms.create_key(Description="the operator's own")["KeyMetadata"]
+    kms.create_alias(AliasName=f"alias/{stack.prefix}", TargetKeyId=key["KeyId"])
+    name = "/whasp-agent/openai-api-key"
+    value = ssm.get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"]
+    ssm.put_parameter(
+        Name=name, Value=value, Type="SecureString", KeyId=f"alias/{stack.prefix}", Overwrite=True
+    )
+    refused = (role(stack, "CompactorRole"), "kms:Decrypt", key["Arn"])
+    simulator = Simulator({refused})
+    local = LocalStack(stack)
+    functions = [local.function(lid, "") for lid in stack.functions]
+    try:
+        # when the secrets are checked
+        said = lines(list(check_secrets(functions, simulator.session())))
+    finally:
+        ssm.put_parameter(
+            Name=name, Value=value, Type="SecureString", KeyId="alias/aws/ssm", Overwrite=True
+        )
+    # then that secret's line names the role that may not decrypt it, and the key
+    assert (
+        f"FAIL  SSM parameter {name}: CompactorFunction's role may not kms:Decrypt its key "
+        f"{key['Arn']} (implicitDeny)"
+    ) in said
+    # and IAM was asked about the consumer's role and that key too (allowed), and about no key
+    # for the parameters under AWS's own (alias/aws/ssm)
+    decrypts = {asked for asked in simulator.asked if asked[1] == "kms:Decrypt"}
+    assert decrypts == {refused, (role(stack, "ConsumerRole"), "kms:Decrypt", key["Arn"])}
+
+
 class TakesAnything(LoopbackServer):
     """A webhook that answers 200 to anything, signed or not."""
 
