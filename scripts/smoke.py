@@ -28,8 +28,8 @@ One line per check, `pass` or `FAIL` and why, and exit status 1 if any failed:
 
 What a run costs: one model call with your system prompt and one short message (a fraction of a
 cent with OpenAI's small models; it counts toward StackDailyTokenBudget), a few Lambda
-invocations and DynamoDB writes, and five audited admin API calls or so. Nothing is sent through
-whasp or Meta, so no channel fee.
+invocations and DynamoDB writes, and a handful of audited admin API calls (the exports read
+while it waits, the erasure). Nothing is sent through whasp or Meta, so no channel fee.
 
 Your credentials need: cloudformation:DescribeStacks, ListStackResources and GetTemplate;
 lambda:GetFunctionConfiguration; ssm:DescribeParameters and GetParameter (the signing secret);
@@ -60,6 +60,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from devstack import cfn
 from memagent.errors import ConfigurationError
 from memagent.providers import TEST_PERSON
+from memagent.store.ledger import FOR_HUMAN, OPTED_OUT, PARKED, SENT, SKIPPED
 
 # each function's settings, by logical id: asked which secrets the function reads (every
 # function of template.yaml naming one is here: tests/unit/test_smoke.py)
@@ -250,7 +251,8 @@ class Smoke:
         event_id, body, headers = keys.signed_event(datetime.now(UTC))
         status, _ = _http("POST", webhook_url, body, headers)
         if not 200 <= status < 300:
-            yield Result(False, check, f"the webhook answered {status} to a signed message")
+            hint = " (is this machine's clock within 5 minutes?)" if status == 401 else ""
+            yield Result(False, check, f"the webhook answered {status} to a signed message{hint}")
             return
         yield Result(True, check, f"a signed message was taken ({status})")
         try:
@@ -274,7 +276,7 @@ class Smoke:
                 None,
             )
             replies = [m for m in person.get("messages", []) if m.get("role") == "assistant"]
-            if entry is not None and entry.get("status") == "sent" and replies:
+            if entry is not None and entry.get("status") == SENT and replies:
                 took = time.monotonic() - began
                 return Result(
                     True,
@@ -283,7 +285,7 @@ class Smoke:
                 )
             if entry is not None:
                 seen = f"its message is {entry.get('status')}"
-                if entry.get("status") in ("parked", "opted_out", "failed"):
+                if entry.get("status") in (PARKED, OPTED_OUT, SKIPPED, FOR_HUMAN):  # for good
                     return Result(False, check, f"not answered: {seen}")
             if time.monotonic() - began >= self.wait_seconds:
                 return Result(
@@ -460,8 +462,9 @@ class SigningKeys:
         if self.provider == "meta":
             assert self.app_secret is not None
             wamid = f"wamid.SMOKE{uuid.uuid4().hex.upper()}"
-            message = events.meta_message(TEXT, phone=TEST_PERSON, wamid=wamid)
-            message["timestamp"] = str(int(at.timestamp()))
+            message = events.meta_message(
+                TEXT, phone=TEST_PERSON, wamid=wamid, timestamp=int(at.timestamp())
+            )
             notification = events.meta_notification(
                 contacts=[events.meta_contact(phone=TEST_PERSON, name="make smoke")],
                 messages=[message],
