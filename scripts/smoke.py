@@ -753,6 +753,8 @@ def _local(provider: str | None, wait: float) -> int:
         print(
             f"local stack {stack.prefix} ({stack.provider}); a local queue stands in for your pager"
         )
+        # IAM's policy simulator answers from the local stack's own evaluation of its roles
+        # (devstack.moto_fixes.make_iam_simulate)
         return _ran(Smoke(LocalStack(stack), boto3.Session(), wait))
 
 

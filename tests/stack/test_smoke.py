@@ -2,10 +2,9 @@
 a missing secret, a role that may not read its secret, a webhook that takes an unsigned POST,
 an alarm gone and alarms nobody confirmed are each a FAIL line saying why.
 
-IAM's policy simulator: moto has no SimulatePrincipalPolicy. Until the local stack answers it
-with its own IAM evaluation, the boto3 session the smoke runs with answers it (botocore's
-before-call event, after botocore has validated the request against IAM's model): allowed,
-but for the (role, action, resource) a test refuses, and every question is recorded."""
+IAM's policy simulator is the local stack's own evaluation of the template's roles in moto's IAM
+(devstack.moto_fixes.make_iam_simulate). Here every question is recorded on the way, and a test
+may have IAM refuse a (role, action, resource) the template allows."""
 
 from __future__ import annotations
 
@@ -48,47 +47,43 @@ def pager(stack) -> Iterator[str]:
     sns.unsubscribe(SubscriptionArn=subscription["SubscriptionArn"])
 
 
-class Simulator:
-    """IAM's policy simulator for a boto3 session: what it was asked, what it refuses."""
+class Watched(LocalStack):
+    """The local stack as the smoke reads it, with a session that notes what IAM's simulator
+    is asked and answers implicitDeny for what a test refuses (botocore's before-call event,
+    once botocore has checked the request against IAM's model); the rest goes to moto."""
 
-    def __init__(self, refuse: set[tuple[str, str, str]] | None = None):
+    def __init__(self, stack: DevStack, refuse: set[tuple[str, str, str]] | None = None):
+        super().__init__(stack)
         self.refuse = refuse or set()
         self.asked: list[tuple[str, str, str]] = []
 
     def session(self) -> Any:
         session = boto3.Session()
-        session.events.register("before-call.iam.SimulatePrincipalPolicy", self._answer)
+        session.events.register("before-call.iam.SimulatePrincipalPolicy", self._asked)
         return session
 
-    def _answer(self, params: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
-        query = params["body"]  # the Query protocol's form fields, as botocore serialised them
-        role = query["PolicySourceArn"]
-        results = []
-        for action_key in sorted(k for k in query if k.startswith("ActionNames.member.")):
-            for resource_key in sorted(k for k in query if k.startswith("ResourceArns.member.")):
-                asked = (role, query[action_key], query[resource_key])
-                self.asked.append(asked)
-                decision = "implicitDeny" if asked in self.refuse else "allowed"
-                results.append(
-                    {
-                        "EvalActionName": asked[1],
-                        "EvalResourceName": asked[2],
-                        "EvalDecision": decision,
-                    }
-                )
-        return AWSResponse("", 200, {}, None), {"EvaluationResults": results, "IsTruncated": False}
+    def _asked(self, params: dict[str, Any], **_: Any) -> Any:
+        form = params["body"]  # the Query protocol's form fields (one action, one resource)
+        asked = (
+            form["PolicySourceArn"],
+            form["ActionNames.member.1"],
+            form["ResourceArns.member.1"],
+        )
+        self.asked.append(asked)
+        if asked not in self.refuse:
+            return None  # moto answers
+        result = {"EvalActionName": asked[1], "EvalResourceName": asked[2]}
+        answer = {"EvaluationResults": [{**result, "EvalDecision": "implicitDeny"}]}
+        return AWSResponse("", 200, {}, None), {**answer, "IsTruncated": False}
 
 
-def smoke(
-    stack: DevStack, simulator: Simulator, *, deployed: Any = None, wait: float = 60
-) -> Smoke:
-    return Smoke(
-        deployed or LocalStack(stack),
-        simulator.session(),
-        wait,
-        poll_seconds=0.05,
-        max_poll_seconds=0.05,
-    )
+def smoke(deployed: LocalStack, *, wait: float = 60) -> Smoke:
+    return Smoke(deployed, deployed.session(), wait, poll_seconds=0.05, max_poll_seconds=0.05)
+
+
+def secrets_of(deployed: LocalStack) -> list[str]:
+    functions = [deployed.function(lid, "") for lid in deployed.stack.functions]
+    return lines(list(check_secrets(functions, deployed.session())))
 
 
 def lines(results: list[Result]) -> list[str]:
@@ -105,9 +100,9 @@ def parameter(name: str) -> str:
 
 def test_a_healthy_local_stack_passes_every_check(stack, pager):
     # given the local stack, its alarm topic with a confirmed subscriber (the pager)
-    simulator = Simulator()
+    local = Watched(stack)
     # when the smoke runs against it
-    check = smoke(stack, simulator)
+    check = smoke(local)
     ok = check.run()
     # then every check passed, one line each
     assert ok, "\n".join(lines(check.results))
@@ -129,11 +124,11 @@ def test_a_healthy_local_stack_passes_every_check(stack, pager):
     assert "answered within" in said and "sent into the void" in said
     # and Meta's parameters, which a whasp stack's webhook never reads, were not asked for
     assert "meta" not in said
-    # and IAM was asked about each reader's own role, the action and the secret's ARN
-    assert (role(stack, "WebhookRole"), "ssm:GetParameter", parameter("webhook-secret")) in (
-        simulator.asked
-    )
-    key = next(r for r in simulator.asked if r[1] == "secretsmanager:GetSecretValue")
+    # and IAM (the stack's own evaluation of its roles) was asked about each reader's own role,
+    # the action and the secret's ARN
+    asked = (role(stack, "WebhookRole"), "ssm:GetParameter", parameter("webhook-secret"))
+    assert asked in local.asked
+    key = next(r for r in local.asked if r[1] == "secretsmanager:GetSecretValue")
     assert key[2] == stack.outputs()["PersonKeySecretArn"]
     # and nothing went to the test person, and nothing of them remains
     assert stack.whasp.texts_to(TEST_PERSON) == []
@@ -150,7 +145,7 @@ def test_a_missing_secret_fails_saying_which_and_who_reads_it(stack, pager):
     ssm.delete_parameter(Name=name)
     try:
         # when the smoke runs
-        check = smoke(stack, Simulator())
+        check = smoke(Watched(stack))
         ok = check.run()
     finally:
         ssm.put_parameter(Name=name, Value=value, Type="SecureString")
@@ -167,13 +162,10 @@ def test_a_missing_secret_fails_saying_which_and_who_reads_it(stack, pager):
 
 
 def test_a_role_that_may_not_read_its_secret_fails_saying_whose(stack):
-    # given IAM refuses the consumer's role the OpenAI key
-    consumer = role(stack, "ConsumerRole")
-    refused = (consumer, "ssm:GetParameter", parameter("openai-api-key"))
-    local = LocalStack(stack)
-    functions = [local.function(lid, "") for lid in stack.functions]
+    # given IAM refuses the consumer's role the OpenAI key (as a role without its grant would)
+    refused = (role(stack, "ConsumerRole"), "ssm:GetParameter", parameter("openai-api-key"))
     # when the secrets are checked
-    said = lines(list(check_secrets(functions, Simulator({refused}).session())))
+    said = secrets_of(Watched(stack, {refused}))
     # then that secret's line says which role may not read it, and IAM's decision
     assert (
         "FAIL  SSM parameter /whasp-agent/openai-api-key: ConsumerFunction's role may not "
@@ -182,8 +174,8 @@ def test_a_role_that_may_not_read_its_secret_fails_saying_whose(stack):
 
 
 def test_a_secret_under_a_key_of_yours_needs_decrypt_on_that_key(stack):
-    # given the OpenAI key is stored under a customer managed KMS key, which IAM does not let
-    # the compactor's role use
+    # given the OpenAI key is stored under a customer managed KMS key (the template grants no
+    # role kms:Decrypt on a key of yours: deploy.md's step 1 asks you to)
     kms, ssm = boto3.client("kms"), boto3.client("ssm")
     key = kms.create_key(Description="the operator's own")["KeyMetadata"]
     kms.create_alias(AliasName=f"alias/{stack.prefix}", TargetKeyId=key["KeyId"])
@@ -192,26 +184,26 @@ def test_a_secret_under_a_key_of_yours_needs_decrypt_on_that_key(stack):
     ssm.put_parameter(
         Name=name, Value=value, Type="SecureString", KeyId=f"alias/{stack.prefix}", Overwrite=True
     )
-    refused = (role(stack, "CompactorRole"), "kms:Decrypt", key["Arn"])
-    simulator = Simulator({refused})
-    local = LocalStack(stack)
-    functions = [local.function(lid, "") for lid in stack.functions]
+    local = Watched(stack)
     try:
         # when the secrets are checked
-        said = lines(list(check_secrets(functions, simulator.session())))
+        said = secrets_of(local)
     finally:
         ssm.put_parameter(
             Name=name, Value=value, Type="SecureString", KeyId="alias/aws/ssm", Overwrite=True
         )
-    # then that secret's line names the role that may not decrypt it, and the key
+    # then that secret's line names each role that may not decrypt it, and the key
     assert (
-        f"FAIL  SSM parameter {name}: CompactorFunction's role may not kms:Decrypt its key "
+        f"FAIL  SSM parameter {name}: ConsumerFunction's role may not kms:Decrypt its key "
+        f"{key['Arn']} (implicitDeny); CompactorFunction's role may not kms:Decrypt its key "
         f"{key['Arn']} (implicitDeny)"
     ) in said
-    # and IAM was asked about the consumer's role and that key too (allowed), and about no key
-    # for the parameters under AWS's own (alias/aws/ssm)
-    decrypts = {asked for asked in simulator.asked if asked[1] == "kms:Decrypt"}
-    assert decrypts == {refused, (role(stack, "ConsumerRole"), "kms:Decrypt", key["Arn"])}
+    # and IAM was asked about no key for the parameters under AWS's own (alias/aws/ssm)
+    decrypts = {asked for asked in local.asked if asked[1] == "kms:Decrypt"}
+    assert decrypts == {
+        (role(stack, reader), "kms:Decrypt", key["Arn"])
+        for reader in ("ConsumerRole", "CompactorRole")
+    }
 
 
 class TakesAnything(LoopbackServer):
@@ -221,7 +213,7 @@ class TakesAnything(LoopbackServer):
         return Reply.json(200, {"ok": True})
 
 
-class WebhookReplaced(LocalStack):
+class WebhookReplaced(Watched):
     """The local stack, its WebhookUrl pointing at another endpoint."""
 
     def __init__(self, stack: DevStack, url: str):
@@ -238,7 +230,7 @@ def test_a_webhook_that_accepts_an_unsigned_post_fails(stack, pager):
     with TakesAnything() as anything:
         # when the smoke runs (a short wait: nothing will answer the test person)
         deployed = WebhookReplaced(stack, f"{anything.url}/webhook")
-        check = smoke(stack, Simulator(), deployed=deployed, wait=0.5)
+        check = smoke(deployed, wait=0.5)
         ok = check.run()
     # then it fails, saying the webhook took an unsigned POST, and the message went nowhere
     assert not ok
@@ -301,7 +293,7 @@ def test_a_meta_stack_answers_the_subscription_check_and_the_test_person(meta_st
     topic = meta_stack.outputs()["AlarmTopic"]
     boto3.client("sns").subscribe(TopicArn=topic, Protocol="sqs", Endpoint=arn["QueueArn"])
     # when the smoke runs
-    check = smoke(meta_stack, Simulator())
+    check = smoke(Watched(meta_stack))
     ok = check.run()
     # then every check passed: Meta's secrets, its subscription check both ways, the test person
     said = "\n".join(lines(check.results))
