@@ -270,7 +270,8 @@ class Smoke:
         while True:
             status, person = _admin(admin, "GET")
             if status != 200:
-                return Result(False, check, f"the admin API answered {status} to an export")
+                why = f"the admin API answered {status} to an export{_said(person)}"
+                return Result(False, check, why)
             entry = next(
                 (e for e in person.get("processed_events", []) if e.get("event_id") == event_id),
                 None,
@@ -561,7 +562,8 @@ def check_webhook(url: str | None, keys: SigningKeys) -> Iterator[Result]:
 def _erased(admin: Any) -> Result:
     status, receipt = _admin(admin, "DELETE")
     if status != 200:
-        return Result(False, "test person", f"not erased: the admin API answered {status}")
+        why = f"not erased: the admin API answered {status}{_said(receipt)}"
+        return Result(False, "test person", why)
     status, person = _admin(admin, "GET")
     left = len(person.get("messages", [])) + len(person.get("facts", [])) if status == 200 else -1
     if left:
@@ -683,6 +685,12 @@ def _http(method: str, url: str, body: bytes, headers: Mapping[str, str]) -> tup
         return error.code, error.read()
     except OSError:
         return 0, b""
+
+
+def _said(answer: Mapping[str, Any]) -> str:
+    """The admin API's reason for a refusal, when it gave one; else where to look."""
+    error = answer.get("error") or answer.get("message")
+    return f" ({error})" if error else " (read the admin function's log)"
 
 
 def _admin(admin: Any, method: str) -> tuple[int, dict[str, Any]]:
