@@ -259,6 +259,63 @@ def test_the_operators_grants_name_the_bus_the_handoff_index_and_the_table(shape
     assert len(admin_parameters) == 1 and next(iter(admin_parameters)).endswith(key)
 
 
+# What each function's code does to the memory table, as IAM authorises it: a transaction
+# item by item (Put -> PutItem, Update -> UpdateItem, Delete -> DeleteItem, ConditionCheck ->
+# ConditionCheckItem: "Using IAM with DynamoDB transactions"), a batch as its own action.
+# The local stack's IAM evaluation checks that they suffice; this, that nothing more is granted.
+MEMORY_ACTIONS = {
+    # the turn: its Query, writes and transactions; a reply to one message is a Put beside a
+    # ConditionCheck on the state (memagent.store.turn.remember_reply); a new person's first
+    # message reads the old keys' states in one BatchGetItem (LegacyPersonKeys:
+    # memagent.lifecycle.upgrade.carry_over); erasure and a moved memory batch-write
+    "ConsumerFunction": {
+        "GetItem",
+        "BatchGetItem",
+        "Query",
+        "PutItem",
+        "UpdateItem",
+        "DeleteItem",
+        "ConditionCheckItem",
+        "BatchWriteItem",
+    },
+    # a fold's commit (Update, Put, Delete items), the clean-up's batches, a silent person's
+    # expiry: no ConditionCheck, no batch read
+    "CompactorFunction": {
+        "GetItem",
+        "Query",
+        "PutItem",
+        "UpdateItem",
+        "DeleteItem",
+        "BatchWriteItem",
+    },
+    # the operator's edits check the person exists in their transaction (ConditionCheck:
+    # memagent.store.operator); export and erasure read the old key's state (BatchGetItem:
+    # memagent.lifecycle.rights.legacy) and erase in batches
+    "AdminFunction": {
+        "GetItem",
+        "BatchGetItem",
+        "Query",
+        "PutItem",
+        "UpdateItem",
+        "DeleteItem",
+        "ConditionCheckItem",
+        "BatchWriteItem",
+    },
+}
+
+
+def test_each_function_may_do_to_the_memory_table_what_its_code_does_and_no_more(shape) -> None:
+    # given the stack as deployed, in each shape
+    cfn, parameters = shape
+    # when the grants on the memory table itself (not its stream, not its indexes) are listed
+    granted: dict[str, set[str]] = {}
+    for function, action, resource in listing(cfn, parameters):
+        if resource == "MemoryTable.Arn":
+            granted.setdefault(function, set()).add(action.removeprefix("dynamodb:"))
+    # then each function holds exactly what its calls are authorised as; the webhook none
+    assert granted == MEMORY_ACTIONS
+
+
 def _arn(cfn: Template, resource: Any, parameters: dict[str, str]) -> str:
     """A Fn::Sub ARN as AWS would expand it in us-east-1, account 123456789012."""
     text, names = (
