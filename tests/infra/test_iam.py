@@ -493,3 +493,29 @@ def test_the_example_tool_may_read_and_write_its_calendar_and_no_other_table(sha
     # and no other function may touch it
     others = {f for f, _, r in listing(cfn, parameters) if r.startswith("BookingTable")}
     assert others == {"BookingToolFunction"}
+
+
+def test_scheduler_may_assume_its_role_only_for_this_stacks_schedule_group(
+    sam_template: Template,
+) -> None:
+    # given the stack with follow-ups on
+    parameters = {**PARAMETERS, "FollowUps": "true"}
+    cfn = sam_transform(sam_template, parameters)
+    role = cfn["Resources"]["FollowUpSchedulerRole"]["Properties"]
+    # when Scheduler assumes the role a schedule names
+    (trust,) = policy_statements(role["AssumeRolePolicyDocument"])
+    assert (trust["Effect"], trust["Principal"], trust["Action"]) == (
+        "Allow",
+        {"Service": "scheduler.amazonaws.com"},
+        "sts:AssumeRole",
+    )
+    # then its condition is what Scheduler presents: the schedule group's ARN ("Confused
+    # deputy prevention in EventBridge Scheduler": never a schedule's, never a name prefix),
+    # the group's own attribute (no name rebuilt from the stack's), and this account
+    conditions = trust["Condition"]
+    assert conditions["ArnEquals"] == {
+        "aws:SourceArn": {"Fn::GetAtt": ["FollowUpScheduleGroup", "Arn"]}
+    }
+    assert conditions["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    assert set(conditions) == {"ArnEquals", "StringEquals"}
+    assert ":schedule/" not in json.dumps(trust)
