@@ -64,6 +64,7 @@ def _cell(stack: harness.Stack, index: int, label: str, target: Any, method: Any
         "QUEUE_URL": queue_url,
         "FOLLOW_UP_SCHEDULE_GROUP": group,
         "FOLLOW_UP_ROLE_ARN": ROLE,
+        "FOLLOW_UP_DEAD_LETTER_ARN": resources.queue_arns["FollowUpDeadLetterQueue"],
     }
     stack.openai.responder = offline_model
     stack.openai.reset()

@@ -85,6 +85,7 @@ operator = Operator(
         settings.follow_up_group,
         settings.follow_up_role_arn or "",
         settings.follow_up_queue_url or "",
+        dead_letter_arn=settings.follow_up_dead_letter_arn,
     )
     if settings.follow_up_group
     else None,

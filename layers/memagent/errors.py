@@ -90,3 +90,15 @@ class WindowClosed(SendRejected):
 class StreamUnreadable(TransientError):
     """A failed batch could not be read back from the memory table's stream (trimmed after
     24 hours, the stream replaced, or DynamoDB Streams failing)."""
+
+
+class ScheduleRefused(AgentError):
+    """EventBridge Scheduler did not create or delete a follow-up's schedule: a role it cannot
+    assume (ValidationException), a missing grant (AccessDeniedException), throttling after
+    botocore's retries, no answer. Nothing was scheduled or cancelled; the turn goes on (the
+    model is told) and the admin API answers 503."""
+
+    def __init__(self, operation: str, code: str):
+        super().__init__(f"EventBridge Scheduler refused {operation} ({code})")
+        self.operation = operation
+        self.code = code

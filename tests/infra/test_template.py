@@ -548,6 +548,51 @@ def test_both_parking_queues_are_alarmed(cfn: Template) -> None:
         assert float(alarm["Threshold"]) == 0
 
 
+def test_a_follow_up_scheduler_cannot_deliver_waits_in_an_alarmed_standard_queue(
+    sam_template: Template,
+) -> None:
+    from memagent.aws.scheduler import RETRY_POLICY
+
+    # given the stack with follow-ups on, and off
+    on = {**PARAMETERS, "FollowUps": "true"}
+    cfn = sam_transform(sam_template, on)
+    queue_id = "FollowUpDeadLetterQueue"
+    queue = cfn["Resources"][queue_id]
+    # then a due follow-up Scheduler could not send waits in a queue that only follow-ups
+    # deploy: standard (Scheduler takes no FIFO queue as a dead-letter queue), encrypted, kept
+    # 4 days (docs/privacy.md), its depth alarmed from the first message
+    assert not deployed(cfn, queue, PARAMETERS) and deployed(cfn, queue, on)
+    properties = queue["Properties"]
+    assert "FifoQueue" not in properties
+    assert properties.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in properties
+    assert int(properties["MessageRetentionPeriod"]) == 4 * 24 * 3600
+    [alarm_id] = queue_alarms(cfn, queue_id)
+    alarm = cfn["Resources"][alarm_id]["Properties"]
+    assert alarm["MetricName"] == "ApproximateNumberOfMessagesVisible"
+    assert (alarm["ComparisonOperator"], float(alarm["Threshold"])) == ("GreaterThanThreshold", 0)
+    # and Scheduler may send there with the schedules' role, and nowhere but the event queue
+    role = resolve_all(cfn, cfn["Resources"]["FollowUpSchedulerRole"]["Properties"], on)
+    sends = [
+        (action, target(resource))
+        for statement in policy_statements(role["Policies"])
+        for action in as_list(statement["Action"])
+        for resource in as_list(statement["Resource"])
+    ]
+    assert sorted(sends) == [
+        ("sqs:SendMessage", "EventQueue"),
+        ("sqs:SendMessage", queue_id),
+    ]
+    # and the functions that create schedules name it, only where follow-ups are on
+    for function_id in ("ConsumerFunction", "AdminFunction"):
+        variables = cfn["Resources"][function_id]["Properties"]["Environment"]["Variables"]
+        assert target(resolve_all(cfn, variables, on)["FOLLOW_UP_DEAD_LETTER_ARN"]) == queue_id
+        assert resolve_all(cfn, variables, PARAMETERS).get("FOLLOW_UP_DEAD_LETTER_ARN") is None
+    # and each schedule is retried long enough that a 12-hour outage reaches no dead-letter
+    # queue, within the bounds Scheduler's API takes (RetryPolicy: 60 to 86400 s, 0 to 185)
+    assert 12 * 3600 <= RETRY_POLICY["MaximumEventAgeInSeconds"] <= 86400
+    assert 0 <= RETRY_POLICY["MaximumRetryAttempts"] <= 185
+
+
 def test_every_function_runs_python313_on_arm64_with_an_expiring_log_group(cfn: Template) -> None:
     log_groups = resources(cfn, "AWS::Logs::LogGroup")
     functions = resources(cfn, "AWS::Lambda::Function")

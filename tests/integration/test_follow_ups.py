@@ -52,19 +52,28 @@ def tomorrow_at_nine() -> datetime:
     return (local + timedelta(days=1)).replace(hour=9, minute=0, second=0, microsecond=0)
 
 
-def follow_up_stack(consumer_env: dict[str, str], monkeypatch, **extra: str):
+def follow_up_env(resources, group: str) -> dict[str, str]:
+    """What the template sets for follow-ups: the group, the role, the dead-letter queue."""
+    return {
+        "FOLLOW_UP_SCHEDULE_GROUP": group,
+        "FOLLOW_UP_ROLE_ARN": ROLE,
+        "FOLLOW_UP_DEAD_LETTER_ARN": resources.queue_arns["FollowUpDeadLetterQueue"],
+    }
+
+
+def follow_up_stack(resources, consumer_env: dict[str, str], monkeypatch, **extra: str):
     """The consumer with follow-ups on (a schedule group of its own), and Scheduler's firing."""
     scheduler = boto3.client("scheduler")
     group = f"g-{uuid.uuid4().hex[:10]}"
     scheduler.create_schedule_group(Name=group)
-    env = {**consumer_env, "FOLLOW_UP_SCHEDULE_GROUP": group, "FOLLOW_UP_ROLE_ARN": ROLE, **extra}
+    env = {**consumer_env, **follow_up_env(resources, group), **extra}
     agent = load_function("consumer", env, monkeypatch)
     return agent, SchedulerFiring(scheduler, boto3.client("sqs"), group), env
 
 
 @pytest.fixture
-def stack(consumer_env, monkeypatch):
-    return follow_up_stack(consumer_env, monkeypatch, FOLLOW_UP_MAX_PENDING="2")
+def stack(resources, consumer_env, monkeypatch):
+    return follow_up_stack(resources, consumer_env, monkeypatch, FOLLOW_UP_MAX_PENDING="2")
 
 
 class Model:
@@ -270,8 +279,7 @@ def admin(stack, resources, whasp, monkeypatch):
             "PROVIDER": "whasp",
             "WHASP_API_URL": whasp.url,
             "WHASP_API_KEY": "whasp-test-key",
-            "FOLLOW_UP_SCHEDULE_GROUP": env["FOLLOW_UP_SCHEDULE_GROUP"],
-            "FOLLOW_UP_ROLE_ARN": ROLE,
+            **follow_up_env(resources, env["FOLLOW_UP_SCHEDULE_GROUP"]),
             "FOLLOW_UP_QUEUE_URL": env["QUEUE_URL"],
             "LEDGER_TTL_DAYS": "3650",
         },
@@ -352,8 +360,7 @@ def _meta_consumer(resources, openai, graph, monkeypatch, **extra: str):
         "OPENAI_BASE_URL": f"{openai.url}/v1",
         "PARKING_QUEUE_URL": resources.queue_urls["EventDeadLetterQueue"],
         "QUEUE_URL": resources.queue_urls["EventQueue"],
-        "FOLLOW_UP_SCHEDULE_GROUP": group,
-        "FOLLOW_UP_ROLE_ARN": ROLE,
+        **follow_up_env(resources, group),
         "LEDGER_TTL_DAYS": "3650",
         **extra,
     }
@@ -514,10 +521,12 @@ def test_after_number_replaced_the_reminder_goes_from_the_new_number(
 
 
 def test_a_sent_reminder_counts_toward_her_days_budget(
-    consumer_env, openai, whasp, monkeypatch, lambda_context
+    resources, consumer_env, openai, whasp, monkeypatch, lambda_context
 ):
     # given a stack that gives a person two model turns a day
-    agent, firing, env = follow_up_stack(consumer_env, monkeypatch, PERSON_DAILY_TURNS="2")
+    agent, firing, env = follow_up_stack(
+        resources, consumer_env, monkeypatch, PERSON_DAILY_TURNS="2"
+    )
     at = tomorrow_at_nine()
     model = Model(at)
     openai.responder = model

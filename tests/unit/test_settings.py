@@ -199,3 +199,27 @@ def test_the_tools_file_is_checked_at_cold_start_naming_the_bad_entry(tmp_path):
     tools.write_text("not json")
     with pytest.raises(ConfigurationError, match=r"TOOLS_FILE .*not a JSON object"):
         ConsumerSettings.from_env(env)
+
+
+def test_follow_ups_need_a_standard_dead_letter_queue_for_every_schedule():
+    from memagent.operator import AdminSettings
+
+    # given follow-ups turned on for the consumer and the admin API
+    dead_letters = "arn:aws:sqs:eu-west-1:123456789012:agent-FollowUpDeadLetterQueue-1A2B"
+    on = {
+        **CONSUMER,
+        "QUEUE_URL": "https://sqs.eu-west-1.amazonaws.com/123456789012/agent-EventQueue.fifo",
+        "FOLLOW_UP_SCHEDULE_GROUP": "agent-follow-ups",
+        "FOLLOW_UP_ROLE_ARN": "arn:aws:iam::123456789012:role/agent-FollowUpSchedulerRole",
+        "FOLLOW_UP_QUEUE_URL": "https://sqs.eu-west-1.amazonaws.com/123456789012/q.fifo",
+    }
+    for settings in (ConsumerSettings, AdminSettings):
+        # then its dead-letter queue is read, and required
+        read = settings.from_env({**on, "FOLLOW_UP_DEAD_LETTER_ARN": dead_letters})
+        assert read.follow_up_dead_letter_arn == dead_letters
+        with pytest.raises(ConfigurationError, match="FOLLOW_UP_DEAD_LETTER_ARN: required"):
+            settings.from_env(on)
+        # and a FIFO queue, which Scheduler takes as no dead-letter queue, is refused by name
+        fifo = {**on, "FOLLOW_UP_DEAD_LETTER_ARN": dead_letters + ".fifo"}
+        with pytest.raises(ConfigurationError, match="FOLLOW_UP_DEAD_LETTER_ARN: a standard"):
+            settings.from_env(fifo)

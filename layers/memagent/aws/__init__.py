@@ -15,7 +15,7 @@ __getattr__, __all__ = face(
         "backoff": ["BackoffProcessor", "Retries", "RetrySchedule", "ScheduledRetries"],
         "notify": ["HANDOFF_ENDED", "HANDOFF_MESSAGE", "HANDOFF_STARTED", "OperatorEvents"],
         "queue": ["EventQueue", "FailureQueue", "ParkingQueue", "RetryQueue"],
-        "scheduler": ["FollowUpSchedules", "schedule_name"],
+        "scheduler": ["DEAD_LETTER_ARN", "FollowUpSchedules", "schedule_name"],
         "snapstart": ["after_restore"],
         "sqs": ["resolve_credentials"],
         "stream": ["StreamReader"],

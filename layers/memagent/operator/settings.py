@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memagent.aws import DEAD_LETTER_ARN
 from memagent.environment import Environment
 from memagent.memory import MemorySettings
 from memagent.providers import ProviderSettings
@@ -21,6 +22,7 @@ class AdminSettings(MemorySettings, ProviderSettings):
     follow_up_group: str | None = None
     follow_up_role_arn: str | None = None
     follow_up_queue_url: str | None = None
+    follow_up_dead_letter_arn: str | None = None
     follow_up_max_pending: int = 3
     # OperatorConsole=true: the page's sign-in (the user pool's client and managed login)
     console_client_id: str | None = None
@@ -39,6 +41,9 @@ class AdminSettings(MemorySettings, ProviderSettings):
             group.update(
                 follow_up_role_arn=read.text("FOLLOW_UP_ROLE_ARN"),
                 follow_up_queue_url=read.text("FOLLOW_UP_QUEUE_URL"),
+                follow_up_dead_letter_arn=read.matching(
+                    "FOLLOW_UP_DEAD_LETTER_ARN", DEAD_LETTER_ARN, "a standard SQS queue's ARN"
+                ),
                 follow_up_max_pending=read.integer(
                     "FOLLOW_UP_MAX_PENDING", 3, minimum=1, maximum=20
                 ),

@@ -57,6 +57,7 @@ class Crew:
                 settings.follow_up_group,
                 settings.follow_up_role_arn or "",
                 settings.queue_url or "",
+                dead_letter_arn=settings.follow_up_dead_letter_arn,
             )
         self.follow_up_target: Target | None = None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from memagent.aws import DEAD_LETTER_ARN
 from memagent.environment import Environment, Secret
 from memagent.model import DEFAULT_TRANSCRIPTION_MODEL, ModelSettings, tools_settings
 from memagent.providers import ProviderSettings
@@ -80,6 +81,7 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     # follow-ups (memagent/turn/follow_ups.py): on where the stack's schedule group is set
     follow_up_group: str | None = None
     follow_up_role_arn: str | None = None
+    follow_up_dead_letter_arn: str | None = None  # where a delivery that failed for good goes
     follow_up_max_pending: int = 3
     # Meta, outside the 24-hour window: an approved template with one body parameter (the
     # follow-up's message); without one, such a follow-up is dropped with a count
@@ -171,7 +173,8 @@ def _transcription_endpoint(read: Environment) -> dict:
 
 def _follow_ups(read: Environment) -> dict:
     """FOLLOW_UP_SCHEDULE_GROUP (the stack's schedule group) turns follow-ups on; Scheduler
-    assumes FOLLOW_UP_ROLE_ARN to put them into the event queue (QUEUE_URL)."""
+    assumes FOLLOW_UP_ROLE_ARN to put them into the event queue (QUEUE_URL), and one it could
+    not put there into FOLLOW_UP_DEAD_LETTER_ARN."""
     group = read.optional("FOLLOW_UP_SCHEDULE_GROUP")
     if group is None:
         return {}
@@ -181,6 +184,9 @@ def _follow_ups(read: Environment) -> dict:
     return {
         "follow_up_group": group,
         "follow_up_role_arn": role,
+        "follow_up_dead_letter_arn": read.matching(
+            "FOLLOW_UP_DEAD_LETTER_ARN", DEAD_LETTER_ARN, "a standard SQS queue's ARN"
+        ),
         "follow_up_max_pending": read.integer("FOLLOW_UP_MAX_PENDING", 3, minimum=1, maximum=20),
         "follow_up_template": read.optional("FOLLOW_UP_TEMPLATE"),
         "follow_up_template_language": read.text("FOLLOW_UP_TEMPLATE_LANGUAGE", "en_US"),
