@@ -8,8 +8,22 @@ target `arn:aws:scheduler:::aws-sdk:sqs:sendMessage` sends its Input as SendMess
 (QueueUrl, MessageBody, MessageGroupId, MessageDeduplicationId), through the real boto3 client;
 then a schedule with ActionAfterCompletion DELETE is deleted. Scheduler invokes a target at least
 once: `fire_due(repeat=2)` delivers each target twice, as a retry after a lost response would.
-A target that fails (SQS refuses the request) is kept in `failed`, as Scheduler's dead-letter
-queue would keep it, and the schedule stays (Scheduler retries it within its retry policy).
+
+A target that fails is kept only where AWS keeps it (API reference: RetryPolicy,
+DeadLetterConfig; user guide: "Configuring a dead-letter queue"):
+
+    retryable (throttled, 5xx,   retried on AWS's clock with exponential backoff while the
+    no answer)                   schedule's RetryPolicy allows: MaximumRetryAttempts retries,
+                                 and no retry once MaximumEventAgeInSeconds have passed since
+                                 its time (without a policy: 185 and 86,400, Scheduler's)
+    exhausted, or permanent      the schedule's DeadLetterConfig queue, if it has one, gets
+    (any other refusal)          the dead-letter event: the target's Input as the body, and
+                                 Scheduler's attributes saying why (EXHAUSTED_RETRY_CONDITION
+                                 only when retries ran out); else it is gone (`gone`)
+
+AWS publishes that the backoff is exponential, not its steps: here the n-th retry waits
+2^(n-1) s, at most 8 minutes, so Scheduler's default 185 retries span about its default 24
+hours (23.6 h). Either way the event's age, not the count, is what a 24-hour policy ends on.
 """
 
 from __future__ import annotations
@@ -17,8 +31,9 @@ from __future__ import annotations
 import json
 import re
 import threading
+import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -26,6 +41,9 @@ from devstack.clock import SQS_CLOCK, ScaledClock
 
 SEND_MESSAGE = "arn:aws:scheduler:::aws-sdk:sqs:sendMessage"
 _AT = re.compile(r"^at\((\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})\)$")
+DEFAULT_RETRY_POLICY = {"MaximumEventAgeInSeconds": 86400, "MaximumRetryAttempts": 185}
+BACKOFF_CAP_SECONDS = 480
+_THROTTLED = {"Throttling", "ThrottlingException", "RequestThrottled", "TooManyRequestsException"}
 
 
 def due_at(schedule: dict[str, Any]) -> datetime | None:
@@ -37,6 +55,43 @@ def due_at(schedule: dict[str, Any]) -> datetime | None:
     return datetime.fromisoformat(match.group(1)).replace(tzinfo=zone).astimezone(UTC)
 
 
+def backoff(retry: int) -> timedelta:
+    """The wait before the `retry`-th retry (1, 2, ...): exponential, capped."""
+    return timedelta(seconds=min(2 ** min(retry - 1, 30), BACKOFF_CAP_SECONDS))
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a target invocation failed: the target service's error code and message, and
+    whether Scheduler would retry it."""
+
+    code: str
+    message: str
+    retryable: bool
+
+    @classmethod
+    def of(cls, error: Exception) -> Failure:
+        from botocore.exceptions import ClientError
+
+        if not isinstance(error, ClientError):  # no answer: a connection error, a timeout
+            return cls(type(error).__name__, str(error), retryable=True)
+        detail = error.response.get("Error", {})
+        code = str(detail.get("QueryErrorCode") or detail.get("Code") or "Unknown")
+        status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        retryable = status >= 500 or status == 429 or str(detail.get("Code")) in _THROTTLED
+        return cls(code, str(detail.get("Message") or ""), retryable)
+
+
+@dataclass
+class Retrying:
+    """A target invocation that failed and waits for its next retry."""
+
+    at: datetime  # the schedule's time: the event's age counts from it
+    retries: int  # retries made so far (the first attempt is none)
+    next_at: datetime
+    failure: Failure
+
+
 @dataclass
 class SchedulerFiring:
     """Fires the due one-time schedules of moto's Scheduler (boto3 clients to moto's server)."""
@@ -46,7 +101,10 @@ class SchedulerFiring:
     group: str  # the stack's schedule group: only its schedules are this stack's to fire
     clock: ScaledClock = SQS_CLOCK
     fired: list[dict[str, Any]] = field(default_factory=list)  # (name, the request it sent)
-    failed: list[dict[str, Any]] = field(default_factory=list)
+    dead_lettered: list[dict[str, Any]] = field(default_factory=list)  # sent to the DLQ
+    gone: list[dict[str, Any]] = field(default_factory=list)  # failed, and no DLQ took it
+    failed: list[dict[str, Any]] = field(default_factory=list)  # the stand-in's own poll errors
+    retrying: dict[str, Retrying] = field(default_factory=dict)  # by schedule ARN
     poll_seconds: float = 0.5  # real time between looks (the local stack's: `start`)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -61,7 +119,7 @@ class SchedulerFiring:
         while not self._stop.wait(self.poll_seconds):
             try:
                 self.fire_due()
-            except Exception as error:  # moto going away at the stack's stop, a refusal
+            except Exception as error:  # moto going away at the stack's stop
                 self.failed.append({"name": "(poll)", "error": str(error)})
 
     def stop(self) -> None:
@@ -83,7 +141,8 @@ class SchedulerFiring:
         return found
 
     def fire_due(self, *, repeat: int = 1) -> int:
-        """Fire what is due at the clock's now; how many schedules fired."""
+        """Invoke what is due at the clock's now (a schedule's time, or a retry's); how many
+        schedules delivered their target."""
         now, fired = self.now(), 0
         for schedule in self.pending():
             at = due_at(schedule)
@@ -92,17 +151,84 @@ class SchedulerFiring:
             target = schedule["Target"]
             if target["Arn"] != SEND_MESSAGE:
                 raise NotImplementedError(f"the stand-in fires only {SEND_MESSAGE}")
+            waiting = self.retrying.get(schedule["Arn"])
+            policy = {**DEFAULT_RETRY_POLICY, **(target.get("RetryPolicy") or {})}
+            if waiting is not None:
+                aged_at = waiting.at + timedelta(seconds=policy["MaximumEventAgeInSeconds"])
+                if now >= aged_at:  # no retry once the event is this old
+                    self._give_up(schedule, waiting, "MaximumEventAgeInSeconds")
+                    continue
+                if now < waiting.next_at:
+                    continue
             request = json.loads(target["Input"])
             try:
                 for _ in range(repeat):
                     self.sqs.send_message(**request)
-            except Exception as error:  # any refusal: kept, as Scheduler's DLQ would keep it
-                self.failed.append({"name": schedule["Name"], "error": str(error)})
+            except Exception as error:  # any refusal, or no answer
+                self._failed(schedule, at, now, Failure.of(error), policy)
                 continue
+            self.retrying.pop(schedule["Arn"], None)
             self.fired.append({"name": schedule["Name"], "request": request, "at": now})
             fired += 1
-            if schedule.get("ActionAfterCompletion") == "DELETE":
-                self.scheduler.delete_schedule(
-                    Name=schedule["Name"], GroupName=schedule["GroupName"]
-                )
+            self._complete(schedule)
         return fired
+
+    def _failed(
+        self, schedule: dict, at: datetime, now: datetime, failure: Failure, policy: dict
+    ) -> None:
+        """A failed invocation: its next retry on the backoff, or the end of its retries."""
+        previous = self.retrying.get(schedule["Arn"])
+        retries = previous.retries + 1 if previous else 0  # this attempt was one, or the first
+        state = Retrying(at=at, retries=retries, next_at=now, failure=failure)
+        if not failure.retryable:  # Scheduler does not retry it: no retry condition either
+            self._give_up(schedule, state, None)
+        elif retries >= int(policy["MaximumRetryAttempts"]):
+            self._give_up(schedule, state, "MaximumRetryAttempts")
+        else:
+            state.next_at = now + backoff(retries + 1)
+            self.retrying[schedule["Arn"]] = state
+
+    def _give_up(self, schedule: dict, state: Retrying, exhausted: str | None) -> None:
+        """The invocation's last failure: its dead-letter event to the schedule's DLQ, or gone;
+        either way the one-time schedule is done."""
+        self.retrying.pop(schedule["Arn"], None)
+        target = schedule["Target"]
+        attributes = {
+            "ERROR_CODE": state.failure.code,
+            "ERROR_MESSAGE": state.failure.message,
+            "EXECUTION_ID": uuid.uuid4().hex[:16],
+            "IS_PAYLOAD_TRUNCATED": "false",
+            "RETRY_ATTEMPTS": str(state.retries),
+            "SCHEDULED_TIME": state.at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "SCHEDULE_ARN": schedule["Arn"],
+            "TARGET_ARN": target["Arn"],
+        }
+        if exhausted is not None:
+            attributes["EXHAUSTED_RETRY_CONDITION"] = exhausted
+        seen = {"name": schedule["Name"], **attributes}
+        dead_letters = (target.get("DeadLetterConfig") or {}).get("Arn")
+        if dead_letters is None:
+            self.gone.append({**seen, "why": "no DeadLetterConfig"})
+        else:
+            try:
+                self.sqs.send_message(
+                    QueueUrl=self._queue_url(dead_letters),
+                    MessageBody=target["Input"],
+                    MessageAttributes={
+                        name: {"DataType": "String", "StringValue": value or "-"}
+                        for name, value in attributes.items()
+                    },
+                )
+                self.dead_lettered.append(seen)
+            except Exception as error:  # the DLQ refused its role, or is missing: lost
+                self.gone.append({**seen, "why": f"the dead-letter queue refused: {error}"})
+        self._complete(schedule)
+
+    def _queue_url(self, arn: str) -> str:
+        account, name = arn.split(":")[4:6]
+        return self.sqs.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+
+    def _complete(self, schedule: dict) -> None:
+        """A one-time schedule's invocation is over: ActionAfterCompletion DELETE deletes it."""
+        if schedule.get("ActionAfterCompletion") == "DELETE":
+            self.scheduler.delete_schedule(Name=schedule["Name"], GroupName=schedule["GroupName"])
