@@ -42,6 +42,7 @@ from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import BotoCoreError, ClientError
 
 from memagent.aws import FollowUpSchedules, KeptMedia, OperatorEvents, TranscriptArchive
 from memagent.errors import (
@@ -49,6 +50,7 @@ from memagent.errors import (
     ConfigurationError,
     EditConflict,
     InvalidEdit,
+    ScheduleRefused,
     SecretUnavailable,
     SendRejected,
     TransientError,
@@ -103,7 +105,13 @@ ERRORS: tuple[tuple[type[Exception], int, str], ...] = (
     (TransientError, 503, "failed"),
     (SecretUnavailable, 503, "failed"),
     (ConfigurationError, 503, "failed"),
+    (ScheduleRefused, 503, "failed"),  # nothing scheduled or cancelled
+    # any other AWS error (a refused grant, throttling after botocore's retries, no answer):
+    # the action did not finish, and every one is safe to ask again
+    (ClientError, 503, "failed"),
+    (BotoCoreError, 503, "failed"),
 )
+AWS_ERRORS = (ScheduleRefused, ClientError, BotoCoreError)  # their audit line names the code
 WINDOW_CLOSED = (
     "Meta's 24-hour customer-service window is closed (code 131047): the person last wrote "
     "over 24 hours ago, and only an approved template can be sent until they write again"
@@ -134,7 +142,24 @@ def _message(error: Exception) -> str:
         return "the memory kept changing meanwhile; try again (with the same Idempotency-Key)"
     if isinstance(error, TransientError | SecretUnavailable):
         return "the provider or AWS is unavailable; try again (with the same Idempotency-Key)"
+    if isinstance(error, ScheduleRefused):
+        return (
+            f"{error}: nothing was scheduled or cancelled; try again later (with the same "
+            "Idempotency-Key)"
+        )
+    if isinstance(error, ClientError | BotoCoreError):
+        return f"an AWS request failed ({_aws_code(error)}): the action did not finish; try again"
     return str(error)
+
+
+def _aws_code(error: Exception) -> str:
+    """What an AWS error is, without its message (which may quote the request): the error
+    code AWS answered, or, with no answer, the botocore error's kind."""
+    if isinstance(error, ClientError):
+        return str(error.response.get("Error", {}).get("Code") or "Unknown")
+    if isinstance(error, ScheduleRefused):
+        return error.code
+    return type(error).__name__
 
 
 def _body() -> dict[str, Any]:
@@ -165,7 +190,8 @@ def _audited(action: str, raw: str | None, run: Callable[[str], dict[str, Any]])
     except Exception as error:
         for kind, status, outcome in ERRORS:
             if isinstance(error, kind):
-                audit(action, caller=caller, person=person, outcome=outcome)
+                reason = _aws_code(error) if isinstance(error, AWS_ERRORS) else None
+                audit(action, caller=caller, person=person, outcome=outcome, reason=reason)
                 return _error(status, _message(error))
         audit(action, caller=caller, person=person, outcome="failed")
         raise

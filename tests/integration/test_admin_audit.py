@@ -79,3 +79,37 @@ def test_a_failed_erasure_is_audited_and_still_fails(admin, lambda_context, capl
     [line] = [vars(r) for r in caplog.records if "audit" in vars(r)]
     assert (line["audit"], line["outcome"]) == ("erase", "failed")
     assert line["person"] == person_key(AGENT, MAYA)
+
+
+@pytest.mark.parametrize(("method", "action"), [("GET", "export"), ("DELETE", "erase")])
+def test_an_aws_error_is_a_503_with_an_audit_line_saying_the_action_failed(
+    admin, resources, lambda_context, caplog, monkeypatch, method, action
+):
+    from moto.core.exceptions import JsonRESTError
+    from moto.dynamodb.responses import DynamoHandler
+
+    # given Maya's memory, and DynamoDB refusing the admin's BatchGetItem (a missing grant:
+    # export and erasure read the old key's state in one, with LegacyPersonKeys)
+    fill(resources.table_name, MAYA, messages=4, facts=1, ledger=1)
+    denied = (
+        "User: arn:aws:sts::123456789012:assumed-role/AdminRole/admin is not authorized to "
+        f"perform: dynamodb:BatchGetItem on resource: {resources.table_name}"
+    )
+
+    def refuse(self, *args, **kwargs):
+        raise JsonRESTError("AccessDeniedException", denied)
+
+    monkeypatch.setattr(DynamoHandler, "batch_get_item", refuse)
+    # when an operator exports or erases her
+    status, [line], logged = request(admin, method, MAYA, lambda_context, caplog)
+    # then it is a 503 naming the error's code, not a bare 500, and not AWS's message
+    assert status == 503
+    # and one audit line says the action failed, and why, in a code
+    assert (line["audit"], line["outcome"], line["reason"]) == (
+        action,
+        "failed",
+        "AccessDeniedException",
+    )
+    assert line["person"] == person_key(AGENT, MAYA) and line["caller"] == OPERATOR
+    for private in (MAYA, MAYA.lstrip("+"), "private text", "Fact 0"):
+        assert private not in logged

@@ -230,7 +230,7 @@ def test_a_throttled_delivery_is_retried_on_awss_clock_and_arrives_once(
     schedules, firing, resources, monkeypatch
 ):
     # given a follow-up whose first three sends SQS throttles
-    name, at, body = a_follow_up(schedules, 2)
+    _name, at, body = a_follow_up(schedules, 2)
     refused = refuse_sends(monkeypatch, schedules.queue_url, "RequestThrottled", times=3)
     # when its time comes: refused, and kept for a retry, not before its backoff
     advance_to(at)
@@ -320,7 +320,7 @@ def test_a_refusal_scheduler_does_not_retry_goes_to_its_dead_letter_queue_at_onc
     schedules, firing, resources, monkeypatch
 ):
     # given a follow-up whose role the event queue denies
-    name, at, _body = a_follow_up(schedules, 5)
+    _name, at, _body = a_follow_up(schedules, 5)
     refused = refuse_sends(monkeypatch, schedules.queue_url, "AccessDenied")
     # when its time comes
     advance_to(at)

@@ -36,6 +36,7 @@ def aws_clock_kept():
 LONDON = ZoneInfo("Europe/London")
 ASK = "Remind me tomorrow at 9 to call the dentist"
 REMINDER = "Good morning Maya! Time to call the dentist."
+SORRY = "Sorry, I could not do that just now. Please ask me again a bit later."
 
 
 def conforms(answer: Any, schema: str) -> None:
@@ -98,6 +99,13 @@ class Model:
             when = self.at.strftime("%Y-%m-%dT%H:%M")
             asked = {"when": when, "about": "call the dentist"}
             return {"output": [call("schedule_follow_up", asked, f"c{uuid.uuid4().hex[:6]}")]}
+        outputs = [
+            str(i.get("output"))
+            for i in request["input"]
+            if isinstance(i, dict) and i.get("type") == "function_call_output"
+        ]
+        if outputs and "could not be" in outputs[-1]:  # the tool refused: say so
+            return SORRY
         return "Done: I'll remind you tomorrow at 9."
 
 
@@ -608,3 +616,177 @@ def test_an_operator_schedules_a_follow_up_the_agent_writes_at_its_time(
         admin, lambda_context, "POST", path, body, **{"Idempotency-Key": "k2"}
     )
     assert status == 400 and "opted out" in answer["error"]
+
+
+# ------------------------------------------------------------------ when Scheduler refuses
+
+# What Scheduler answers (HTTP status, message): a role it cannot assume (its trust policy names
+# another source: "Confused deputy prevention"), a grant the caller lacks, a rate exceeded
+REFUSALS = {
+    "ValidationException": (
+        400,
+        "The execution role you provide must allow AWS EventBridge Scheduler to assume the role.",
+    ),
+    "AccessDeniedException": (
+        400,
+        "User: arn:aws:sts::123456789012:assumed-role/ConsumerRole/f is not authorized to "
+        "perform: scheduler:CreateSchedule",
+    ),
+    "ThrottlingException": (429, "Rate exceeded"),
+}
+
+
+def scheduler_refuses(monkeypatch, operation: str, code: str) -> list[str]:
+    """moto's Scheduler answers `operation` (create_schedule, delete_schedule) with `code`, over
+    HTTP as Scheduler would; returns the refusals made (botocore retries throttling)."""
+    from moto.core.exceptions import JsonRESTError
+    from moto.scheduler.models import EventBridgeSchedulerBackend
+
+    status, message = REFUSALS[code]
+    refused: list[str] = []
+
+    def refuse(self, *args, **kwargs):
+        refused.append(code)
+        error = JsonRESTError(code, message)
+        error.code = status
+        raise error
+
+    monkeypatch.setattr(EventBridgeSchedulerBackend, operation, refuse)
+    return refused
+
+
+def emitted(out: str, metric: str) -> bool:
+    """Whether Powertools flushed the metric `metric` (EMF, on stdout)."""
+    blobs = [json.loads(line) for line in out.splitlines() if line.startswith('{"_aws"')]
+    return any(metric in blob for blob in blobs)
+
+
+def logged(caplog, message: str) -> list[dict[str, Any]]:
+    """The log records of `message`, with their extra keys."""
+    return [vars(r) for r in caplog.records if r.getMessage() == message]
+
+
+@pytest.mark.parametrize("code", list(REFUSALS))
+def test_when_scheduler_refuses_maya_hears_it_could_not_be_scheduled_and_nothing_is_kept(
+    stack, openai, whasp, lambda_context, monkeypatch, capsys, caplog, aws_retry_pauses, code
+):
+    # given Scheduler refuses to create schedules
+    agent, firing, env = stack
+    openai.responder = Model(tomorrow_at_nine())
+    capsys.readouterr()
+    # when Maya asks for a reminder: the record is handled, not failed (`say` checks)
+    with monkeypatch.context() as refusing, caplog.at_level("INFO"):
+        refused = scheduler_refuses(refusing, "create_schedule", code)
+        say(agent, lambda_context, ASK)
+    # then the model was told it could not be scheduled, and she hears so
+    [told] = [
+        i["output"]
+        for r in openai.calls()
+        for i in r["input"]
+        if isinstance(i, dict) and i.get("type") == "function_call_output"
+    ]
+    assert "could not be scheduled" in told and "nothing is scheduled" in told
+    assert whasp.texts_to(MAYA) == [SORRY]
+    # and nothing is kept: no follow-up listed or counted toward her limit, no schedule
+    assert due_items(env["TABLE_NAME"]) == [] and firing.pending() == []
+    # and it was counted and logged with ids only (a throttle after botocore's retries)
+    assert len(refused) == (1 if code != "ThrottlingException" else len(aws_retry_pauses) + 1)
+    assert emitted(capsys.readouterr().out, "FollowUpSchedulerErrors")
+    [line] = logged(caplog, "Scheduler refused: nothing scheduled or cancelled")
+    assert (line["operation"], line["code"]) == ("CreateSchedule", code)
+    assert line["schedule"].startswith("fu-")
+    everything = json.dumps([vars(r) for r in caplog.records], default=str)
+    for private in (MAYA, MAYA.lstrip("+"), "dentist"):
+        assert private not in everything
+    # when Scheduler takes schedules again and she asks again, it is scheduled
+    say(agent, lambda_context, ASK)
+    assert len(due_items(env["TABLE_NAME"])) == 1 and len(firing.pending()) == 1
+
+
+def test_a_cancel_scheduler_refuses_is_told_and_the_reminder_stays_pending(
+    stack, openai, whasp, lambda_context, monkeypatch
+):
+    # given Maya's reminder, and Scheduler refusing to delete schedules
+    agent, firing, env, _at, _model = asked(stack, openai, lambda_context)
+    scheduler_refuses(monkeypatch, "delete_schedule", "AccessDeniedException")
+    # when she asks to cancel it
+    say(agent, lambda_context, "Oh, cancel the reminder please, I called already")
+    # then she hears it could not be cancelled, and it is still pending, schedule and all
+    assert whasp.texts_to(MAYA)[-1] == SORRY
+    assert len(due_items(env["TABLE_NAME"])) == 1 and len(firing.pending()) == 1
+
+
+def test_stop_cancels_her_follow_ups_even_when_scheduler_will_not_delete_the_schedule(
+    stack, openai, whasp, lambda_context, monkeypatch, aws_retry_pauses
+):
+    # given Maya's reminder, and Scheduler throttling every deletion
+    agent, firing, env, at, _model = asked(stack, openai, lambda_context)
+    with monkeypatch.context() as refusing:
+        scheduler_refuses(refusing, "delete_schedule", "ThrottlingException")
+        # when she writes STOP: the turn is not failed by it (`say` checks)
+        say(agent, lambda_context, "STOP")
+    # then her follow-up is dropped though its schedule is left
+    assert due_items(env["TABLE_NAME"]) == [] and len(firing.pending()) == 1
+    # and when the left schedule fires at 9, it finds nothing pending: nothing is sent
+    nothing_sent_at(agent, firing, lambda_context, env, at, whasp)
+
+
+def test_an_operators_follow_up_scheduler_refuses_is_a_503_with_an_audit_line(
+    stack, admin, openai, whasp, lambda_context, monkeypatch, caplog
+):
+    from tests.integration.test_operator import audit_lines, person
+    from tests.integration.test_operator import call as admin_call
+
+    # given Maya wrote (so she is known), and Scheduler cannot assume the schedules' role
+    agent, firing, env = stack
+    openai.responder = Model(tomorrow_at_nine())
+    say(agent, lambda_context, "Hi there")
+    scheduler_refuses(monkeypatch, "create_schedule", "ValidationException")
+    when = tomorrow_at_nine().strftime("%Y-%m-%dT%H:%M")
+    caplog.clear()
+    # when an operator schedules a follow-up for her
+    with caplog.at_level("INFO"):
+        status, answer = admin_call(
+            admin,
+            lambda_context,
+            "POST",
+            f"{person()}/follow-ups",
+            {"when": when, "about": "ask how the new job is going"},
+            **{"idempotency-key": "op-1"},
+        )
+    # then it is a 503 saying nothing was scheduled, audited as failed with the code
+    assert status == 503 and "nothing was scheduled" in answer["error"]
+    [line] = audit_lines(caplog)
+    assert (line["audit"], line["outcome"], line["reason"]) == (
+        "follow_up_add",
+        "failed",
+        "ValidationException",
+    )
+    # and nothing is kept for her
+    assert due_items(env["TABLE_NAME"]) == [] and firing.pending() == []
+
+
+def test_an_operators_cancel_scheduler_refuses_is_a_503_and_the_follow_up_stays(
+    stack, admin, openai, whasp, lambda_context, monkeypatch, caplog
+):
+    from tests.integration.test_operator import audit_lines, person
+    from tests.integration.test_operator import call as admin_call
+
+    # given Maya's reminder, and Scheduler refusing to delete schedules
+    _agent, firing, env, _at, _model = asked(stack, openai, lambda_context)
+    [pending] = due_items(env["TABLE_NAME"])
+    scheduler_refuses(monkeypatch, "delete_schedule", "AccessDeniedException")
+    caplog.clear()
+    # when an operator cancels it
+    with caplog.at_level("INFO"):
+        path = f"{person()}/follow-ups/{pending['name']}"
+        status, answer = admin_call(admin, lambda_context, "DELETE", path)
+    # then it is a 503, audited as failed, and the follow-up is still pending, schedule and all
+    assert status == 503 and "AccessDeniedException" in answer["error"]
+    [line] = audit_lines(caplog)
+    assert (line["audit"], line["outcome"], line["reason"]) == (
+        "follow_up_cancel",
+        "failed",
+        "AccessDeniedException",
+    )
+    assert len(due_items(env["TABLE_NAME"])) == 1 and len(firing.pending()) == 1

@@ -30,9 +30,12 @@ FOLLOW_UP_ADD = "follow_up_add"
 FOLLOW_UP_CANCEL = "follow_up_cancel"
 
 
-def audit(action: str, *, caller: Any, person: str | None, outcome: str) -> None:
+def audit(
+    action: str, *, caller: Any, person: str | None, outcome: str, reason: str | None = None
+) -> None:
     """Write the one audit line of an admin request. `caller`: a memagent.operator Caller (its
-    door, name and sub), an ARN, or None; `outcome`: done, refused or failed."""
+    door, name and sub), an ARN, or None; `outcome`: done, refused or failed; `reason`: why it
+    failed, as an error code (AccessDeniedException), never a message."""
     who: dict[str, Any] = {"caller": "unknown"}
     if isinstance(caller, str):
         who = {"caller": caller, "door": "iam"}
@@ -48,5 +51,6 @@ def audit(action: str, *, caller: Any, person: str | None, outcome: str) -> None
             "person": person,
             "at": datetime.now(UTC).isoformat(),
             "outcome": outcome,
+            **({"reason": reason} if reason else {}),
         },
     )

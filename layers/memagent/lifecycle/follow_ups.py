@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from memagent.errors import ScheduleRefused
 from memagent.observability import count
 
 FOLLOW_UP = "follow_up"  # the queued body's "memagent" field
@@ -51,8 +52,9 @@ def ask(
 ) -> str:
     """Keep the follow-up `name` (for `when` on the person's clock, about `about`) and create
     its schedule; a repeat of the same request (the same name) keeps and creates nothing new.
-    Returns what was scheduled, in words; FollowUpRefused says why not. `held`: the status of
-    follow-ups an operator has to handle, which the limit does not count."""
+    Returns what was scheduled, in words; FollowUpRefused says why not, ScheduleRefused that
+    Scheduler did not take it (then nothing is kept). `held`: the status of follow-ups an
+    operator has to handle, which the limit does not count."""
     try:
         local = datetime.fromisoformat(str(when)).replace(tzinfo=None, second=0, microsecond=0)
     except ValueError:
@@ -81,5 +83,12 @@ def ask(
                 "created_at": datetime.now(UTC).isoformat(),
             },
         )
-    schedules.create(name, local, target.zone, body(name, pk), target.group)
+    try:
+        schedules.create(name, local, target.zone, body(name, pk), target.group)
+    except ScheduleRefused:
+        # nothing was scheduled: nor is it kept, so it neither shows as pending nor counts
+        # toward the person's limit (a schedule an earlier attempt made fires, finds nothing
+        # pending and sends nothing)
+        store.drop_follow_up(pk, name)
+        raise
     return f"follow-up scheduled for {local.isoformat(timespec='minutes')} ({target.zone})"

@@ -5,10 +5,12 @@ memagent/turn/agent.py."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from memagent.aws import OperatorEvents
+from memagent.errors import ScheduleRefused
 from memagent.lifecycle import forget_key
 
 if TYPE_CHECKING:
@@ -65,8 +67,18 @@ class Crew:
         """Erase a person (memagent.lifecycle.rights), with this agent's archive and kept media.
         Every step of a turn erases through here, so a test can strike a crash into it. Their
         follow-ups' schedules go first (the erasure takes the follow-ups themselves; a schedule
-        left by a crash between fires, finds nothing pending and sends nothing)."""
+        left by a crash between, or that Scheduler would not delete, fires, finds nothing
+        pending and sends nothing)."""
         if self.follow_ups is not None:
             for item in self.store.follow_ups(pk):
-                self.follow_ups.cancel(item["name"])
+                self.cancel_schedule(item["name"])
         return forget_key(self.store, pk, archive=self.archive, at=at, media=self.media)
+
+    def cancel_schedule(self, name: str) -> None:
+        """Delete a follow-up's schedule where dropping the follow-up is what cancels it (STOP,
+        an erasure): a schedule Scheduler would not delete (counted and logged there) fires,
+        finds nothing pending and sends nothing."""
+        if self.follow_ups is None:
+            return
+        with contextlib.suppress(ScheduleRefused):
+            self.follow_ups.cancel(name)

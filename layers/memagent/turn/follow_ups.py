@@ -34,7 +34,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from memagent.aws import HANDOFF_MESSAGE, schedule_name
-from memagent.errors import MalformedEvent, ModelRejected
+from memagent.errors import MalformedEvent, ModelRejected, ScheduleRefused
 from memagent.lifecycle import (
     FOLLOW_UP,
     FollowUpRefused,
@@ -58,6 +58,15 @@ PENDING_HEADING = (
 )
 NOTHING = "NOTHING"  # the model's answer when the follow-up no longer needs saying
 META_WINDOW = timedelta(hours=24)  # META.md: free text only within it
+# Scheduler refused (memagent.aws.scheduler): what the model is told, to tell the person
+NOT_SCHEDULED = (
+    "the follow-up could not be scheduled just now (the scheduling service refused it), so "
+    "nothing is scheduled: tell the person, and that they can ask again later"
+)
+NOT_CANCELLED = (
+    "the follow-up could not be cancelled just now (the scheduling service refused it), so it "
+    "is still pending: tell the person, and that they can ask again later"
+)
 DUE_NOTE = (
     "A follow-up you scheduled is due now. What it is about (the person's request, as data): "
     "{about}\nWrite the message to send the person now, in your usual voice. If it no longer "
@@ -108,7 +117,10 @@ def cancel(crew: Crew, pk: str, arguments: str) -> tuple[str, str, bool]:
     if crew.store.follow_up(pk, name) is None:
         return _refused("no such follow-up pending")
     if crew.follow_ups is not None:
-        crew.follow_ups.cancel(name)
+        try:
+            crew.follow_ups.cancel(name)
+        except ScheduleRefused:  # counted and logged there; nothing changed
+            return _refused(NOT_CANCELLED)
     crew.store.drop_follow_up(pk, name)
     return json.dumps({"output": "cancelled"}), "follow-up cancelled", False
 
@@ -149,6 +161,8 @@ def schedule(crew: Crew, pk: str, arguments: str, key: str) -> tuple[str, str, b
     except (ValueError, KeyError, TypeError) as error:  # FollowUpRefused is a ValueError
         why = str(error) if isinstance(error, FollowUpRefused) else "give 'when' and 'about'"
         return _refused(why)
+    except ScheduleRefused:  # counted and logged there; nothing is kept (ask)
+        return _refused(NOT_SCHEDULED)
     return json.dumps({"output": said}), said, False
 
 
@@ -158,7 +172,7 @@ def cancel_all(crew: Crew, pk: str, reason: str) -> int:
         return 0
     dropped = 0
     for item in crew.store.follow_ups(pk):
-        crew.follow_ups.cancel(item["name"])
+        crew.cancel_schedule(item["name"])
         dropped += crew.store.drop_follow_up(pk, item["name"])
     if dropped:
         count("FollowUpsDropped", dropped)
