@@ -30,7 +30,8 @@ Scheduler's CreateSchedule (`make_scheduler_strict`): moto stores any schedule; 
 Scheduler refuses a bad name, at() expression, time zone, flexible window, role ARN, a universal
 target whose Input is no JSON object, and the templated SQS target on a FIFO queue without a
 group id or without content-based deduplication (the event queue has none: follow-ups use the
-universal target, memagent.aws.scheduler). Its test: tests/integration/test_follow_up_schedules.py.
+universal target, memagent.aws.scheduler), a RetryPolicy past its bounds and a dead-letter queue
+that is no standard queue. Its test: tests/integration/test_follow_up_schedules.py.
 
 SNS's subscriptions (`make_sns_faithful`): moto confirms every subscription at once. SNS waits
 for an email, email-json, http or https endpoint's owner to confirm it (Subscribe's API
@@ -482,6 +483,27 @@ def schedule_problems(backend: Any, kwargs: dict[str, Any]) -> list[str]:
             sent = None
         if not isinstance(sent, dict):
             problems.append("Target.Input: the API's request parameters, as a JSON object")
+    return problems + _failure_problems(target)
+
+
+# RetryPolicy's and DeadLetterConfig's bounds (API reference: RetryPolicy, DeadLetterConfig);
+# the Arn's pattern admits no ".fifo": Scheduler takes no FIFO queue as a dead-letter queue
+_DEAD_LETTER_ARN = re.compile(r"^arn:aws(-[a-z]+)?:sqs:[a-z0-9\-]+:\d{12}:[a-zA-Z0-9\-_]+$")
+
+
+def _failure_problems(target: dict[str, Any]) -> list[str]:
+    """Why Scheduler would refuse a target's retry policy or dead-letter queue."""
+    problems = []
+    policy = target.get("RetryPolicy") or {}
+    age = policy.get("MaximumEventAgeInSeconds")
+    if age is not None and not 60 <= age <= 86400:
+        problems.append("Target.RetryPolicy.MaximumEventAgeInSeconds: 60 to 86400")
+    attempts = policy.get("MaximumRetryAttempts")
+    if attempts is not None and not 0 <= attempts <= 185:
+        problems.append("Target.RetryPolicy.MaximumRetryAttempts: 0 to 185")
+    dead_letters = (target.get("DeadLetterConfig") or {}).get("Arn")
+    if dead_letters is not None and not _DEAD_LETTER_ARN.match(dead_letters):
+        problems.append("Target.DeadLetterConfig.Arn: a standard SQS queue's ARN")
     return problems
 
 

@@ -155,6 +155,14 @@ def test_the_scheduler_refuses_what_eventbridge_scheduler_refuses(resources):
     assert "RoleArn" in refused(client, Target={**bad_role, "Input": "{}"})
     not_json = {"Arn": "arn:aws:scheduler:::aws-sdk:sqs:sendMessage", "RoleArn": ROLE}
     assert "Input" in refused(client, Target={**not_json, "Input": "remind me"})
+    # a FIFO queue as the dead-letter queue; a retry policy past Scheduler's bounds
+    ok = {**not_json, "Input": json.dumps({"QueueUrl": "q", "MessageBody": "{}"})}
+    fifo = {"Arn": resources.queue_arns["EventQueue"]}
+    assert "DeadLetterConfig" in refused(client, Target={**ok, "DeadLetterConfig": fifo})
+    too_many = {"MaximumRetryAttempts": 186}
+    assert "MaximumRetryAttempts" in refused(client, Target={**ok, "RetryPolicy": too_many})
+    too_old = {"MaximumEventAgeInSeconds": 86401}
+    assert "MaximumEventAgeInSeconds" in refused(client, Target={**ok, "RetryPolicy": too_old})
 
 
 def test_a_kept_clock_forgets_the_jumps_made_inside():
