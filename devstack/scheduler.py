@@ -105,6 +105,8 @@ class SchedulerFiring:
     gone: list[dict[str, Any]] = field(default_factory=list)  # failed, and no DLQ took it
     failed: list[dict[str, Any]] = field(default_factory=list)  # the stand-in's own poll errors
     retrying: dict[str, Retrying] = field(default_factory=dict)  # by schedule ARN
+    iam: Any = None  # devstack.iam.roles.StackIam: Scheduler acts as the target's role
+    group_arn: str = ""  # what Scheduler presents as aws:SourceArn when it assumes the role
     poll_seconds: float = 0.5  # real time between looks (the local stack's: `start`)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -162,6 +164,7 @@ class SchedulerFiring:
                     continue
             request = json.loads(target["Input"])
             try:
+                self._as_role(target["RoleArn"], "sqs:SendMessage", request["QueueUrl"])
                 for _ in range(repeat):
                     self.sqs.send_message(**request)
             except Exception as error:  # any refusal, or no answer
@@ -211,6 +214,7 @@ class SchedulerFiring:
             self.gone.append({**seen, "why": "no DeadLetterConfig"})
         else:
             try:
+                self._as_role(target["RoleArn"], "sqs:SendMessage", dead_letters)
                 self.sqs.send_message(
                     QueueUrl=self._queue_url(dead_letters),
                     MessageBody=target["Input"],
@@ -223,6 +227,33 @@ class SchedulerFiring:
             except Exception as error:  # the DLQ refused its role, or is missing: lost
                 self.gone.append({**seen, "why": f"the dead-letter queue refused: {error}"})
         self._complete(schedule)
+
+    def _as_role(self, role_arn: str, action: str, queue: str) -> None:
+        """Scheduler assumes the target's role (its trust, with the group's ARN and the
+        account) and calls as it: refused as IAM refuses, AccessDenied (no retry)."""
+        if self.iam is None:
+            return
+        from botocore.exceptions import ClientError
+
+        from devstack.iam.actions import Place
+        from devstack.iam.policy import Request
+
+        role = self.iam.role_by_arn(role_arn)
+        presented = {"aws:SourceArn": self.group_arn, "aws:SourceAccount": self.iam.account}
+        if role is None or not self.iam.service_may_assume(
+            role.logical_id, "scheduler.amazonaws.com", presented
+        ):
+            why = f"EventBridge Scheduler may not assume {role_arn}"
+        else:
+            if not queue.startswith("arn:"):  # a queue URL: .../<account>/<name>
+                account, name = queue.rstrip("/").rsplit("/", 2)[-2:]
+                queue = Place(account=account).arn("sqs", name)
+            decision = self.iam.decide(role.logical_id, Request(action, queue))
+            if decision.allowed:
+                return
+            why = f"{role_arn} is not authorized to perform: {action} on resource: {queue}"
+        error = {"Code": "AccessDenied", "Message": why}
+        raise ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": 403}}, action)
 
     def _queue_url(self, arn: str) -> str:
         account, name = arn.split(":")[4:6]

@@ -902,8 +902,13 @@ class DevStack(Started):
         if self.schedule_group is not None:  # follow-ups: Scheduler's firing, on AWS's clock
             from devstack.scheduler import SchedulerFiring
 
+            scheduler = boto3.client("scheduler")
             self.scheduler = SchedulerFiring(
-                boto3.client("scheduler"), sqs, self.schedule_group
+                scheduler,
+                sqs,
+                self.schedule_group,
+                iam=self.iam,
+                group_arn=scheduler.get_schedule_group(Name=self.schedule_group)["Arn"],
             ).start()
 
     def _queue_delivery(

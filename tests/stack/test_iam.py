@@ -351,3 +351,53 @@ def test_an_operator_can_ask_iam_from_outside_what_a_role_may_do(stack):
     decisions = {e["EvalActionName"]: e["EvalDecision"] for e in answer["EvaluationResults"]}
     assert decisions == {"dynamodb:Query": "allowed", "dynamodb:Scan": "implicitDeny"}
     assert iam.get_role(RoleName=consumer.rsplit("/", 1)[-1])["Role"]["Arn"] == consumer
+
+
+def test_scheduler_fires_as_its_role_and_a_refused_send_goes_to_the_dead_letter_queue(tmp_path):
+    # given a scheduler role that may no longer send to the event queue (only to its DLQ)
+    template = copy.deepcopy(load_template())
+    role = template["Resources"]["FollowUpSchedulerRole"]["Properties"]
+    statements = role["Policies"][0]["PolicyDocument"]["Statement"]
+    role["Policies"][0]["PolicyDocument"]["Statement"] = [
+        s for s in statements if s.get("Sid") != "DueFollowUps"
+    ]
+    with (
+        SQS_CLOCK.kept(),
+        DevStack(
+            env={},
+            parameters={"FollowUps": "true"},
+            template=template,
+            level="quiet",
+            log_path=tmp_path / "stack.log",
+        ) as stack,
+    ):
+        import boto3
+
+        # and a schedule of the stack's, due now, with the stack's role and dead-letter queue
+        queues = stack.resources.queue_urls
+        send = {
+            "QueueUrl": queues["EventQueue"],
+            "MessageBody": "{}",
+            "MessageGroupId": "g",
+            "MessageDeduplicationId": "d",
+        }
+        boto3.client("scheduler").create_schedule(
+            Name="fu-probe",
+            GroupName=stack.schedule_group,
+            ScheduleExpression="at(2020-01-01T09:00:00)",
+            FlexibleTimeWindow={"Mode": "OFF"},
+            ActionAfterCompletion="DELETE",
+            Target={
+                "Arn": "arn:aws:scheduler:::aws-sdk:sqs:sendMessage",
+                "RoleArn": stack.iam.roles["FollowUpSchedulerRole"].arn,
+                "Input": json.dumps(send),
+                "DeadLetterConfig": {"Arn": stack.resources.queue_arns["FollowUpDeadLetterQueue"]},
+            },
+        )
+        # when Scheduler fires it (as the role: IAM refuses the send)
+        stack.scheduler.fire_due()
+        # then nothing reached the event queue; the dead-letter event says AccessDenied
+        assert stack.scheduler.fired == []
+        [dead] = stack.scheduler.dead_lettered
+        assert dead["ERROR_CODE"] == "AccessDenied" and "sqs:SendMessage" in dead["ERROR_MESSAGE"]
+        assert stack.queue_depth("EventQueue") == 0
