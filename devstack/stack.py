@@ -189,7 +189,7 @@ class DevStack(Started):
                         retry (the schedule is kept, the waiting is skipped). Off by default: with
                         a real model that is down, `make chat` would otherwise run through every
                         retry in seconds; at 60x, the 15-minute cap is 15 s
-    parameters          more template parameter overrides (SystemPrompt, OptOutPolicy ...)
+    parameters          more template parameter overrides (SystemPromptFile, OptOutPolicy ...)
     extra_env           more environment variables for every function (COMPACT_THRESHOLD ...)
     template            a parsed template (default: template.yaml)
     provider            "whasp" or "meta" (default: PROVIDER, else whasp)

@@ -13,7 +13,8 @@ missing module would only show up as an import error in AWS. This script catches
   pydantic_core's and jiter's among them; nothing x86_64, nothing for the local Python;
 - every wheel's tags (`*.dist-info/WHEEL`) fit CPython 3.13 on manylinux aarch64, or are pure;
 - every function in the built template runs python3.13 on arm64, uses the layer, and its
-  artifact has the handler module with the handler function.
+  artifact has the handler module with the handler function, and the files its environment
+  names (SYSTEM_PROMPT_FILE's persona, TOOLS_FILE's tools) beside it.
 
 Usage (with the project's virtualenv, which has PyYAML and packaging):
 
@@ -337,7 +338,34 @@ def check_functions(build_dir: Path, problems: BuildProblems) -> Path | None:
                 _defines_function(module, function_name),
                 f"{logical_id}: {module.name} defines no top-level {function_name}()",
             )
+        for name in _shipped_files(properties, template.get("Parameters", {})):
+            problems.check(
+                (module.parent / name).is_file(),
+                f"{logical_id}: artifact lacks {name}, which its environment names (a cold "
+                "start would stop)",
+            )
     return build_dir / layer_dir / "python"
+
+
+def _shipped_files(properties: dict, parameters: dict) -> set[str]:
+    """The files a function's environment names beside its handler (*_FILE: the persona, the
+    tools), as the template's defaults and literal choices name them."""
+    found: set[str] = set()
+
+    def named(value: object) -> None:
+        if isinstance(value, str):
+            found.add(value)
+        elif isinstance(value, dict) and "Ref" in value:
+            named(str(parameters.get(value["Ref"], {}).get("Default", "")))
+        elif isinstance(value, dict) and "Fn::If" in value:
+            for branch in value["Fn::If"][1:]:
+                named(branch)
+
+    variables = (properties.get("Environment") or {}).get("Variables") or {}
+    for variable, value in variables.items():
+        if variable.endswith("_FILE"):
+            named(value)
+    return {name for name in found if name}
 
 
 # --------------------------------------------------------------------------- main

@@ -223,3 +223,43 @@ def test_follow_ups_need_a_standard_dead_letter_queue_for_every_schedule():
         fifo = {**on, "FOLLOW_UP_DEAD_LETTER_ARN": dead_letters + ".fifo"}
         with pytest.raises(ConfigurationError, match="FOLLOW_UP_DEAD_LETTER_ARN: a standard"):
             settings.from_env(fifo)
+
+
+def test_the_persona_is_read_from_its_file_once_at_cold_start(tmp_path):
+    # given a persona of 20 KB in the function's code, named by SYSTEM_PROMPT_FILE
+    persona = "You are Coach Ana, who trains first-time runners. " * 400
+    (tmp_path / "persona.md").write_text(f"{persona}\n", encoding="utf-8")
+    env = {**CONSUMER, "SYSTEM_PROMPT_FILE": "persona.md", "LAMBDA_TASK_ROOT": str(tmp_path)}
+    # when the consumer's settings are read, then the prompt is the file's text, whole
+    assert len(persona.encode()) >= 20_000
+    assert ConsumerSettings.from_env(env).system_prompt == persona.strip()
+    # and without a file, the environment's short prompt, else the default
+    assert ConsumerSettings.from_env({**CONSUMER, "SYSTEM_PROMPT": "Be brief."}).system_prompt == (
+        "Be brief."
+    )
+    assert ConsumerSettings.from_env(CONSUMER).system_prompt.startswith("You are a warm")
+
+
+def test_a_missing_empty_or_runaway_persona_stops_the_cold_start_naming_it(tmp_path):
+    env = {**CONSUMER, "LAMBDA_TASK_ROOT": str(tmp_path)}
+    # a file that was not shipped
+    with pytest.raises(ConfigurationError, match=r"SYSTEM_PROMPT_FILE coach\.md: no such file"):
+        ConsumerSettings.from_env({**env, "SYSTEM_PROMPT_FILE": "coach.md"})
+    # an empty one (the persona would silently be nothing)
+    (tmp_path / "empty.md").write_text(" \n")
+    with pytest.raises(
+        ConfigurationError, match=r"SYSTEM_PROMPT_FILE empty\.md: the file is empty"
+    ):
+        ConsumerSettings.from_env({**env, "SYSTEM_PROMPT_FILE": "empty.md"})
+    # the wrong file: not text, or far longer than any persona
+    (tmp_path / "binary.md").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigurationError, match=r"binary\.md: not a readable UTF-8 file"):
+        ConsumerSettings.from_env({**env, "SYSTEM_PROMPT_FILE": "binary.md"})
+    (tmp_path / "huge.md").write_text("x" * 100_001)
+    with pytest.raises(ConfigurationError, match=r"huge\.md: 100001 characters, at most 100000"):
+        ConsumerSettings.from_env({**env, "SYSTEM_PROMPT_FILE": "huge.md"})
+    # and two prompts at once: which one would win is a question, not a setting
+    (tmp_path / "persona.md").write_text("You are Coach Ana.")
+    both = {**env, "SYSTEM_PROMPT_FILE": "persona.md", "SYSTEM_PROMPT": "Be brief."}
+    with pytest.raises(ConfigurationError, match="SYSTEM_PROMPT_FILE and SYSTEM_PROMPT"):
+        ConsumerSettings.from_env(both)

@@ -27,6 +27,9 @@ DEFAULT_SYSTEM_PROMPT = (
     "You are a warm, concise companion who chats with people on WhatsApp. "
     "Write short, natural messages. Pick up earlier threads when it helps the person."
 )
+# A persona is a few to some tens of KB; a file past this is the wrong file (and would be sent
+# with every reply)
+SYSTEM_PROMPT_MAX_CHARS = 100_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,7 +96,7 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
         return {
             **super()._read(read),
             **cls._provider(read),
-            "system_prompt": read.text("SYSTEM_PROMPT", DEFAULT_SYSTEM_PROMPT),
+            "system_prompt": _system_prompt(read),
             "transcription_model": read.text("TRANSCRIPTION_MODEL", DEFAULT_TRANSCRIPTION_MODEL),
             **_transcription_endpoint(read),
             "context_max_messages": read.integer("CONTEXT_MAX_MESSAGES", 60, minimum=1),
@@ -128,6 +131,40 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
         """How long a silent person is kept (None: until erased)."""
         days = self.inactive_retention_days
         return timedelta(days=days) if days else None
+
+
+def _system_prompt(read: Environment) -> str:
+    """SYSTEM_PROMPT_FILE: the persona, a UTF-8 file shipped with the function (relative to its
+    code, LAMBDA_TASK_ROOT, as TOOLS_FILE), read once at cold start: Lambda allows 4 KB for all
+    of a function's variables together, too little for a real persona. SYSTEM_PROMPT, a short
+    prompt in the environment, is for local runs; set one of the two."""
+    path = read.optional("SYSTEM_PROMPT_FILE")
+    if path is None:
+        return read.text("SYSTEM_PROMPT", DEFAULT_SYSTEM_PROMPT)
+    if read.optional("SYSTEM_PROMPT") is not None:
+        read.problems.append("SYSTEM_PROMPT_FILE and SYSTEM_PROMPT: set one of the two")
+    from pathlib import Path
+
+    root = Path(read.optional("LAMBDA_TASK_ROOT") or ".")
+    try:
+        text = (root / path).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        read.problems.append(
+            f"SYSTEM_PROMPT_FILE {path}: no such file in the function's code ({root}); ship it "
+            "beside the handler (functions/consumer/)"
+        )
+        return ""
+    except (OSError, UnicodeDecodeError) as error:
+        read.problems.append(f"SYSTEM_PROMPT_FILE {path}: not a readable UTF-8 file ({error})")
+        return ""
+    if not text:
+        read.problems.append(f"SYSTEM_PROMPT_FILE {path}: the file is empty")
+    elif len(text) > SYSTEM_PROMPT_MAX_CHARS:
+        read.problems.append(
+            f"SYSTEM_PROMPT_FILE {path}: {len(text)} characters, at most "
+            f"{SYSTEM_PROMPT_MAX_CHARS} (is it the right file?)"
+        )
+    return text
 
 
 def _handoff(read: Environment) -> dict:
