@@ -34,11 +34,21 @@ HOUR = 3600.0
 
 
 def _template_consumer_settings(template: dict[str, Any]) -> dict[str, str]:
+    """The consumer's retry settings as it runs: the template's value, else the code's default
+    (the template leaves out what equals it: Lambda allows 4 KB for all the variables)."""
+    from memagent.turn import ConsumerSettings
+
     env = template["Resources"]["ConsumerFunction"]["Properties"]["Environment"]["Variables"]
-    names = ("RETRY_BASE_SECONDS", "RETRY_MAX_SECONDS", "RETRY_JITTER", "DEFER_SECONDS")
-    return {name: str(env[name]) for name in names} | {
-        "OPENAI_MAX_RETRIES": str(env["OPENAI_MAX_RETRIES"])
+    fields = {
+        "RETRY_BASE_SECONDS": "retry_base_seconds",
+        "RETRY_MAX_SECONDS": "retry_max_seconds",
+        "RETRY_JITTER": "retry_jitter",
+        "DEFER_SECONDS": "defer_seconds",
     }
+    return {
+        name: str(env[name] if name in env else getattr(ConsumerSettings, field))
+        for name, field in fields.items()
+    } | {"OPENAI_MAX_RETRIES": str(env["OPENAI_MAX_RETRIES"])}
 
 
 class _Pipe:

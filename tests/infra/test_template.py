@@ -379,6 +379,14 @@ def test_a_retry_never_overlaps_a_running_attempt(cfn: Template) -> None:
     assert int(queue["VisibilityTimeout"]) >= 6 * int(consumer["Timeout"])
 
 
+def consumer_setting(env: dict[str, Any], name: str, field: str) -> Any:
+    """A consumer setting as it runs: the template's value, else the code's default (the
+    template leaves out what equals it: Lambda allows 4 KB for all the variables together)."""
+    from memagent.turn import ConsumerSettings
+
+    return env[name] if name in env else getattr(ConsumerSettings, field)
+
+
 def test_a_twelve_hour_outage_reaches_no_dead_letter_queue(cfn: Template) -> None:
     from memagent.aws.backoff import RetrySchedule, outage_survived_seconds
 
@@ -388,9 +396,9 @@ def test_a_twelve_hour_outage_reaches_no_dead_letter_queue(cfn: Template) -> Non
     consumer = mapped_function(cfn, mapping)[1]["Properties"]
     env = consumer["Environment"]["Variables"]
     schedule = RetrySchedule(
-        base_seconds=float(env["RETRY_BASE_SECONDS"]),
-        cap_seconds=float(env["RETRY_MAX_SECONDS"]),
-        jitter=float(env["RETRY_JITTER"]),
+        base_seconds=float(consumer_setting(env, "RETRY_BASE_SECONDS", "retry_base_seconds")),
+        cap_seconds=float(consumer_setting(env, "RETRY_MAX_SECONDS", "retry_max_seconds")),
+        jitter=float(consumer_setting(env, "RETRY_JITTER", "retry_jitter")),
     )
     receives = int(queue["RedrivePolicy"]["maxReceiveCount"])
     # then a record failing on every attempt, at the shortest jittered delays, stays out of the
@@ -434,7 +442,7 @@ def test_a_batch_of_ordinary_text_turns_never_defers_a_record(cfn: Template) -> 
     batch = int(mapping.get("BatchSize", 10))
     assert int(consumer["Timeout"]) - budget >= batch * ORDINARY_TEXT_TURN_SECONDS
     # and a deferred record is back within seconds
-    assert 0 < int(env["DEFER_SECONDS"]) <= 10
+    assert 0 < int(consumer_setting(env, "DEFER_SECONDS", "defer_seconds")) <= 10
 
 
 def test_the_compactor_fits_its_worst_fold_in_its_timeout(cfn: Template) -> None:

@@ -27,6 +27,7 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import KeySet, RSAKey
 
+from devstack import cfn
 from devstack.apigw import LocalHttpApi, Route
 from devstack.aws import REGION
 from devstack.cognito import (
@@ -130,16 +131,10 @@ def door(resources, whasp, bus, monkeypatch, lambda_context) -> Iterator[Door]:
     }
     api = LocalHttpApi("ConsoleApi", []).start()
 
-    def resolve(value: Any) -> Any:  # the few intrinsics the pool's properties use
-        if isinstance(value, dict) and "Fn::Sub" in value:
-            return value["Fn::Sub"].replace("${AWS::StackName}", "test")
-        if isinstance(value, dict):
-            return {k: resolve(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [resolve(v) for v in value]
-        return value
-
-    pool = LocalUserPool.create(cognito, resolve, api.url + "/")
+    # the intrinsics the pool's properties use (the pool's name from the stack's id), resolved
+    # as the local stack resolves them
+    resolver = cfn.Resolver(template, cfn.parameter_values(template, {}))
+    pool = LocalUserPool.create(cognito, resolver.resolve, api.url + "/")
     moto = boto3.client("cognito-idp")._endpoint.host
     jwks = f"{moto}/{pool.pool_id}/.well-known/jwks.json"
     api.authorizer = JwtAuthorizer(
