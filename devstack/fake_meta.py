@@ -1,6 +1,6 @@
 """A stand-in for Meta's Graph API (WhatsApp Cloud API): sending, read/typing, media.
 
-Implements what memagent.providers.meta uses (META.md), with Meta's error envelope
+Implements what memagent.providers.meta uses (docs/meta.md), with Meta's error envelope
 ``{"error": {"message", "type", "code", "fbtrace_id"}}``:
 
     POST /{phone_number_id}/messages   Authorization: Bearer <token>

@@ -13,7 +13,7 @@ Endpoints:
   only a short-term Bedrock API key, unexpired and signed by `bedrock_key_id` (any key if None),
   and only what bedrock-runtime takes (`bedrock_problems`): 401 or 400 otherwise.
 
-As strict as the real API (/work/shared/STANDINS.md): every Responses request is checked against
+As strict as the real API (docs/stand-ins.md): every Responses request is checked against
 OpenAI's published schema, closed as the API reads it (devstack.openai_schema: an unknown field
 is a 400), and against the stateless (store=false) rules of a reasoning model. By default
 (`reasoning=True`) the model reasons before it calls a function, as OpenAI's reasoning models do:
@@ -349,7 +349,7 @@ def _unsealed(content: str) -> dict[str, Any] | None:
 def request_problems(body: dict[str, Any], issued: dict[str, str] | None = None) -> None:
     """Raise Refused for what OpenAI's Responses API answers 400: a field or value outside its
     published schema, and a continued turn whose items did not come back as they went out
-    (STANDINS.md: store=false with a reasoning model). `issued`: call_id -> the fc_ id the
+    (docs/stand-ins.md: store=false with a reasoning model). `issued`: call_id -> the fc_ id the
     function call came with."""
     from devstack.openai_schema import problems
 
@@ -422,7 +422,7 @@ def bedrock_problems(body: Any, headers: dict[str, str]) -> list[str]:
     """What bedrock-runtime's Responses API rejects in a request (AWS's list of its
     differences): background mode, server-side tools, a project other than the default one, an
     application inference profile as the model, a missing model; and any field AWS does not
-    document it as taking (STANDINS.md: a risk we do not take)."""
+    document it as taking (docs/stand-ins.md: a risk we do not take)."""
     if not isinstance(body, dict) or not body.get("model"):
         return ["model is required on every request"]
     problems = [f"Unsupported parameter: '{field}'." for field in undocumented_fields(body)]

@@ -123,8 +123,10 @@ def test_each_provider_requires_only_its_own_secrets():
     settings = WebhookSettings.from_env({**meta, "META_APP_SECRET": "a", "META_VERIFY_TOKEN": "t"})
     assert settings.webhook_secret is None and settings.meta_verify_token.get() == "t"
     consumer = {k: v for k, v in CONSUMER.items() if not k.startswith("WHASP")}
-    with pytest.raises(ConfigurationError, match="WHASP_API_URL: required"):
+    with pytest.raises(ConfigurationError, match="WHASP_API_URL: required") as raised:
         ConsumerSettings.from_env(consumer)
+    # the message says what the setting is and where it comes from, and the way without it
+    assert "WhaspApiUrl" in str(raised.value) and "PROVIDER=meta" in str(raised.value)
     settings = ConsumerSettings.from_env(
         {**consumer, "PROVIDER": "meta", "META_ACCESS_TOKEN": "tok", "TYPING_INDICATOR": "false"}
     )

@@ -81,7 +81,7 @@ class Acted:
     """One round of a turn with tools: the model's text, or the calls it asks for; `items` is
     what the next round sends back: with store=false, every output item exactly as it came
     (ids included; a reasoning item with its encrypted_content, followed by the item that
-    followed it), else the API refuses the next round (STANDINS.md; OpenAI's cookbook,
+    followed it), else the API refuses the next round (docs/stand-ins.md; OpenAI's cookbook,
     "Better performance from reasoning models using the Responses API")."""
 
     text: str

@@ -42,7 +42,7 @@ class ProviderSettings:
         return {
             "provider": provider,
             # whasp needs its API's URL and key; Meta an access token (the Graph URL defaults)
-            "whasp_api_url": None if meta else read.url("WHASP_API_URL"),
+            "whasp_api_url": None if meta else _whasp_api_url(read),
             "whasp_api_key": None if meta else read.secret("WHASP_API_KEY"),
             "meta_graph_url": meta_graph_url,
             "meta_access_token": read.secret("META_ACCESS_TOKEN") if meta else None,
@@ -61,6 +61,18 @@ class ProviderSettings:
     def media_origins(self) -> frozenset[tuple[str, str, int]]:
         """whasp media may come only from these origins (memagent.providers.origins.Origin)."""
         return parse_media_origins(self.whasp_media_origins, self.whasp_api_url or "")
+
+
+def _whasp_api_url(read: Environment) -> str:
+    """WHASP_API_URL: whasp needs it to send anything; unset, the cold start says what it is."""
+    if read.optional("WHASP_API_URL") is None:
+        read.problems.append(
+            "WHASP_API_URL: required with PROVIDER=whasp (the default): the base URL of your "
+            "whasp account's API, the template's WhaspApiUrl parameter (docs/whasp.md); "
+            "for Meta's Cloud API set PROVIDER=meta"
+        )
+        return ""
+    return read.url("WHASP_API_URL")
 
 
 def _media_origins(

@@ -1,7 +1,7 @@
 """The whasp adapter: everything whasp-specific lives here and nowhere else.
 
-This module is written against our *assumed* whasp contract (../shared/WHASP.md in the project's
-workspace; summarised here so the module stands on its own):
+This module is written against our *assumed* whasp contract (docs/whasp.md, "The contract the
+code assumes"; summarised here so the module stands on its own):
 
 Inbound webhook (Standard Webhooks signing)
     Headers ``webhook-id`` (the event id), ``webhook-timestamp`` (Unix seconds) and

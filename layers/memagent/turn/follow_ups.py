@@ -57,7 +57,7 @@ PENDING_HEADING = (
     "cancels one):"
 )
 NOTHING = "NOTHING"  # the model's answer when the follow-up no longer needs saying
-META_WINDOW = timedelta(hours=24)  # META.md: free text only within it
+META_WINDOW = timedelta(hours=24)  # docs/meta.md: free text only within it
 # Scheduler refused (memagent.aws.scheduler): what the model is told, to tell the person
 NOT_SCHEDULED = (
     "the follow-up could not be scheduled just now (the scheduling service refused it), so "

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from memagent.providers import InboundMessage
 
 # always an opt-out, whatever OPT_OUT_WORDS says: whasp opts a chat out on STOP itself
-# (WHASP.md), and on Meta's Cloud API "STOP" is ours to honour (no opt-out event for chats)
+# (docs/whasp.md), and on Meta's Cloud API "STOP" is ours to honour (no opt-out event for chats)
 STOP_WORDS = ("stop", "unsubscribe")
 # OPT_OUT_WORDS' default: a whole message that says "stop messaging me" in the languages of the
 # handoff phrases, and nothing a person would write meaning anything else ("cancel", "end",

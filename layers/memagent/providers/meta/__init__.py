@@ -1,7 +1,7 @@
 """The Meta WhatsApp Cloud API adapter: everything Meta-specific lives here and nowhere else.
 
-Written against Meta's public documentation (summarised in ../shared/META.md of the project's
-workspace) and the payloads in the `pywa` library's test fixtures. In three parts:
+Written against Meta's public documentation (what the agent relies on: docs/meta.md) and the
+payloads in the `pywa` library's test fixtures. In three parts:
 
 - parser: the webhook (signature, subscription check), a notification cut into queued units, a
   queued unit read back as a domain event;

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from memagent.environment import Secret
     from memagent.providers.seam import InboundMessage
 
-# error.code -> what to do (META.md "Errors"). Anything not listed and not 5xx is permanent.
+# error.code -> what to do (docs/meta.md, "Replies"). Anything not listed and not 5xx is permanent.
 RETRY_CODES = frozenset({130429, 131056, 4, 80007, 131000, 1, 2, 131016, 131057})
 # an operator must renew the token, but the reply is retried on our backoff with the
 # ProviderAuthFailed alarm, never parked: a parked reply is a lost one, and a token is usually
@@ -132,7 +132,7 @@ class GraphClient:
 
     @staticmethod
     def _raise_for(response: Any) -> None:
-        """Map a Graph API error to our typed errors, on error.code (META.md)."""
+        """Map a Graph API error to our typed errors, on error.code (docs/meta.md, "Replies")."""
         error = _graph_error(response.status, response.data)
         code = error.code
         if error.status == 429:  # a rate limit whatever its code (613 comes this way)
@@ -157,7 +157,7 @@ class GraphClient:
         self, *, sender: str, to: str, name: str, language: str, parameter: str, key: str
     ) -> str:
         """Send an approved template with its one body parameter (what may go outside the
-        24-hour window, META.md "Templates"); return its wamid. Its errors (132000, 132001,
+        24-hour window, docs/follow-ups.md); return its wamid. Its errors (132000, 132001,
         132015, 132016) are permanent: SendRejected, never a fall back to free text."""
         template = {
             "name": name,
