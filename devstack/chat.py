@@ -17,7 +17,8 @@ Type a message and the agent answers, as on WhatsApp. Commands:
     /help                  this list
     /quit                  stop the stack and leave (also Ctrl-D)
 
-The person can also use the agent's own keywords: "what do you remember about me", "forget me".
+The person can also use the agent's own keywords: "forget me", "send me my data", "can I talk to
+a human?".
 Input can be piped: `printf 'Hi!\\n/memory\\n' | python -m devstack.chat`.
 """
 

@@ -214,8 +214,12 @@ class Demo:
                 reply is not None and "21 days" in reply["text"],
                 "the (offline) reply picks the thread up with the gap",
             )
+        before = len(self.model_calls())
         self.talk("What do you remember about me?")
-        self.console.note("(the agent answers that from its notes, word for word, no model call)")
+        calls = self._replies(before)
+        self.console.note("(the model answers that, with its notes about Maya in its instructions)")
+        if self.offline:
+            self.check(bool(calls), "the recall question reached the model")
 
     def burst(self) -> None:
         self.console.heading("4. A burst: three lines while the agent is still typing")

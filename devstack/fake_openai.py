@@ -751,6 +751,10 @@ _FACT_PATTERNS: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
         lambda m: f"{m.group(1).capitalize()} on {m.group(2)}",
     ),
     (
+        re.compile(r"\b(?:I'm|I am) allergic to (.+)", re.I),
+        lambda m: f"Allergic to {m.group(1)}",
+    ),
+    (
         # "I'm a nurse" but not "I'm a bit tired"
         re.compile(r"\b(?:I'm|I am) (an? (?!bit\b|little\b|lot\b|big\b|tad\b)\w+(?: \w+)?)$", re.I),
         lambda m: f"Works as {m.group(1)}",

@@ -140,6 +140,29 @@ def test_notes_come_after_the_system_prompt(consumer, resources, openai, lambda_
     assert instructions.index("Has a dog called Biscuit") > prompt_at
 
 
+def test_what_do_you_remember_goes_to_the_model_which_holds_the_fact_just_stored(
+    consumer_env, compactor_env, openai, whasp, monkeypatch, lambda_context
+):
+    # given a stack that folds after two messages, and Maya telling the agent of an allergy
+    small = {"COMPACT_THRESHOLD": "2", "COMPACT_KEEP": "1"}
+    agent = load_function("consumer", {**consumer_env, **small}, monkeypatch)
+    agent.handler(sqs_batch(message("I'm allergic to penicillin", 0)), lambda_context)
+    # when she asks at once what the agent remembers
+    agent.handler(sqs_batch(message("What do you remember about me?", 1)), lambda_context)
+    # then the model answers it, her words in its input (no fixed "no notes yet")
+    asked = openai.calls()[-1]
+    assert ("user", "I'm allergic to penicillin") in turns_of(asked)
+    assert turns_of(asked)[-1] == ("user", "What do you remember about me?")
+    # and once compaction has stored the fact, asking again: the model's instructions hold it
+    compactor = load_function("compactor", {**compactor_env, **small}, monkeypatch)
+    assert compactor.compactor.compact(person_key(AGENT, MAYA)) == "compacted"
+    agent.handler(sqs_batch(message("What do you remember about me?", 2)), lambda_context)
+    instructions = openai.calls()[-1]["instructions"]
+    assert "Allergic to penicillin" in instructions
+    assert instructions.index("Allergic to penicillin") > instructions.index("You are Coach")
+    assert "Allergic to penicillin" in whasp.texts_to(MAYA)[-1]  # the offline model's notes
+
+
 # ------------------------------------------------------------------ context limits, end to end
 
 

@@ -96,3 +96,24 @@ def test_meta_a_stop_word_inside_a_sentence_is_answered(
     assert post(meta_webhook, text_from(sentence, phone=MAYA_PHONE), lambda_context) == 200
     assert queue.drain(meta_consumer, lambda_context) == 0
     assert len(graph.sent) == 1
+
+
+# ------------------------------------------------------------------ "send me my data"
+
+
+@pytest.mark.parametrize("asked", ["Send me my data", "send me my data, please!", "My data?"])
+def test_a_data_request_is_told_how_to_ask_for_a_copy_without_the_model(
+    consumer, openai, whasp, lambda_context, asked
+):
+    # when Maya asks for her data
+    assert failures(consumer.handler(sqs_batch(message(asked, 0)), lambda_context)) == []
+    # then a fixed answer says how: the team exports it, and the forget keyword erases it
+    [reply] = whasp.texts_to(MAYA)
+    assert '"talk to a person"' in reply and '"forget me"' in reply
+    assert openai.calls() == []
+
+
+def test_a_sentence_about_data_is_the_models(consumer, openai, whasp, lambda_context):
+    said = "Do you store my data somewhere safe?"
+    assert failures(consumer.handler(sqs_batch(message(said, 0)), lambda_context)) == []
+    assert len(openai.calls()) == 1 and len(whasp.texts_to(MAYA)) == 1

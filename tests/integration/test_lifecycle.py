@@ -304,8 +304,8 @@ def test_anything_but_yes_keeps_the_memory(consumer, resources, whasp, lambda_co
     )
 
 
-def test_what_do_you_remember_is_answered_from_facts_and_summary(
-    consumer, resources, whasp, lambda_context
+def test_what_do_you_remember_is_the_models_with_the_facts_and_summary_in_its_notes(
+    consumer, resources, openai, whasp, lambda_context
 ):
     fill(resources.table_name, MAYA, messages=2, facts=2, ledger=0)
     consumer.handler(
@@ -314,9 +314,12 @@ def test_what_do_you_remember_is_answered_from_facts_and_summary(
         ),
         lambda_context,
     )
-    reply = whasp.sent[-1]["text"]
-    assert "Maya told me about her new job." in reply
-    assert "- Fact 0" in reply and "- Fact 1" in reply
+    # the model answers, its instructions holding the summary and the facts (never read out
+    # word for word: the reply is the model's)
+    [request] = openai.calls()
+    assert "Maya told me about her new job." in request["instructions"]
+    assert "Fact 0" in request["instructions"] and "Fact 1" in request["instructions"]
+    assert whasp.sent[-1]["text"].startswith("[offline model]")
 
 
 # ------------------------------------------------------------------ opt-out policy

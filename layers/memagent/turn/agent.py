@@ -13,7 +13,8 @@ through (`Agent.answer`, every step in the module its name says):
                                                   (memagent/memory/budget.py)
     remember              memagent/turn/remember.py    message + ledger entry + state, one write
     a human has it?       memagent/operator/reading.py    stored for them, no model call, no reply
-    a keyword?            memagent/turn/keywords.py    STOP, "forget me" and its "yes", recall
+    a keyword?            memagent/turn/keywords.py    STOP, "forget me" and its "yes", "send me my
+                                                  data", a request for a human
                                                   (KEYWORDS; the message's Standing: remember)
     wait for the burst?   memagent/turn/bursts.py      a burst's lines get one reply
     answer                memagent/turn/reply.py       a keyword's or the model's (context.py)

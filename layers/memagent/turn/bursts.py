@@ -11,8 +11,8 @@ in a batch answers what awaits, so a redelivered burst split across batches, or 
 end, still ends with each message covered by exactly one sent reply. A repeated `answered`
 record re-sends its burst's stored reply under the same key (memagent/turn/redelivery.py). Keywords
 keep their meaning (memagent/turn/keywords.py): STOP drops what awaits (nothing is sent after it)
-and an opt-out lifts only with a message written after it; "forget me", "yes" and "what do you
-remember about me" are answered as when sent alone. COALESCE_BURSTS=false answers every message
+and an opt-out lifts only with a message written after it; "forget me", "yes" and "send me my
+data" are answered as when sent alone. COALESCE_BURSTS=false answers every message
 on its own.
 """
 

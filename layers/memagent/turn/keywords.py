@@ -1,5 +1,5 @@
-"""What the person's words ask of the agent itself: STOP, "forget me" (and its "yes"), "what do
-you remember about me" and "can I talk to a human?". Pure functions from text and memory to a
+"""What the person's words ask of the agent itself: STOP, "forget me" (and its "yes"), "send me
+my data" and "can I talk to a human?". Pure functions from text and memory to a
 decision. Each keyword is declared once, in KEYWORDS, with everything the turn asks of it (how it
 matches, whether it is answered alone, whether it keeps its meaning while a human has the chat,
 its answer): adding one touches this table (CONTRIBUTING.md, "Adding a keyword").
@@ -9,7 +9,9 @@ its answer): adding one touches this table (CONTRIBUTING.md, "Adding a keyword")
   opt-out lifts only with a message written after it.
 - "forget me" (the FORGET_KEYWORD setting) is answered with a question; "yes" to it erases,
   after a short goodbye; anything else keeps the memory.
-- "what do you remember about me" is answered from the summary and facts, word for word.
+- "send me my data" (DATA_REQUESTS) is answered with how to ask for a copy: the right of access
+  is the operators' export (docs/privacy.md). "What do you remember about me?" is no keyword: the
+  model answers it, with the notes about the person in its instructions like every turn.
 - "can I talk to a human?" (HANDOFF_PHRASES, several languages by default) hands the chat to
   a human: answered once with HANDOFF_NOTICE, then the agent stores and says nothing until an
   operator hands it back or HandoffTimeoutHours pass without an operator reply
@@ -53,12 +55,16 @@ OPT_OUT_WORDS = (
     "disiscrivimi", "annulla iscrizione",  # Italian
 )  # fmt: skip
 CONFIRM_WORDS = frozenset({"yes", "y", "confirm", "yes forget me", "yes, forget me"})
-RECALL_QUESTIONS = frozenset(
-    {
-        "what do you remember about me",
-        "what do you know about me",
-        "what do you remember",
-    }
+# a whole message asking for the person's data (normalised, give or take _FILLER words)
+DATA_REQUESTS = (
+    "send me my data", "give me my data", "export my data", "download my data", "my data",
+    "send me my personal data", "i want my data", "what data do you have on me",
+    "what data do you have about me", "what personal data do you have about me",
+)  # fmt: skip
+DATA_REQUEST_REPLY = (
+    "I can't send your data in this chat. To get a copy of everything we keep about you, ask our "
+    'team: write "talk to a person" and they will take it from there. To erase it all instead, '
+    'write "{forget_keyword}".'
 )
 FORGET_QUESTION = (
     "Do you want me to forget everything about you: our messages, the summary and the notes "
@@ -185,12 +191,13 @@ KEYWORDS: tuple[Declared, ...] = (
         ),
     ),
     Declared(
-        "recall",
-        matches=lambda said, state, words: said in _said(RECALL_QUESTIONS),
+        "data request",
+        matches=lambda said, state, words: asks_for_data(said),
         alone=True,
-        in_handoff=False,
+        in_handoff=False,  # the human who has the chat answers it
         answer=lambda memory, words, flags: Keyword(
-            reply=recall(memory, words.forget_keyword), flags=flags
+            reply=DATA_REQUEST_REPLY.replace("{forget_keyword}", words.forget_keyword),
+            flags=flags,
         ),
     ),
     Declared(
@@ -261,6 +268,12 @@ def asks_for_human(text: str, phrases: tuple[str, ...] = HANDOFF_PHRASES) -> boo
     return False
 
 
+def asks_for_data(said: str) -> bool:
+    """Whether the whole message (normalised) asks for the person's data (DATA_REQUESTS)."""
+    bare = " ".join(w for w in said.split() if w not in _FILLER)
+    return bare in _said(DATA_REQUESTS)
+
+
 def keeps_its_meaning(text: str, state: PersonState, settings: Words) -> bool:
     """A message the agent still heeds while a human has the chat: STOP, "forget me" and its
     "yes" (a person's rights do not wait for an operator)."""
@@ -279,8 +292,8 @@ def keyword(text: str, memory: Memory, settings: Words) -> Keyword:
 
 
 def answered_alone(message: InboundMessage, settings: Words) -> bool:
-    """A keyword that gets its own answer, as when sent alone ("forget me", "what do you
-    remember about me", "can I talk to a human?"): it never joins a burst, nor lets the
+    """A keyword that gets its own answer, as when sent alone ("forget me", "send me my data",
+    "can I talk to a human?"): it never joins a burst, nor lets the
     message before it wait. (The consumer's look ahead: the state is not read yet.)"""
     if message.kind != "text" or not message.text:
         return False
@@ -292,18 +305,6 @@ def waits(text: str, state: PersonState, settings: Words) -> bool:
     """Whether a message just stored can leave its answer to a later one of its burst."""
     found = meaning(text, state, settings)
     return found is None or not found.alone
-
-
-def recall(memory: Memory, forget_keyword: str) -> str:
-    """Answer "what do you remember about me?" from the facts and summary, word for word."""
-    if not memory.facts and not memory.summary:
-        return "I don't keep any notes about you yet, only our recent messages."
-    lines = ["Here is what I remember about you:"]
-    if memory.summary:
-        lines.append(memory.summary.text)
-    lines.extend(f"- {fact.text}" for fact in memory.facts)
-    lines.append(f'To erase all of it, write "{forget_keyword}".')
-    return "\n".join(lines)
 
 
 def stopped_at(memory: Memory, settings: Words) -> datetime | None:
