@@ -10,7 +10,7 @@ from typing import Any
 
 from devstack.lambda_harness import reported_failures as failures
 from memagent.providers.seam import split_text
-from memagent.turn.keywords import FORGET_QUESTION, FORGOTTEN_REPLY
+from memagent.turn.replies import built_in
 from tests.conftest import AGENT, MAYA, load_function, sqs_batch, whasp_message
 from tests.integration.test_consumer import at, media_message, message, state, turns
 
@@ -294,7 +294,8 @@ def test_forget_me_keeps_the_days_counters(
     # then the model answered two hellos; the third got the notice (the counters outlived
     # each erasure, which took everything she said)
     assert len(openai.calls()) == 2
-    hellos = [t for t in whasp.texts_to(MAYA) if t not in (FORGET_QUESTION, FORGOTTEN_REPLY)]
+    forgetting = (built_in().text("forget_question"), built_in().text("forgotten"))
+    hellos = [t for t in whasp.texts_to(MAYA) if t not in forgetting]
     assert hellos[2:] == [NOTICE]
     mark = state(resources.table_name)
     assert int(mark["day_turns"]) == 2 and "last_seq" not in mark

@@ -196,10 +196,10 @@ def test_forget_me_then_yes_inside_one_batch_erases(
 ):
     batch = sqs_batch(message("hello", 0), message("forget me", 1), message("yes", 2))
     assert failures(consumer.handler(batch, lambda_context)) == []
-    from memagent.turn.keywords import FORGET_QUESTION, FORGOTTEN_REPLY
+    from memagent.turn.replies import built_in
 
     replies = whasp.texts_to(MAYA)
-    assert replies[1:] == [FORGET_QUESTION, FORGOTTEN_REPLY]
+    assert replies[1:] == [built_in().text("forget_question"), built_in().text("forgotten")]
     assert len(replies) == 3
     [mark] = rows(resources.table_name)
     assert only_the_mark(mark)

@@ -432,9 +432,9 @@ def test_a_turn_the_model_refuses_gets_one_fallback_reply(consumer, openai, whas
     response = consumer.handler(sqs_batch(message("something the model refuses")), lambda_context)
     assert failures(response) == []
     assert len(whasp.sent) == 1
-    from memagent.turn.reply import FALLBACK_REPLY
+    from memagent.turn.replies import built_in
 
-    assert whasp.sent[0]["text"] == FALLBACK_REPLY
+    assert whasp.sent[0]["text"] == built_in().text("fallback", "en")
 
 
 def test_a_photo_the_model_cannot_read_becomes_a_note(

@@ -10,9 +10,10 @@ import pytest
 
 from devstack.events import META_NUMBER_ID
 from memagent.turn.keywords import OPT_OUT_WORDS
-from tests.conftest import MAYA, sqs_batch
+from memagent.turn.replies import built_in
+from tests.conftest import MAYA, load_function, sqs_batch
 from tests.integration.test_bursts import ledger, rows
-from tests.integration.test_consumer import failures, message
+from tests.integration.test_consumer import SAM, failures, message
 from tests.integration.test_meta import (
     MAYA_PHONE,
     NOW,
@@ -117,3 +118,48 @@ def test_a_sentence_about_data_is_the_models(consumer, openai, whasp, lambda_con
     said = "Do you store my data somewhere safe?"
     assert failures(consumer.handler(sqs_batch(message(said, 0)), lambda_context)) == []
     assert len(openai.calls()) == 1 and len(whasp.texts_to(MAYA)) == 1
+
+
+# ------------------------------------------------------------------ fixed replies, in her language
+
+
+def test_a_spanish_speaker_gets_the_spanish_handoff_notice(
+    consumer, resources, openai, whasp, lambda_context
+):
+    # when Maya asks for a person in Spanish
+    said = message("¿Puedo hablar con una persona, por favor?", 0)
+    assert failures(consumer.handler(sqs_batch(said), lambda_context)) == []
+    # then she is told in Spanish that a person will answer, and the model is not asked
+    assert whasp.texts_to(MAYA) == [built_in().text("handoff_notice", "es")]
+    assert openai.calls() == []
+    [state] = rows(resources.table_name, prefix="STATE")
+    assert state["language_code"] == "es" and state["handoff_reason"] == "person"
+
+
+def test_a_message_in_no_language_is_answered_in_the_one_she_wrote_in_before(
+    consumer, resources, whasp, lambda_context
+):
+    # given Maya wrote in Portuguese before
+    hello = message("Olá, quero marcar uma consulta para amanhã", 0)
+    assert failures(consumer.handler(sqs_batch(hello), lambda_context)) == []
+    # when she writes a word that Spanish and Portuguese share
+    assert failures(consumer.handler(sqs_batch(message("humano", 1)), lambda_context)) == []
+    # then the handoff notice is the Portuguese one, from her state
+    assert whasp.texts_to(MAYA)[-1] == built_in().text("handoff_notice", "pt")
+
+
+def test_an_operators_replies_file_replaces_a_fixed_reply(
+    consumer_env, whasp, monkeypatch, tmp_path, lambda_context
+):
+    # given a clinic's own Spanish handoff notice, in a file beside the handler
+    (tmp_path / "replies.toml").write_text(
+        '[handoff_notice]\nes = "Le paso con la recepción de la clínica."\n', encoding="utf-8"
+    )
+    env = {**consumer_env, "LAMBDA_TASK_ROOT": str(tmp_path), "REPLIES_FILE": "replies.toml"}
+    agent = load_function("consumer", env, monkeypatch)
+    # when a Spanish speaker asks for a person, and an English speaker too
+    spanish, english = message("Quiero hablar con un humano", 0), message("human", 0, chat=SAM)
+    assert failures(agent.handler(sqs_batch(spanish, english), lambda_context)) == []
+    # then the clinic's text is sent in Spanish, and the built-in one in English
+    assert whasp.texts_to(MAYA) == ["Le paso con la recepción de la clínica."]
+    assert whasp.texts_to(SAM) == [built_in().text("handoff_notice", "en")]

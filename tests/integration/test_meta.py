@@ -925,7 +925,9 @@ def test_no_memory_is_started_in_a_key_linked_to_another_person(resources):
 def test_a_crash_after_the_goodbye_erases_on_retry_without_a_second_goodbye(
     webhook, queue, consumer, graph, resources, monkeypatch, lambda_context
 ):
-    from memagent.turn.keywords import FORGOTTEN_REPLY
+    from memagent.turn.replies import built_in
+
+    goodbye = built_in().text("forgotten", "en")
 
     post(webhook, text_from("forget me", phone=MAYA_PHONE, at=NOW), lambda_context)
     queue.drain(consumer, lambda_context)
@@ -937,7 +939,7 @@ def test_a_crash_after_the_goodbye_erases_on_retry_without_a_second_goodbye(
     queue.release()
     assert queue.deliver(consumer, lambda_context) == 0
     # then Maya is forgotten, and got the goodbye once (Meta has no idempotency key)
-    assert [s["text"] for s in graph.sent].count(FORGOTTEN_REPLY) == 1
+    assert [s["text"] for s in graph.sent].count(goodbye) == 1
     assert [only_the_mark(r) for r in memory_rows(resources, MAYA_PHONE)] == [True]
 
 

@@ -148,6 +148,9 @@ class PersonState:
     # with the memory they count (its seqs start again after an erasure)
     fold_tokens: int = _held(Kind.CONTENT, 0)
     counted_fold_tokens: int = _held(Kind.CONTENT, 0)
+    # the language the person last wrote in, of those the fixed replies have (memagent.turn.replies:
+    # "es"); not `language`, a DynamoDB reserved word
+    language_code: str | None = _held(Kind.CONTENT)
     # a marketing stop/resume (Meta's user_preferences) and when (memagent.turn.events)
     marketing: str | None = _held(Kind.CONTENT)
     marketing_at: datetime | None = _held(Kind.CONTENT)

@@ -15,12 +15,12 @@ __getattr__, __all__ = face(
     {
         "consumer": ["Consumer"],
         "keywords": [
-            "HANDOFF_NOTICE",
             "HANDOFF_PHRASES",
             "OPT_OUT_WORDS",
             "STOP_WORDS",
             "normalised",
         ],
-        "settings": ["DEFAULT_BUDGET_NOTICE", "DEFAULT_SYSTEM_PROMPT", "ConsumerSettings"],
+        "replies": ["Replies"],
+        "settings": ["DEFAULT_SYSTEM_PROMPT", "ConsumerSettings"],
     },
 )

@@ -18,7 +18,6 @@ from memagent.errors import AgentError, OptedOut, SendRejected, TransientError
 from memagent.observability import count, logger
 from memagent.providers import idempotency_key, split_text
 from memagent.store import ledger
-from memagent.turn.keywords import FORGOTTEN_REPLY
 
 if TYPE_CHECKING:
     from memagent.memory import Turn
@@ -94,12 +93,14 @@ def _send_part(
     )
 
 
-def say_goodbye_and_forget(crew: Crew, pk: str, message: InboundMessage, answering: Turn) -> str:
-    """The person confirmed "forget me": send one last short reply, then erase. A crash in
-    between is safe: the redelivery finds the event still `stored`, skips the goodbye if the
-    ledger records it sent (else sends it again under the same Idempotency-Key, a no-op at
-    whasp) and erases. The erasure matters more than the goodbye: if the provider cannot take
-    it, we erase all the same."""
+def say_goodbye_and_forget(
+    crew: Crew, pk: str, message: InboundMessage, answering: Turn, goodbye: str
+) -> str:
+    """The person confirmed "forget me": send one last short reply (`goodbye`), then erase. A
+    crash in between is safe: the redelivery finds the event still `stored`, skips the goodbye
+    if the ledger records it sent (else sends it again under the same Idempotency-Key, a no-op
+    at whasp) and erases. The erasure matters more than the goodbye: if the provider cannot
+    take it, we erase all the same."""
     assert answering.event_id is not None
     entry = crew.store.ledger(pk, answering.event_id) or {}
     try:
@@ -109,7 +110,7 @@ def say_goodbye_and_forget(crew: Crew, pk: str, message: InboundMessage, answeri
             sent = crew.provider.send_text(
                 sender=answering.number or message.number,
                 to=message.address,
-                text=FORGOTTEN_REPLY,
+                text=goodbye,
                 key=idempotency_key(answering.event_id, 0),
             )
             crew.store.record_part(pk, answering.event_id, 0, sent or "sent")

@@ -7,13 +7,14 @@ its answer): adding one touches this table (CONTRIBUTING.md, "Adding a keyword")
 - STOP (OPT_OUT_WORDS: "stop", "unsubscribe" and their like in the languages of the handoff
   phrases) opts the person out: stored, never answered, and it drops what awaits an answer; the
   opt-out lifts only with a message written after it.
-- "forget me" (the FORGET_KEYWORD setting) is answered with a question; "yes" to it erases,
-  after a short goodbye; anything else keeps the memory.
+- "forget me" (the FORGET_KEYWORD setting) is answered with a question; "yes" to it (in the
+  languages of the fixed replies: CONFIRM_WORDS) erases, after a short goodbye; anything else
+  keeps the memory.
 - "send me my data" (DATA_REQUESTS) is answered with how to ask for a copy: the right of access
   is the operators' export (docs/privacy.md). "What do you remember about me?" is no keyword: the
   model answers it, with the notes about the person in its instructions like every turn.
 - "can I talk to a human?" (HANDOFF_PHRASES, several languages by default) hands the chat to
-  a human: answered once with HANDOFF_NOTICE, then the agent stores and says nothing until an
+  a human: answered once with the handoff notice, then the agent stores and says nothing until an
   operator hands it back or HandoffTimeoutHours pass without an operator reply
   (memagent/operator/handoff.py). STOP and "forget me" keep their meaning while a human has
   the chat.
@@ -22,7 +23,8 @@ Every keyword but the handoff phrases is a whole message: one normalisation (`no
 case, punctuation and emoji around and between the words) decides, so "STOP.", "Stop!" and a
 full-width STOP (U+FF33...) are STOP, and "please don't stop" is not. The keywords that get an
 answer of their own never join a burst (memagent/turn/bursts.py), nor let the message before them
-wait.
+wait. Their answers are fixed replies, named here and written, per language, in
+memagent/turn/replies.toml.
 """
 
 from __future__ import annotations
@@ -54,22 +56,36 @@ OPT_OUT_WORDS = (
     "stopp", "abmelden", "abbestellen",  # German
     "disiscrivimi", "annulla iscrizione",  # Italian
 )  # fmt: skip
-CONFIRM_WORDS = frozenset({"yes", "y", "confirm", "yes forget me", "yes, forget me"})
+# "yes" to "forget me", as the forget question asks for it in each language of the replies
+CONFIRM_WORDS = frozenset(
+    {
+        "yes", "y", "confirm", "yes forget me", "yes, forget me",  # English
+        "sí", "si",  # Spanish, Italian (sì)
+        "sì", "oui", "sim", "ja",  # Italian, French, Portuguese, German
+    }
+)  # fmt: skip
 # a whole message asking for the person's data (normalised, give or take _FILLER words)
 DATA_REQUESTS = (
+    # English
     "send me my data", "give me my data", "export my data", "download my data", "my data",
     "send me my personal data", "i want my data", "what data do you have on me",
     "what data do you have about me", "what personal data do you have about me",
+    # Spanish
+    "mis datos", "envíame mis datos", "enviadme mis datos", "quiero mis datos",
+    "qué datos tienen de mí", "mándame mis datos",
+    # French
+    "mes données", "envoyez-moi mes données", "envoie-moi mes données", "je veux mes données",
+    "quelles données avez-vous sur moi",
+    # Portuguese
+    "meus dados", "me envie meus dados", "envie meus dados", "quero meus dados",
+    "que dados vocês têm sobre mim",
+    # German
+    "meine daten", "schicken sie mir meine daten", "schick mir meine daten",
+    "ich möchte meine daten", "welche daten haben sie über mich",
+    # Italian
+    "i miei dati", "inviami i miei dati", "mandami i miei dati", "voglio i miei dati",
+    "quali dati avete su di me",
 )  # fmt: skip
-DATA_REQUEST_REPLY = (
-    "I can't send your data in this chat. To get a copy of everything we keep about you, ask our "
-    'team: write "talk to a person" and they will take it from there. To erase it all instead, '
-    'write "{forget_keyword}".'
-)
-FORGET_QUESTION = (
-    "Do you want me to forget everything about you: our messages, the summary and the notes "
-    "I keep? Reply YES to confirm. Anything else keeps your memory as it is."
-)
 # Phrases that ask for a human: a phrase of one word must be the whole message (give or take
 # "a", "please"); a longer one may stand anywhere in a short message ("can I talk to a human?")
 HANDOFF_PHRASES = (
@@ -91,9 +107,6 @@ HANDOFF_PHRASES = (
     # Italian
     "operatore", "parlare con una persona", "parlare con un operatore",
 )  # fmt: skip
-HANDOFF_NOTICE = (
-    "I've asked a person from our team to take over. They'll answer you here as soon as they can."
-)
 _FILLER = frozenset(
     [
         "a",
@@ -118,7 +131,6 @@ _FILLER = frozenset(
     ]
 )
 _SHORT = 12  # words: a longer message mentioning "a person" is about something else
-FORGOTTEN_REPLY = "Done. I have forgotten everything about you. If you write again, we start fresh."
 
 
 class Words(Protocol):
@@ -126,15 +138,15 @@ class Words(Protocol):
 
     forget_keyword: str
     handoff_phrases: tuple[str, ...]
-    handoff_notice: str
     opt_out_words: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class Keyword:
     """What the message being answered asks for. `erase`: the person confirmed "forget me"
-    (a goodbye, then the erasure). Otherwise `reply` is the fixed answer (None: the model
-    answers) and `flags` the state flags stored with the reply."""
+    (a goodbye, then the erasure). Otherwise `reply` names the fixed answer, a text of
+    memagent/turn/replies.toml (None: the model answers), and `flags` are the state flags
+    stored with the reply."""
 
     erase: bool = False
     reply: str | None = None
@@ -187,7 +199,7 @@ KEYWORDS: tuple[Declared, ...] = (
         alone=True,
         in_handoff=True,
         answer=lambda memory, words, flags: Keyword(
-            reply=FORGET_QUESTION, flags={"forget_pending": True}
+            reply="forget_question", flags={"forget_pending": True}
         ),
     ),
     Declared(
@@ -195,10 +207,7 @@ KEYWORDS: tuple[Declared, ...] = (
         matches=lambda said, state, words: asks_for_data(said),
         alone=True,
         in_handoff=False,  # the human who has the chat answers it
-        answer=lambda memory, words, flags: Keyword(
-            reply=DATA_REQUEST_REPLY.replace("{forget_keyword}", words.forget_keyword),
-            flags=flags,
-        ),
+        answer=lambda memory, words, flags: Keyword(reply="data_request", flags=flags),
     ),
     Declared(
         "handoff",
@@ -206,7 +215,7 @@ KEYWORDS: tuple[Declared, ...] = (
         alone=True,
         in_handoff=False,
         answer=lambda memory, words, flags: Keyword(
-            reply=words.handoff_notice, flags=flags, handoff=True
+            reply="handoff_notice", flags=flags, handoff=True
         ),
     ),
 )

@@ -1,6 +1,8 @@
 """The reply to the message being answered: a keyword's (memagent/turn/keywords.py) or the model's,
 from the context (memagent/memory/context.py, store=false); remembered in the slot its message
-reserved, then sent (memagent/turn/delivery.py)."""
+reserved, then sent (memagent/turn/delivery.py). A fixed reply (a keyword's answer, the handoff
+and budget notices, the fallback) is written in the person's language (memagent/turn/replies.py),
+which their state keeps from the reply's write on."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from memagent.store import ledger
 from memagent.turn.delivery import say_goodbye_and_forget, send
 from memagent.turn.follow_ups import pending_note
 from memagent.turn.keywords import keyword
+from memagent.turn.replies import language_for
 from memagent.turn.tool_loop import Answer, RejectedAfterTools, answer_with_tools
 
 if TYPE_CHECKING:
@@ -34,8 +37,6 @@ if TYPE_CHECKING:
     from memagent.providers import InboundMessage
     from memagent.turn.crew import Crew
     from memagent.turn.settings import ConsumerSettings
-
-FALLBACK_REPLY = "Sorry, I couldn't take that in. Could you say it another way?"
 
 
 def reply(
@@ -54,15 +55,21 @@ def reply(
     event id of the burst's first message, which keeps its tool calls on its ledger entry)."""
     settings = crew.settings
     asked = keyword(answering.text, memory, settings)
+    language, learnt = language_for(about or answering.text, memory.state, settings.replies)
+    flags = {**asked.flags, "language_code": language} if learnt else asked.flags
+
+    def fixed(name: str) -> str:
+        return settings.replies.text(name, language, forget_keyword=settings.forget_keyword)
+
     if asked.erase:
-        return say_goodbye_and_forget(crew, pk, message, answering)
-    if asked.handoff:
-        return hand_to_human(crew, pk, message, memory, answering, asked.reply or "", asked.flags)
+        return say_goodbye_and_forget(crew, pk, message, answering, fixed("forgotten"))
+    if asked.handoff and asked.reply is not None:
+        return hand_to_human(crew, pk, message, memory, answering, fixed(asked.reply), flags)
     if asked.reply is not None:
-        return remember_and_send(crew, pk, message, memory, answering, asked.reply, asked.flags)
+        return remember_and_send(crew, pk, message, memory, answering, fixed(asked.reply), flags)
     stack = stack_budget(crew.store, settings)
     if exhausted(memory.state, settings) or stack.reached():
-        return over_budget(crew, pk, message, memory, answering, asked.flags)
+        return over_budget(crew, pk, message, memory, answering, flags, fixed("budget_notice"))
 
     context = _context(
         settings,
@@ -76,12 +83,12 @@ def reply(
     context = _with_follow_ups(crew, pk, message, answering, context)
     used = crew.model.tokens_used
     who = (message.chat, *message.aliases)
-    text, done, handoff = _ask_the_model(crew, pk, first or answering.event_id, context, who)
+    text, done, handoff = _ask_the_model(
+        crew, pk, first or answering.event_id, context, who, fallback=fixed("fallback")
+    )
     if handoff:  # the model handed the chat to a human (the built-in tool)
-        notice = settings.handoff_notice
-        return hand_to_human(
-            crew, pk, message, memory, answering, notice, asked.flags, reason="agent"
-        )
+        notice = fixed("handoff_notice")
+        return hand_to_human(crew, pk, message, memory, answering, notice, flags, reason="agent")
     # at least 1: a model reply counts as a turn even where the endpoint reports no usage
     tokens = max(1, crew.model.tokens_used - used)
     stack.add(crew.model.tokens_used - used)
@@ -90,7 +97,7 @@ def reply(
         count("RepliesShortened")
         logger.info("reply shortened", extra={"chars": len(text), "kept": len(shortened)})
     return remember_and_send(
-        crew, pk, message, memory, answering, shortened, asked.flags, tools=done, tokens=tokens
+        crew, pk, message, memory, answering, shortened, flags, tools=done, tokens=tokens
     )
 
 
@@ -150,12 +157,19 @@ def _context(
 
 
 def _ask_the_model(
-    crew: Crew, pk: str, event_id: str | None, context: Context, who: tuple[str, ...]
+    crew: Crew,
+    pk: str,
+    event_id: str | None,
+    context: Context,
+    who: tuple[str, ...],
+    *,
+    fallback: str,
 ) -> Answer:
     """The model's reply (calling the declared tools along the way, if any, as the person
-    `who` names: their identifiers). The tool calls are recorded under `event_id`, the burst's
-    first message: a burst that grows after a crash (the person wrote again meanwhile) replays
-    them instead of calling the tools anew."""
+    `who` names: their identifiers), or `fallback` when the model refuses the turn for good.
+    The tool calls are recorded under `event_id`, the burst's first message: a burst that
+    grows after a crash (the person wrote again meanwhile) replays them instead of calling the
+    tools anew."""
     try:
         if crew.tools is None:
             return Answer(crew.model.reply(context, person=pk), ())
@@ -172,19 +186,24 @@ def _ask_the_model(
         logger.error("model refused the turn; fallback reply", extra={"error": str(error)})
         # what the tools did before a refusal stays remembered (a booking made)
         done = error.done if isinstance(error, RejectedAfterTools) else ()
-        return Answer(FALLBACK_REPLY, done)
+        return Answer(fallback, done)
 
 
 def over_budget(
-    crew: Crew, pk: str, message: InboundMessage, memory: Memory, answering: Turn, flags: dict
+    crew: Crew,
+    pk: str,
+    message: InboundMessage,
+    memory: Memory,
+    answering: Turn,
+    flags: dict,
+    notice: str,
 ) -> str:
     """The person reached today's limit: no model call. The day's first such message gets the
-    notice; the rest are kept (already stored, in order) and answered with tomorrow's."""
+    `notice`; the rest are kept (already stored, in order) and answered with tomorrow's."""
     count("PersonBudgetReached")
     day = day_of(answering.at)
     if memory.state.notice_day != day:
         logger.info("person's daily budget reached; notice sent")
-        notice = crew.settings.budget_notice
         flags = {**flags, "notice_day": day}
         return remember_and_send(crew, pk, message, memory, answering, notice, flags)
     for event_id in memory.state.awaiting:

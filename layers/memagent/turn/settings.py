@@ -6,23 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
 from memagent.aws import DEAD_LETTER_ARN
 from memagent.environment import Environment, Secret
+from memagent.errors import ConfigurationError
 from memagent.model import DEFAULT_TRANSCRIPTION_MODEL, ModelSettings, tools_settings
 from memagent.providers import ProviderSettings
-from memagent.turn.keywords import (
-    HANDOFF_NOTICE,
-    HANDOFF_PHRASES,
-    OPT_OUT_WORDS,
-    STOP_WORDS,
-    normalised,
-)
+from memagent.turn.keywords import HANDOFF_PHRASES, OPT_OUT_WORDS, STOP_WORDS, normalised
+from memagent.turn.replies import Replies, built_in
 
-DEFAULT_BUDGET_NOTICE = (
-    "We've talked a lot today, so I'm taking a break until tomorrow. I've kept everything you "
-    "wrote and will pick it up then."
-)
 DEFAULT_SYSTEM_PROMPT = (
     "You are a warm, concise companion who chats with people on WhatsApp. "
     "Write short, natural messages. Pick up earlier threads when it helps the person."
@@ -47,7 +40,6 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     opt_out_policy: str = "keep"
     forget_keyword: str = "forget me"
     handoff_phrases: tuple[str, ...] = ()  # memagent.turn.keywords.HANDOFF_PHRASES unless set
-    handoff_notice: str = ""
     opt_out_words: tuple[str, ...] = ()  # memagent.turn.keywords.OPT_OUT_WORDS unless set
     parking_queue_url: str | None = None
     record_time_budget_seconds: float = 0
@@ -78,7 +70,9 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     max_audio_seconds: int = 300
     person_daily_turns: int = 0  # 0: no limit
     person_daily_tokens: int = 0  # 0: no limit
-    budget_notice: str = DEFAULT_BUDGET_NOTICE
+    # every fixed text sent to a person, per language, with the operator's changes
+    # (memagent/turn/replies.py: REPLIES_FILE, BUDGET_NOTICE, HANDOFF_NOTICE)
+    replies: Replies = field(default_factory=built_in)
     # the built-in "hand to a human" tool: on by default where tools are declared (HANDOFF_TOOL)
     handoff_tool: bool = False
     # follow-ups (memagent/turn/follow_ups.py): on where the stack's schedule group is set
@@ -121,7 +115,7 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
             "max_audio_seconds": read.integer("MAX_AUDIO_SECONDS", 300, minimum=1),
             "person_daily_turns": read.integer("PERSON_DAILY_TURNS", 0, minimum=0),
             "person_daily_tokens": read.integer("PERSON_DAILY_TOKENS", 0, minimum=0),
-            "budget_notice": read.text("BUDGET_NOTICE", DEFAULT_BUDGET_NOTICE),
+            "replies": _replies(read),
             "handoff_tool": read.flag("HANDOFF_TOOL", bool(read.optional("TOOLS_FILE"))),
             **_follow_ups(read),
         }
@@ -179,11 +173,7 @@ def _handoff(read: Environment) -> dict:
         phrases = tuple(p.strip() for p in raw.split(",") if p.strip())
         if not phrases:
             read.problems.append('HANDOFF_PHRASES: comma-separated phrases, or "off"')
-    return {
-        "handoff_phrases": phrases,
-        "handoff_notice": read.text("HANDOFF_NOTICE", HANDOFF_NOTICE),
-        "opt_out_words": _opt_out_words(read),
-    }
+    return {"handoff_phrases": phrases, "opt_out_words": _opt_out_words(read)}
 
 
 def _opt_out_words(read: Environment) -> tuple[str, ...]:
@@ -197,6 +187,24 @@ def _opt_out_words(read: Environment) -> tuple[str, ...]:
     if not chosen or not all(normalised(w) for w in chosen):
         read.problems.append("OPT_OUT_WORDS: comma-separated words or phrases, each with a letter")
     return tuple(dict.fromkeys((*STOP_WORDS, *chosen)))
+
+
+def _replies(read: Environment) -> Replies:
+    """The fixed replies (memagent/turn/replies.py) with the operator's changes: BUDGET_NOTICE
+    and HANDOFF_NOTICE (older settings: one text for every language), then REPLIES_FILE (a TOML
+    file relative to the function's code, LAMBDA_TASK_ROOT, like TOOLS_FILE)."""
+    replies = built_in()
+    try:
+        if budget := read.optional("BUDGET_NOTICE"):
+            replies = replies.everywhere("budget_notice", budget, "BUDGET_NOTICE")
+        if handoff := read.optional("HANDOFF_NOTICE"):
+            replies = replies.everywhere("handoff_notice", handoff, "HANDOFF_NOTICE")
+        if path := read.optional("REPLIES_FILE"):
+            root = Path(read.optional("LAMBDA_TASK_ROOT") or ".")
+            replies = replies.from_file(root / path, f"REPLIES_FILE {path}")
+    except ConfigurationError as error:
+        read.problems.append(str(error))
+    return replies
 
 
 def _transcription_endpoint(read: Environment) -> dict:
