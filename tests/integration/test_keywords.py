@@ -102,15 +102,28 @@ def test_meta_a_stop_word_inside_a_sentence_is_answered(
 # ------------------------------------------------------------------ "send me my data"
 
 
-@pytest.mark.parametrize("asked", ["Send me my data", "send me my data, please!", "My data?"])
+@pytest.mark.parametrize(
+    ("asked", "language"),
+    [
+        ("Send me my data", "en"),
+        ("send me my data, please!", "en"),
+        ("My data?", "en"),
+        ("Envíame mis datos, por favor", "es"),
+        ("Je veux mes données", "fr"),
+        ("Quero meus dados", "pt"),
+        ("Schick mir meine Daten", "de"),
+        ("Inviami i miei dati", "it"),
+    ],
+)
 def test_a_data_request_is_told_how_to_ask_for_a_copy_without_the_model(
-    consumer, openai, whasp, lambda_context, asked
+    consumer, openai, whasp, lambda_context, asked, language
 ):
     # when Maya asks for her data
     assert failures(consumer.handler(sqs_batch(message(asked, 0)), lambda_context)) == []
-    # then a fixed answer says how: the team exports it, and the forget keyword erases it
+    # then a fixed answer in her language says how: the team exports it, "forget me" erases it
     [reply] = whasp.texts_to(MAYA)
-    assert '"talk to a person"' in reply and '"forget me"' in reply
+    assert reply == built_in().text("data_request", language, forget_keyword="forget me")
+    assert "forget me" in reply
     assert openai.calls() == []
 
 
