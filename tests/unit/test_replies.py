@@ -125,11 +125,14 @@ def test_the_language_is_read_from_the_words_or_left_unsaid(text, language):
     assert language_of(text) == language
 
 
-def test_a_message_that_says_no_language_keeps_the_one_the_person_wrote_in():
+def test_a_message_that_says_no_language_is_answered_in_the_one_the_person_wrote_in():
     replies = built_in()
-    # a Spanish message: Spanish, and the state is to keep it
-    assert language_for("Hola, quiero cambiar mi cita", PersonState(), replies) == ("es", True)
-    # "ok" says nothing: the state's Spanish, nothing new to keep
-    assert language_for("ok", PersonState(language_code="es"), replies) == ("es", False)
+    # a Spanish message: Spanish, whatever the state says
+    assert (
+        language_for("Hola, quiero cambiar mi cita", PersonState(language_code="pt"), replies)
+        == "es"
+    )
+    # "ok" says nothing: the state's Spanish
+    assert language_for("ok", PersonState(language_code="es"), replies) == "es"
     # someone new who says nothing: the default
-    assert language_for("ok", PersonState(), replies) == ("en", False)
+    assert language_for("ok", PersonState(), replies) == "en"

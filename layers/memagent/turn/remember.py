@@ -24,6 +24,7 @@ from memagent.store import Standing
 from memagent.turn.delivery import show_typing
 from memagent.turn.inbound import CONVERTED, message_text, over_budget_note
 from memagent.turn.keywords import cancels_forget, is_stop, keeps_its_meaning, stopped_at
+from memagent.turn.language import language_of
 
 if TYPE_CHECKING:
     from memagent.providers import InboundMessage
@@ -163,6 +164,9 @@ def _flags(state: PersonState, text: str, *, for_human: bool) -> dict:
     extra: dict = {}
     if cancels_forget(text, state):
         extra["forget_pending"] = False  # anything but "yes" keeps the memory
+    if (language := language_of(text)) not in (None, state.language_code):
+        # the language of the fixed replies for what says none ("ok"): memagent.turn.replies
+        extra["language_code"] = language
     if for_human and state.handoff is not None:
         extra["handoff_waiting"] = state.handoff.waiting + 1
     return extra
@@ -187,6 +191,7 @@ def _state_after(
         last_inbound_at=message.sent_at,
         opted_out=False,
         forget_pending=state.forget_pending and "forget_pending" not in extra,
+        language_code=extra.get("language_code", state.language_code),
         awaiting=(*state.awaiting, message.event_id) if answered else state.awaiting,
         handoff=(
             None

@@ -122,10 +122,7 @@ def built_in() -> Replies:
         return Replies(texts=tomllib.load(file))
 
 
-def language_for(text: str | None, state: PersonState, replies: Replies) -> tuple[str, bool]:
-    """The person's language for a reply to `text`, and whether their state is to keep it: the
-    text says a language the state does not hold (kept for the messages that say none: "ok")."""
-    said = language_of(text)
-    if said is not None:
-        return said, said != state.language_code
-    return state.language_code or replies.default_language, False
+def language_for(text: str | None, state: PersonState, replies: Replies) -> str:
+    """The person's language for a reply to `text`: the text's, else the one their state keeps
+    (memagent/turn/remember.py learns it from each message), else the default."""
+    return language_of(text) or state.language_code or replies.default_language

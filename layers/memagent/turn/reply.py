@@ -2,7 +2,7 @@
 from the context (memagent/memory/context.py, store=false); remembered in the slot its message
 reserved, then sent (memagent/turn/delivery.py). A fixed reply (a keyword's answer, the handoff
 and budget notices, the fallback) is written in the person's language (memagent/turn/replies.py),
-which their state keeps from the reply's write on."""
+which their state keeps from the message's write on (memagent/turn/remember.py)."""
 
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ def reply(
     event id of the burst's first message, which keeps its tool calls on its ledger entry)."""
     settings = crew.settings
     asked = keyword(answering.text, memory, settings)
-    language, learnt = language_for(about or answering.text, memory.state, settings.replies)
-    flags = {**asked.flags, "language_code": language} if learnt else asked.flags
+    language = language_for(about or answering.text, memory.state, settings.replies)
+    flags = asked.flags
 
     def fixed(name: str) -> str:
         return settings.replies.text(name, language, forget_keyword=settings.forget_keyword)
