@@ -24,7 +24,7 @@ from devstack.resources import load_template, max_receive_count
 
 STEPS = [
     ("remember_inbound", "store", "remember_inbound"),
-    ("model reply", "model", "reply"),
+    ("model reply", "model", "act"),  # a turn's round: request_human is offered on every turn
     ("remember_reply", "store", "remember_reply"),
     ("send", "provider", "send_text"),
     ("finish_event", "store", "finish_event"),

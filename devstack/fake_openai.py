@@ -480,6 +480,8 @@ def offline_model(request: dict[str, Any]) -> str | dict[str, Any]:
     It shows the memory mechanics rather than intelligence: replies say what the notes in the
     instructions contain (days since, facts, summary), structured-output requests get a summary
     and facts pulled out of the conversation with simple patterns, and images get a placeholder.
+    Offered request_human and asked for someone from the business in other words than the
+    handoff phrases ("can someone from the clinic call me?", in six languages), it calls it.
     Every reply starts with "[offline model]" so nobody mistakes it for real AI.
     """
     text_format = (request.get("text") or {}).get("format") or {}
@@ -487,11 +489,34 @@ def offline_model(request: dict[str, Any]) -> str | dict[str, Any]:
         return json.dumps(_structured(request, text_format.get("schema") or {}))
     if image := _first_image(request.get("input")):
         return f"{OFFLINE} a picture ({image})"
+    if (handed := _request_human(request)) is not None:
+        return handed
     if (followed := _follow_up(request)) is not None:
         return followed
     if (acted := _act(request)) is not None:
         return acted
     return _reply(request)
+
+
+# someone from the business, asked for in the person's own words, in the six languages of the
+# fixed replies: "can someone from the clinic call me back?", "alguien de la clínica", ...
+_SOMEONE_FROM_THE_TEAM = re.compile(
+    r"\b(?:(?:someone|somebody|anyone) (?:from|at) (?:the|your) \w+"
+    r"|(?:one of )?your (?:staff|team|colleagues|receptionist)\b"
+    r"|alguien de(?:l| la| su)\b|quelqu'un de\b|alguém d[ao]s?\b"
+    r"|jemand (?:aus|von|vom)\b|qualcuno (?:dello|della|del|dell'))",
+    re.I,
+)
+
+
+def _request_human(request: dict[str, Any]) -> Any:
+    """Offered request_human, and asked for someone from the business in other words than the
+    fast path's: the call (memagent/turn/tool_loop.py hands the chat over; nothing comes back)."""
+    offered = {tool.get("name") for tool in request.get("tools") or []}
+    said = (_user_messages(request) or [""])[-1].replace("\u2019", "'")
+    if "request_human" not in offered or not _SOMEONE_FROM_THE_TEAM.search(said):
+        return None
+    return _calls("request_human", {"reason": "asked for someone from the team"})
 
 
 _REMIND = re.compile(

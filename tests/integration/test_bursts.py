@@ -225,7 +225,7 @@ STEPS = [
     ("store", "remember_inbound", 1),
     ("store", "remember_inbound", 2),
     ("store", "remember_inbound", 3),
-    ("model", "reply", 1),
+    ("model", "act", 1),  # the model's round (request_human offered on every turn)
     ("store", "remember_reply", 1),
     ("provider", "send_text", 1),
     ("store", "finish_event", 1),
@@ -277,7 +277,7 @@ def test_a_crash_anywhere_in_a_burst_ends_with_each_message_covered_by_one_sent_
         replies = [t for r, t in turns(resources.table_name, phone) if r == "assistant"]
         assert replies == sent
         # and a model call was repeated only if the crash came between the call and its storing
-        extra = 1 if method == "reply" else 0
+        extra = 1 if method == "act" else 0
         assert len(openai.calls()) - calls_before == len(answerers) + extra
         # and one more late redelivery of everything changes nothing
         late = [sqs_record(e, receive_count=3) for e in burst]

@@ -244,7 +244,8 @@ def test_redelivery_later_is_one_turn(consumer, resources, openai, whasp, lambda
     ("target", "method", "model_calls"),
     [
         ("store", "remember_inbound", 1),  # the model had not been asked yet
-        ("model", "reply", 2),  # the only crash that costs a second model call
+        # the only crash that costs a second model call (`act`: every turn offers request_human)
+        ("model", "act", 2),
         ("store", "remember_reply", 1),
         ("provider", "send_text", 1),
         ("store", "finish_event", 1),

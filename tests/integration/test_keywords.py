@@ -10,6 +10,7 @@ import pytest
 
 from devstack.events import META_NUMBER_ID
 from memagent.turn.keywords import OPT_OUT_WORDS
+from memagent.turn.language import LANGUAGES
 from memagent.turn.replies import built_in
 from tests.conftest import MAYA, load_function, sqs_batch
 from tests.integration.test_bursts import ledger, rows
@@ -176,3 +177,51 @@ def test_an_operators_replies_file_replaces_a_fixed_reply(
     # then the clinic's text is sent in Spanish, and the built-in one in English
     assert whasp.texts_to(MAYA) == ["Le paso con la recepción de la clínica."]
     assert whasp.texts_to(SAM) == [built_in().text("handoff_notice", "en")]
+
+
+# ------------------------------------------------------------------ a handoff the person means
+
+
+def test_the_handoff_set_through_the_consumer_hands_over_every_request_and_nothing_else(
+    consumer, resources, openai, whasp, lambda_context
+):
+    from tests.unit.test_handoff_phrases import EXPLICIT, HANDOFF_SET, MEANT
+
+    # given the set's 48 sentences, each from its own person, in one batch
+    people = [f"+4477009{n:05d}" for n in range(len(HANDOFF_SET))]
+    said = zip(people, HANDOFF_SET, strict=True)
+    batch = sqs_batch(*(message(text, 0, chat=phone) for phone, (_, text, _) in said))
+    # when the consumer answers them, with the offline model (request_human offered)
+    assert failures(consumer.handler(batch, lambda_context)) == []
+    notices = {built_in().text("handoff_notice", lang): lang for lang in LANGUAGES}
+    for phone, (language, text, kind) in zip(people, HANDOFF_SET, strict=True):
+        [reply] = whasp.texts_to(phone)
+        [state] = rows(resources.table_name, phone, "STATE")
+        if kind in (EXPLICIT, MEANT):
+            # then every request hands the chat over: explicit ones by the phrases, the others
+            # by the model's request_human, with the notice in the person's language
+            assert state.get("handoff_reason") == ("person" if kind == EXPLICIT else "agent"), text
+            assert reply in notices, text
+            assert notices[reply] == language or len(text.split()) == 1, text
+        else:
+            # and nothing else does: the model answers, and the agent goes on answering
+            assert "handoff_since" not in state, text
+            assert reply.startswith("[offline model]"), text
+    # the fast path asked the model nothing: one model request per other sentence
+    assert len(openai.calls()) == len(HANDOFF_SET) - sum(k == EXPLICIT for _, _, k in HANDOFF_SET)
+
+
+def test_a_request_in_other_words_hands_over_once_and_the_next_message_waits_for_the_human(
+    consumer, resources, openai, whasp, lambda_context
+):
+    # when Maya asks for the team in her own words
+    asked = message("Could someone from the clinic call me back about my bill?", 0)
+    assert failures(consumer.handler(sqs_batch(asked), lambda_context)) == []
+    # then the model asked for a human (request_human offered on the turn), and she is told so
+    [request] = openai.calls()
+    assert [t["name"] for t in request["tools"]] == ["request_human"]
+    assert whasp.texts_to(MAYA) == [built_in().text("handoff_notice", "en")]
+    # and what she writes next is the human's: no model call, no reply
+    later = message("Any news?", 5)
+    assert failures(consumer.handler(sqs_batch(later), lambda_context)) == []
+    assert len(openai.calls()) == 1 and len(whasp.texts_to(MAYA)) == 1

@@ -118,8 +118,9 @@ def test_a_server_that_refuses_an_optional_field_still_answers_every_message(
     # second left them out from the start; both replies went out (not the fallback)
     assert [r["status"] for r in openai.requests] == [400, 200, 200]
     optional = {"prompt_cache_key", "safety_identifier", "prompt_cache_retention", "include"}
+    # (every turn offers request_human, so asks for the reasoning's encrypted content too)
     assert [sorted(optional & set(r["json"])) for r in openai.requests] == [
-        ["prompt_cache_key", "prompt_cache_retention", "safety_identifier"],
+        ["include", "prompt_cache_key", "prompt_cache_retention", "safety_identifier"],
         [],
         [],
     ]

@@ -1,6 +1,7 @@
 """A function loads only the parts its stack uses (issue 30, item 8): a whasp stack never the
-Meta adapter, a stack without tools never the tools module, Bedrock's key only with
-MODEL_PROVIDER=bedrock. Each handler is loaded cold, in a fresh interpreter, as Lambda would."""
+Meta adapter, a stack without tools never the tools module (but the consumer, for the built-in
+request_human, unless HANDOFF_TOOL=false), Bedrock's key only with MODEL_PROVIDER=bedrock. Each
+handler is loaded cold, in a fresh interpreter, as Lambda would."""
 
 from __future__ import annotations
 
@@ -67,12 +68,21 @@ def loaded_modules(function: str, **changes: str) -> set[str]:
 
 @pytest.mark.parametrize("function", ["webhook", "consumer", "compactor", "admin"])
 def test_a_whasp_stack_without_tools_on_openai_loads_neither_meta_nor_tools_nor_bedrock(function):
-    # given a whasp stack on the OpenAI API, without tools; when a function starts cold
-    modules = loaded_modules(function)
+    # given a whasp stack on the OpenAI API, without tools (nor the built-in request_human, which
+    # the consumer offers by default); when a function starts cold
+    modules = loaded_modules(function, HANDOFF_TOOL="false")
     # then it loaded its own code (the probe saw the package) but not the parts it does not use
     assert "memagent.environment" in modules
     for unused in ("memagent.providers.meta", "memagent.model.tools", "memagent.model.bedrock"):
         assert unused not in modules, f"the {function} function imports {unused}"
+
+
+def test_the_consumer_loads_the_tools_module_for_request_human_and_nothing_else_new():
+    # given the template's defaults, HANDOFF_TOOL unset: request_human is offered on every turn
+    modules = loaded_modules("consumer")
+    # then the tools module is loaded, and still no Meta adapter, no Bedrock key
+    assert "memagent.model.tools" in modules
+    assert "memagent.providers.meta" not in modules and "memagent.model.bedrock" not in modules
 
 
 @pytest.mark.parametrize("function", ["webhook", "consumer", "admin"])

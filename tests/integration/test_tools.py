@@ -507,9 +507,19 @@ def test_the_rounds_are_bounded_then_the_model_must_answer(tools, openai, whasp,
     assert [s["text"] for s in whasp.sent] == ["enough tools"]
 
 
-def test_without_tools_the_request_is_as_before(consumer, openai, lambda_context):
+def test_without_tools_only_request_human_is_offered_and_handoff_tool_false_offers_none(
+    consumer_env, openai, monkeypatch, lambda_context
+):
+    # a stack with no tools of its own offers the built-in request_human, and no tool note
+    consumer = load_function("consumer", consumer_env, monkeypatch)
     consumer.handler(sqs_batch(message("hi")), lambda_context)
-    assert "tools" not in openai.calls()[0]
+    request = openai.calls()[0]
+    assert [t["name"] for t in request["tools"]] == ["request_human"]
+    assert "A tool's result is data" not in request["instructions"]
+    # HANDOFF_TOOL=false: the request is as before tools, the phrases the only way to a human
+    off = load_function("consumer", {**consumer_env, "HANDOFF_TOOL": "false"}, monkeypatch)
+    off.handler(sqs_batch(message("hi again", 1)), lambda_context)
+    assert "tools" not in openai.calls()[1]
 
 
 def test_a_refused_last_round_still_remembers_what_the_tools_did(
@@ -543,15 +553,15 @@ def test_the_model_hands_the_chat_to_a_human_with_the_built_in_tool_once(
 ):
     from tests.integration.test_operator import notifications, say
 
-    # given a stack with no tools of its own, the built-in handoff tool on
-    env = {**consumer_env, "OPERATOR_EVENT_BUS": bus["name"], "HANDOFF_TOOL": "true"}
+    # given a stack with no tools of its own: the built-in handoff tool is on
+    env = {**consumer_env, "OPERATOR_EVENT_BUS": bus["name"]}
     agent = load_function("consumer", env, monkeypatch)
     handed = {"calls": 0}
 
     def model(request):
-        assert [t["name"] for t in request["tools"]] == ["hand_to_human"]
+        assert [t["name"] for t in request["tools"]] == ["request_human"]
         handed["calls"] += 1
-        return {"output": [call("hand_to_human", {"reason": "upset about a refund"}, "h1")]}
+        return {"output": [call("request_human", {"reason": "upset about a refund"}, "h1")]}
 
     openai.responder = model
     # when an upset person writes, and the model hands the chat over
@@ -565,7 +575,7 @@ def test_the_model_hands_the_chat_to_a_human_with_the_built_in_tool_once(
     assert handed["calls"] == 1 and len(whasp.sent) == 1
 
 
-def test_the_built_in_handoff_tool_is_on_with_tools_and_can_be_switched_off(tmp_path):
+def test_the_built_in_handoff_tool_is_on_with_or_without_tools_and_can_be_switched_off(tmp_path):
     from memagent.turn import ConsumerSettings
     from tests.unit.test_settings import CONSUMER
 
@@ -574,7 +584,7 @@ def test_the_built_in_handoff_tool_is_on_with_tools_and_can_be_switched_off(tmp_
     env = {**CONSUMER, "TOOLS_FILE": str(tools), "BOOKING_TOOL_ARN": BOOKING_ARN}
     assert ConsumerSettings.from_env(env).handoff_tool is True
     assert ConsumerSettings.from_env({**env, "HANDOFF_TOOL": "false"}).handoff_tool is False
-    assert ConsumerSettings.from_env(CONSUMER).handoff_tool is False  # no tools: as before
+    assert ConsumerSettings.from_env(CONSUMER).handoff_tool is True  # no tools: still offered
 
 
 def test_a_burst_that_grows_after_a_crashed_tool_turn_does_not_book_again(

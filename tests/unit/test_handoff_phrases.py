@@ -1,12 +1,18 @@
-"""The phrases with which a person asks for a human, in several languages, and the setting."""
+"""A handoff the person means: the phrases are a fast path for explicit requests for a human, in
+six languages, and never hand over a message that only names the service or a person. A request
+in other words is the model's (request_human: tests/integration/test_keywords.py runs this set
+through the consumer). And the phrases' setting."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import pytest
 
 from memagent.errors import ConfigurationError
 from memagent.turn import ConsumerSettings
 from memagent.turn.keywords import HANDOFF_PHRASES, OPT_OUT_WORDS, asks_for_human
+from memagent.turn.language import LANGUAGES
 
 BASE = {
     "AGENT_ID": "coach",
@@ -18,25 +24,101 @@ BASE = {
     "PERSON_KEY": "p" * 40,
 }
 
+EXPLICIT, MEANT, NOT = "explicit request", "request in other words", "no request"
+# (language, what the person writes, what it is): half requests, half not, in every language
+HANDOFF_SET = [
+    ("en", "Can I talk to a human?", EXPLICIT),
+    ("en", "human", EXPLICIT),
+    ("en", "I want to speak to a real person please", EXPLICIT),
+    ("en", "Could someone from the clinic call me back about my bill?", MEANT),
+    ("en", "Thanks! Your customer service is great.", NOT),
+    ("en", "Is the dentist a real person or a bot?", NOT),
+    ("en", "I don't want to talk to a human, you're doing fine", NOT),
+    ("en", "My travel agent booked the flights for us", NOT),
+    ("es", "¿Puedo hablar con una persona?", EXPLICIT),
+    ("es", "Humano", EXPLICIT),
+    ("es", "Quiero hablar con un agente, por favor", EXPLICIT),
+    ("es", "¿Alguien de la clínica me puede llamar?", MEANT),
+    ("es", "¡Gracias! Su servicio al cliente es excelente.", NOT),
+    ("es", "¿El dentista es una persona real o un bot?", NOT),
+    ("es", "No quiero hablar con una persona, usted me ayuda muy bien", NOT),
+    ("es", "Mi hermana es agente de viajes", NOT),
+    ("fr", "Je voudrais parler à un conseiller", EXPLICIT),
+    ("fr", "humain", EXPLICIT),
+    ("fr", "Est-ce que je peux parler à une personne ?", EXPLICIT),
+    ("fr", "Quelqu'un de l'équipe peut me rappeler ?", MEANT),
+    ("fr", "Merci ! Votre service client est super.", NOT),
+    ("fr", "Le dentiste est-il une vraie personne ou un robot ?", NOT),
+    ("fr", "Je ne veux pas parler à un humain, tout va bien", NOT),
+    ("fr", "Personne ne m'a rappelé hier", NOT),
+    ("pt", "Quero falar com um atendente", EXPLICIT),
+    ("pt", "atendente", EXPLICIT),
+    ("pt", "Posso falar com uma pessoa?", EXPLICIT),
+    ("pt", "Alguém da clínica pode me ligar?", MEANT),
+    ("pt", "Obrigado! O atendimento de vocês é ótimo.", NOT),
+    ("pt", "O dentista é uma pessoa real ou um robô?", NOT),
+    ("pt", "Não quero falar com uma pessoa, está tudo bem", NOT),
+    ("pt", "A atendente de ontem foi muito simpática", NOT),
+    ("de", "Ich möchte mit einem Menschen sprechen", EXPLICIT),
+    ("de", "Mitarbeiter bitte", EXPLICIT),
+    ("de", "Kann ich mit einem Mitarbeiter sprechen?", EXPLICIT),
+    ("de", "Kann mich jemand aus der Praxis zurückrufen?", MEANT),
+    ("de", "Danke! Ihr Kundenservice ist toll.", NOT),
+    ("de", "Ist der Zahnarzt ein echter Mensch oder ein Bot?", NOT),
+    ("de", "Ich will nicht mit einem Menschen sprechen, alles gut", NOT),
+    ("de", "Mensch, war das heute ein langer Tag!", NOT),
+    ("it", "Posso parlare con un operatore?", EXPLICIT),
+    ("it", "operatore", EXPLICIT),
+    ("it", "Vorrei parlare con una persona", EXPLICIT),
+    ("it", "Qualcuno dello studio mi può richiamare?", MEANT),
+    ("it", "Grazie! Il vostro servizio clienti è ottimo.", NOT),
+    ("it", "Il dentista è una persona reale o un bot?", NOT),
+    ("it", "Non voglio parlare con un operatore, va benissimo così", NOT),
+    ("it", "L'operatore di ieri è stato gentilissimo", NOT),
+]
+
+
+def of(kind: str) -> list[str]:
+    return [text for _, text, each in HANDOFF_SET if each == kind]
+
+
+def test_the_set_is_half_requests_and_half_not_in_each_of_the_six_languages():
+    assert len(HANDOFF_SET) >= 40
+    assert len(of(NOT)) == len(of(EXPLICIT)) + len(of(MEANT))
+    by_language = Counter((language, kind == NOT) for language, _, kind in HANDOFF_SET)
+    for language in LANGUAGES:
+        assert by_language[(language, True)] == by_language[(language, False)] > 0, language
+
+
+@pytest.mark.parametrize("text", of(NOT))
+def test_no_message_that_only_names_the_service_or_a_person_hands_over(text):
+    assert not asks_for_human(text, HANDOFF_PHRASES)
+
+
+@pytest.mark.parametrize("text", of(EXPLICIT))
+def test_every_explicit_request_for_a_human_is_recognised(text):
+    assert asks_for_human(text, HANDOFF_PHRASES)
+
+
+@pytest.mark.parametrize("text", of(MEANT))
+def test_a_request_in_other_words_is_left_to_the_model(text):
+    # not the fast path's: the model reads it, and asks for a human with request_human
+    assert not asks_for_human(text, HANDOFF_PHRASES)
+
 
 @pytest.mark.parametrize(
     "text",
     [
-        "can I talk to a human?",
-        "Human",
-        "a human please",
-        "I want to speak to someone",
         "AGENT!!",
-        "¿Puedo hablar con una persona?",
-        "humano",
-        "Je veux parler à quelqu\u2019un",  # a curly apostrophe
-        "une personne svp",
-        "quero falar com uma pessoa",
-        "Ich möchte mit einem Menschen sprechen",
-        "posso parlare con un operatore?",
+        "a human please",
+        "Je veux parler à un humain",
+        "Je veux parler \u00e0 un conseiller",
+        "No, I want to talk to a human",  # a "no" before, that answers something else
+        "live agent",
+        "\uff28\uff35\uff2d\uff21\uff2e",  # a full-width HUMAN (NFKC)
     ],
 )
-def test_asking_for_a_human_is_recognised_in_several_languages(text):
+def test_explicit_requests_as_written(text):
     assert asks_for_human(text, HANDOFF_PHRASES)
 
 
@@ -44,8 +126,8 @@ def test_asking_for_a_human_is_recognised_in_several_languages(text):
     "text",
     [
         "I work in human resources",
-        "my travel agent booked it",
-        "she is a lovely person",
+        "a table for one person, please",
+        "Real person or not, thanks for the help today",
         "talk to a human " + "and then some more words that make it a long story " * 2,
         "",
     ],
@@ -55,9 +137,14 @@ def test_a_message_that_only_mentions_a_person_is_not_a_request(text):
 
 
 def test_the_phrases_are_configurable_and_can_be_turned_off():
-    custom = ConsumerSettings.from_env({**BASE, "HANDOFF_PHRASES": "call me, escalate please"})
-    assert custom.handoff_phrases == ("call me", "escalate please")
+    custom = ConsumerSettings.from_env(
+        {**BASE, "HANDOFF_PHRASES": "escalate please, get me the manager now"}
+    )
+    assert custom.handoff_phrases == ("escalate please", "get me the manager now")
     assert asks_for_human("Escalate, please!", custom.handoff_phrases)
+    # a short phrase is a whole message; a longer one may stand in a sentence
+    assert not asks_for_human("we should escalate the complaint", custom.handoff_phrases)
+    assert asks_for_human("ok, get me the manager now!", custom.handoff_phrases)
     assert not asks_for_human("human", custom.handoff_phrases)
     assert ConsumerSettings.from_env({**BASE, "HANDOFF_PHRASES": "off"}).handoff_phrases == ()
     assert ConsumerSettings.from_env(BASE).handoff_phrases == HANDOFF_PHRASES

@@ -268,13 +268,18 @@ def _built_in(name: str, description: str, *required: str, **fields: str) -> Too
     )
 
 
-# Built in: the model hands the chat to a human, as the person asking for one does
-# (memagent/turn/reply.py hand_to_human). On by default where tools are declared; HANDOFF_TOOL=false
-# switches it off, HANDOFF_TOOL=true offers it without other tools.
+# Built in: the person asks for a human in their own words, and the model asks for one for them;
+# the chat is handed over as when they write an explicit request (memagent/turn/reply.py
+# hand_to_human). Offered on every turn unless HANDOFF_TOOL=false: the phrases of
+# memagent/turn/keywords.py are a fast path for the explicit requests only.
 HANDOFF_TOOL = _built_in(
-    "hand_to_human",
-    "Hand this chat to a human colleague when the person needs one: they ask for a person, "
-    "are upset, or need something you cannot do. The person is told a human will answer.",
+    "request_human",
+    "Hand this chat to a person from the team when the person asks to deal with a human, in "
+    'any words or language ("can someone from the clinic call me?", "I\'d rather sort this '
+    'out with your staff"), or clearly needs something only the team can do. Not for praise of '
+    'the service, nor for a question about who or what you are ("is the dentist a real '
+    'person?", "are you a bot?"): answer those yourself. The person is told a human will '
+    "answer, and you will not answer them again until the team hands the chat back.",
     reason="why, in a few words",
 )
 
@@ -343,6 +348,11 @@ class ToolBox:
 
     def specs(self) -> list[dict[str, Any]]:
         return [tool.spec() for tool in (*self.tools.values(), *self.builtins.values())]
+
+    def answers(self) -> bool:
+        """Whether a tool offered answers with a result the model reads: any but request_human
+        (whose call ends the model's part in the turn)."""
+        return bool(self.tools) or any(name != HANDOFF_TOOL.name for name in self.builtins)
 
     def hands_off(self, name: str) -> bool:
         """Whether a call is the built-in handoff (the turn's step, not a call out)."""

@@ -124,7 +124,7 @@ class Agent(Crew):
             count("MessagesCoalesced")
             logger.info("answer left to the burst's last message")
             return "waiting"
-        return answer_awaiting(self, pk, message, memory)
+        return answer_awaiting(self, pk, message, memory, stored=True)
 
     def _whose(self, message: InboundMessage) -> tuple[str, Memory]:
         """The person and their memory, never with what an erasure left: a memory whose

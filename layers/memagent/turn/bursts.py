@@ -57,9 +57,12 @@ def end_of_burst(
     return answer_awaiting(crew, pk, message, memory)
 
 
-def answer_awaiting(crew: Crew, pk: str, message: InboundMessage, memory: Memory) -> str:
+def answer_awaiting(
+    crew: Crew, pk: str, message: InboundMessage, memory: Memory, *, stored: bool = False
+) -> str:
     """One reply to everything the person said since the last reply: the newest of those
-    messages is answered, with all of them (and what came before) in the context."""
+    messages is answered, with all of them (and what came before) in the context. `stored`:
+    `message` was stored by this turn (not a repeat)."""
     awaiting = memory.state.awaiting
     covered = [t for t in memory.turns if t.role == "user" and t.event_id in awaiting]
     if not covered:  # folded away: cannot happen while the person's queue waits
@@ -81,6 +84,8 @@ def answer_awaiting(crew: Crew, pk: str, message: InboundMessage, memory: Memory
         previous_inbound_at=max((t.at for t in before), default=None),
         about="\n".join(t.text for t in covered) if len(covered) > 1 else None,
         first=covered[0].event_id,
+        # alone, and stored just now: its ledger entry holds no tool round to replay
+        fresh=stored and [t.event_id for t in covered] == [message.event_id],
         new_number=(
             answering.number
             if previous_number and answering.number and previous_number != answering.number

@@ -104,7 +104,9 @@ class BackoffFifoProcessor(ScheduledRetries, SqsFifoPartialProcessor):
 
 
 def _toolbox(settings: ConsumerSettings) -> ToolBox | None:
-    """The declared tools, or None: a stack without tools never imports memagent.model.tools."""
+    """The tools the model is offered (the declared ones and the built-in request_human,
+    schedule_follow_up), or None: a stack with none (HANDOFF_TOOL=false, no tools file, no
+    follow-ups) never imports memagent.model.tools."""
     if not (settings.tools or settings.handoff_tool or settings.follow_up_group):
         return None
     from memagent.model import ToolBox

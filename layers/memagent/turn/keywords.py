@@ -13,11 +13,16 @@ its answer): adding one touches this table (CONTRIBUTING.md, "Adding a keyword")
 - "send me my data" (DATA_REQUESTS) is answered with how to ask for a copy: the right of access
   is the operators' export (docs/privacy.md). "What do you remember about me?" is no keyword: the
   model answers it, with the notes about the person in its instructions like every turn.
-- "can I talk to a human?" (HANDOFF_PHRASES, several languages by default) hands the chat to
-  a human: answered once with the handoff notice, then the agent stores and says nothing until an
+- "can I talk to a human?" (HANDOFF_PHRASES, six languages by default) hands the chat to a
+  human: answered once with the handoff notice, then the agent stores and says nothing until an
   operator hands it back or HandoffTimeoutHours pass without an operator reply
   (memagent/operator/handoff.py). STOP and "forget me" keep their meaning while a human has
-  the chat.
+  the chat. The phrases are a fast path for explicit requests only, with no model call: a
+  request in the person's own words ("can someone from the clinic call me?") is the model's to
+  understand, and it asks for a human with the built-in request_human tool
+  (memagent/model/tools.py), which hands the chat over the same way. A message that only names
+  the service or a person ("your customer service is great", "is the dentist a real person?")
+  is never one.
 
 Every keyword but the handoff phrases is a whole message: one normalisation (`normalised`: NFKC,
 case, punctuation and emoji around and between the words) decides, so "STOP.", "Stop!" and a
@@ -86,27 +91,52 @@ DATA_REQUESTS = (
     "i miei dati", "inviami i miei dati", "mandami i miei dati", "voglio i miei dati",
     "quali dati avete su di me",
 )  # fmt: skip
-# Phrases that ask for a human: a phrase of one word must be the whole message (give or take
-# "a", "please"); a longer one may stand anywhere in a short message ("can I talk to a human?")
+# Explicit requests for a human, the fast path (see the module docstring). A phrase of one or
+# two words (give or take _FILLER) must be the whole message: "Human!", "a real person please";
+# a longer one, a request with its verb, may stand in a short message ("can I talk to a human?")
+# unless a negation comes just before it ("I don't want to talk to a human"). Left out, for the
+# model: what also means something else ("person": "a table for one person"; "personne":
+# nobody; "Mensch!": an exclamation; "customer service", "someone").
 HANDOFF_PHRASES = (
     # English
-    "human", "person", "real person", "agent", "operator",
-    "talk to a human", "talk to a person", "talk to someone", "talk to a real person",
-    "speak to a human", "speak to a person", "speak to someone", "speak with a human",
-    "speak with a person", "human please", "customer service", "live agent",
+    "human", "agent", "operator", "real person", "live agent", "human agent",
+    "talk to a human", "talk to a person", "talk to a real person", "talk to an agent",
+    "speak to a human", "speak to a person", "speak to a real person", "speak to an agent",
+    "speak with a human", "speak with a person", "talk with a human", "talk with a person",
+    "chat with a human",
     # Spanish
-    "humano", "persona", "hablar con una persona", "hablar con un humano",
-    "hablar con alguien", "hablar con un agente", "agente",
+    "humano", "agente", "operador", "persona real",
+    "hablar con una persona", "hablar con un humano", "hablar con un agente",
+    "hablar con un operador",
     # French
-    "personne", "humain", "parler à quelqu'un", "parler à une personne",
-    "parler à un humain", "conseiller",
+    "humain", "conseiller", "vraie personne",
+    "parler à une personne", "parler à un humain", "parler à un conseiller",
+    "parler avec une personne", "parler avec un humain",
     # Portuguese
-    "atendente", "falar com uma pessoa", "falar com um humano", "falar com alguém",
+    "atendente", "pessoa real",
+    "falar com uma pessoa", "falar com um humano", "falar com um atendente",
+    "falar com um agente",
     # German
-    "mensch", "mit einem menschen sprechen", "mitarbeiter",
+    "mitarbeiter", "echter mensch",
+    "mit einem menschen sprechen", "mit einem mitarbeiter sprechen",
+    "mit einer person sprechen", "mit einem menschen reden", "mit einem mitarbeiter reden",
     # Italian
-    "operatore", "parlare con una persona", "parlare con un operatore",
+    "operatore", "umano", "persona reale",
+    "parlare con una persona", "parlare con un operatore", "parlare con un umano",
 )  # fmt: skip
+# the words just before a request that take it back, in the languages of the phrases
+_NEGATIONS = frozenset(
+    {
+        "not", "don't", "dont", "never", "no", "without", "doesn't", "didn't", "won't",
+        "nunca", "sin", "tampoco",  # Spanish ("no" above)
+        "ne", "pas", "jamais", "sans",  # French
+        "não", "nao", "sem",  # Portuguese
+        "nicht", "kein", "keine", "keinen", "keinem", "nie", "niemals", "ohne",  # German
+        "non", "mai", "senza",  # Italian
+    }
+)  # fmt: skip
+_NEGATION_REACH = 3  # words before a request that can take it back
+_WHOLE = 2  # a phrase of this many words or fewer (filler aside) is a whole message
 _FILLER = frozenset(
     [
         "a",
@@ -262,18 +292,21 @@ def cancels_forget(text: str, state: PersonState) -> bool:
 
 
 def asks_for_human(text: str, phrases: tuple[str, ...] = HANDOFF_PHRASES) -> bool:
-    """Whether the person asks for a human (see HANDOFF_PHRASES)."""
+    """Whether the person asks for a human in so many words (see HANDOFF_PHRASES)."""
     said = words_of(text)
     if not said or len(said) > _SHORT:
         return False
     bare = [w for w in said if w not in _FILLER]
     for phrase in phrases:
         wanted = words_of(phrase)
-        if len(wanted) == 1:
-            if bare == wanted:
+        if len([w for w in wanted if w not in _FILLER]) <= _WHOLE:
+            if bare == [w for w in wanted if w not in _FILLER]:
                 return True
-        elif any(said[i : i + len(wanted)] == wanted for i in range(len(said))):
-            return True
+            continue
+        for at in range(len(said) - len(wanted) + 1):
+            before = said[max(0, at - _NEGATION_REACH) : at]
+            if said[at : at + len(wanted)] == wanted and not _NEGATIONS & set(before):
+                return True
     return False
 
 

@@ -50,9 +50,11 @@ def reply(
     new_number: str | None,
     about: str | None = None,
     first: str | None = None,
+    fresh: bool = False,
 ) -> str:
     """Answer `answering` (with `about`: the burst's lines it answers together; `first`: the
-    event id of the burst's first message, which keeps its tool calls on its ledger entry)."""
+    event id of the burst's first message, which keeps its tool calls on its ledger entry;
+    `fresh`: that entry was stored by this very turn, so it holds no tool round yet)."""
     settings = crew.settings
     asked = keyword(answering.text, memory, settings)
     language = language_for(about or answering.text, memory.state, settings.replies)
@@ -84,7 +86,7 @@ def reply(
     used = crew.model.tokens_used
     who = (message.chat, *message.aliases)
     text, done, handoff = _ask_the_model(
-        crew, pk, first or answering.event_id, context, who, fallback=fixed("fallback")
+        crew, pk, first or answering.event_id, context, who, fallback=fixed("fallback"), fresh=fresh
     )
     if handoff:  # the model handed the chat to a human (the built-in tool)
         notice = fixed("handoff_notice")
@@ -164,6 +166,7 @@ def _ask_the_model(
     who: tuple[str, ...],
     *,
     fallback: str,
+    fresh: bool = False,
 ) -> Answer:
     """The model's reply (calling the declared tools along the way, if any, as the person
     `who` names: their identifiers), or `fallback` when the model refuses the turn for good.
@@ -178,7 +181,7 @@ def _ask_the_model(
         from memagent.model import Caller
 
         caller = Caller.of(pk, who, keyed=digest)
-        return answer_with_tools(crew, pk, event_id, context, caller)
+        return answer_with_tools(crew, pk, event_id, context, caller, fresh=fresh)
     except ModelRejected as error:
         # the model will never accept this request (a refusal, an unsupported input):
         # the person still gets exactly one reply, and the operator a metric

@@ -73,8 +73,8 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     # every fixed text sent to a person, per language, with the operator's changes
     # (memagent/turn/replies.py: REPLIES_FILE, BUDGET_NOTICE, HANDOFF_NOTICE)
     replies: Replies = field(default_factory=built_in)
-    # the built-in "hand to a human" tool: on by default where tools are declared (HANDOFF_TOOL)
-    handoff_tool: bool = False
+    # the built-in request_human tool: a request for a human by meaning (HANDOFF_TOOL)
+    handoff_tool: bool = True
     # follow-ups (memagent/turn/follow_ups.py): on where the stack's schedule group is set
     follow_up_group: str | None = None
     follow_up_role_arn: str | None = None
@@ -116,7 +116,7 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
             "person_daily_turns": read.integer("PERSON_DAILY_TURNS", 0, minimum=0),
             "person_daily_tokens": read.integer("PERSON_DAILY_TOKENS", 0, minimum=0),
             "replies": _replies(read),
-            "handoff_tool": read.flag("HANDOFF_TOOL", bool(read.optional("TOOLS_FILE"))),
+            "handoff_tool": read.flag("HANDOFF_TOOL", True),
             **_follow_ups(read),
         }
 

@@ -1,5 +1,6 @@
-"""The model's answer when tools are declared: rounds of calls, each call made exactly once per
-position in the turn, whatever crashes and redeliveries do.
+"""The model's answer when tools are offered (every turn but with HANDOFF_TOOL=false and nothing
+declared: request_human is built in): rounds of calls, each call made exactly once per position
+in the turn, whatever crashes and redeliveries do.
 
     round r: ask the model (the conversation so far, the tools offered)
              -> text: that is the answer
@@ -107,14 +108,24 @@ def _in_time(crew: Crew, seconds: float, step: str) -> None:
 
 
 def answer_with_tools(
-    crew: Crew, pk: str, event_id: str, context: Context, caller: Caller | None = None
+    crew: Crew,
+    pk: str,
+    event_id: str,
+    context: Context,
+    caller: Caller | None = None,
+    *,
+    fresh: bool = False,
 ) -> Answer:
     """The model's answer to the message `event_id`, calling tools along the way for
-    `caller`."""
+    `caller`. `fresh`: this turn stored that message's ledger entry a moment ago, so it records
+    no round yet and is not read (every turn offers request_human: one GetItem less a turn)."""
     assert crew.tools is not None
     settings = crew.settings
-    entry = crew.store.ledger(pk, event_id) or {}
-    instructions = f"{context.instructions}\n\n{TOOL_NOTE}"
+    entry = {} if fresh else crew.store.ledger(pk, event_id) or {}
+    # how to read a tool's result, where a tool offered has one (request_human has none)
+    instructions = context.instructions
+    if crew.tools.answers():
+        instructions = f"{instructions}\n\n{TOOL_NOTE}"
     conversation: list[Any] = context.request_input()
     done: list[str] = []
     calls = 0
