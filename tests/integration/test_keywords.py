@@ -12,7 +12,7 @@ from devstack.events import META_NUMBER_ID
 from memagent.turn.keywords import OPT_OUT_WORDS
 from memagent.turn.language import LANGUAGES
 from memagent.turn.replies import built_in
-from tests.conftest import MAYA, load_function, sqs_batch
+from tests.conftest import MAYA, load_function, sqs_batch, sqs_record
 from tests.integration.test_bursts import ledger, rows
 from tests.integration.test_consumer import SAM, failures, message
 from tests.integration.test_meta import (
@@ -225,3 +225,22 @@ def test_a_request_in_other_words_hands_over_once_and_the_next_message_waits_for
     later = message("Any news?", 5)
     assert failures(consumer.handler(sqs_batch(later), lambda_context)) == []
     assert len(openai.calls()) == 1 and len(whasp.texts_to(MAYA)) == 1
+
+
+def test_a_crash_after_the_model_asked_for_a_human_hands_over_once_without_asking_again(
+    consumer, resources, openai, whasp, monkeypatch, lambda_context
+):
+    from tests.integration.faults import crash_after
+
+    # given a turn that dies right after recording the model's request_human round
+    crash_after(consumer.consumer.agent.store, "record_tool", monkeypatch)
+    asked = message("¿Alguien de la clínica me puede llamar?", 0)
+    assert failures(consumer.handler(sqs_batch(asked), lambda_context)) != []
+    # when the queue delivers the message again
+    again = {"Records": [sqs_record(asked, receive_count=2)]}
+    assert failures(consumer.handler(again, lambda_context)) == []
+    # then the recorded round is replayed, not asked anew: one model call, one Spanish notice
+    assert len(openai.calls()) == 1
+    assert whasp.texts_to(MAYA) == [built_in().text("handoff_notice", "es")]
+    [state] = rows(resources.table_name, prefix="STATE")
+    assert state["handoff_reason"] == "agent"
