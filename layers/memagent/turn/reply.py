@@ -58,7 +58,7 @@ def reply(
     settings = crew.settings
     asked = keyword(answering.text, memory, settings)
     language = language_for(about or answering.text, memory.state, settings.replies)
-    flags = asked.flags
+    flags = asked.flags  # the state flags the message sets, written with whatever answers it
 
     def fixed(name: str) -> str:
         return settings.replies.text(name, language, forget_keyword=settings.forget_keyword)
@@ -94,13 +94,19 @@ def reply(
     # at least 1: a model reply counts as a turn even where the endpoint reports no usage
     tokens = max(1, crew.model.tokens_used - used)
     stack.add(crew.model.tokens_used - used)
-    shortened = shorten(text, settings.max_reply_parts)
-    if shortened != text:  # "write me a novel": not 40 WhatsApp messages
-        count("RepliesShortened")
-        logger.info("reply shortened", extra={"chars": len(text), "kept": len(shortened)})
+    shortened = _shortened(text, settings.max_reply_parts)
     return remember_and_send(
         crew, pk, message, memory, answering, shortened, flags, tools=done, tokens=tokens
     )
+
+
+def _shortened(text: str, max_parts: int) -> str:
+    """The reply in at most `max_parts` WhatsApp messages ("write me a novel": not 40)."""
+    shortened = shorten(text, max_parts)
+    if shortened != text:
+        count("RepliesShortened")
+        logger.info("reply shortened", extra={"chars": len(text), "kept": len(shortened)})
+    return shortened
 
 
 def _with_follow_ups(
