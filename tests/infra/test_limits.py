@@ -187,6 +187,7 @@ def longest_patterned(name: str, length: int) -> str | None:
         "SecretsPrefix": lambda n: "P" * n,
         "SystemPromptFile": lambda n: "p" * (n - 3) + ".md",
         "ToolsFile": lambda n: "t" * (n - 5) + ".json",
+        "RepliesFile": lambda n: "r" * (n - 5) + ".toml",
         "ArchiveBucket": lambda n: "a" * n,
         "FollowUpTemplate": lambda n: "f" * n,
         "FollowUpTemplateLanguage": lambda n: "fil_PH",
