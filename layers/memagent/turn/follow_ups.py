@@ -12,7 +12,10 @@ person's FIFO group, ordered with what they write. The consumer runs it here:
 
     a repeat?             its ledger entry holds the words: send them again, the same way
     still pending?        DUE#<name> gone (cancelled, erased, sent) or an operator's: nothing
-    expired?              retention ended (the TTL not run yet), an erasure half-done: nothing
+    expired?              nobody there, retention ended (the TTL not run yet), an erasure
+                          half-done: dropped, nothing said from that memory
+    still their address?  the address (phone, BSUID) must still reach the person who asked; a
+                          recycled number's new owner gets nothing: dropped, counted
     opted out?            dropped: nothing is ever sent after STOP
     a human has it?       kept, marked for the operator (listed), operators told; no model message
     over budget?          dropped, counted
@@ -42,7 +45,14 @@ from memagent.lifecycle import (
     left_by_ttl,
     left_half_done,
 )
-from memagent.memory import Turn, agent_key, build_context, exhausted, stack_budget
+from memagent.memory import (
+    Turn,
+    agent_key,
+    build_context,
+    exhausted,
+    person_key,
+    stack_budget,
+)
 from memagent.observability import count, logger
 from memagent.providers import InboundMessage, shorten
 from memagent.store import FOLLOW_UP_FOR_HUMAN, ledger
@@ -194,7 +204,7 @@ def fire(crew: Crew, due: FollowUpDue) -> str:
         return "follow_up_gone"
     memory = crew.store.load(pk)
     state, now = memory.state, datetime.now(UTC)
-    if (held_back := _held_back(crew, pk, due, memory, now)) is not None:
+    if (held_back := _held_back(crew, pk, due, item, memory, now)) is not None:
         return held_back
     template = None
     if crew.settings.provider == "meta" and not _window_open(state.last_inbound_at, now):
@@ -234,13 +244,23 @@ def fire(crew: Crew, due: FollowUpDue) -> str:
     return _send(crew, pk, due, item, text, seq, template)
 
 
-def _held_back(crew: Crew, pk: str, due: FollowUpDue, memory: Any, now: datetime) -> str | None:
+def _held_back(
+    crew: Crew, pk: str, due: FollowUpDue, item: dict, memory: Any, now: datetime
+) -> str | None:
     """Why nothing may be said now (the decision), or None."""
     state = memory.state
-    if left_by_ttl(memory, now) is not None or left_half_done(memory) is not None:
-        # their retention ended (the TTL has yet to erase it) or an erasure stopped half-way:
-        # nothing is ever said from that memory; the next message of theirs finishes it
+    if (
+        not state.last_seq
+        or left_by_ttl(memory, now) is not None
+        or left_half_done(memory) is not None
+    ):
+        # nobody is there, their retention ended (the TTL has yet to erase it) or an erasure
+        # stopped half-way: nothing is ever said from that memory; their next message finishes it
         return _dropped(crew, pk, due, "expired")
+    if not _reaches(crew, pk, str(item["address"])):
+        # the address reaches someone else now (Meta: a recycled number's new owner, a new
+        # BSUID on it; a number retired by user_changed_number): nothing of theirs goes there
+        return _dropped(crew, pk, due, "address_moved")
     if state.opted_out:
         return _dropped(crew, pk, due, "opted_out")
     if state.handed_off(now, crew.handoff_timeout):
@@ -254,6 +274,11 @@ def _held_back(crew: Crew, pk: str, due: FollowUpDue, memory: Any, now: datetime
     if exhausted(state, crew.settings) or stack.reached():
         return _dropped(crew, pk, due, "over_budget")
     return None
+
+
+def _reaches(crew: Crew, pk: str, address: str) -> bool:
+    """Does the follow-up's address still reach the person who asked (one GetItem)?"""
+    return crew.store.reached_by(person_key(crew.settings.agent_id, address)) == pk
 
 
 def _window_open(last_inbound_at: datetime | None, now: datetime) -> bool:
@@ -329,6 +354,8 @@ def _send(
 
 def _resend(crew: Crew, pk: str, due: FollowUpDue, entry: dict, item: dict | None) -> str:
     """A repeat of a follow-up whose words were stored: send the parts not sent yet."""
+    if item is not None and not _reaches(crew, pk, str(item["address"])):
+        return _dropped(crew, pk, due, "address_moved")  # the parts not sent yet go nowhere
     if entry.get("status") != ledger.STORED or item is None:
         if item is not None:
             crew.store.drop_follow_up(pk, due.name)
