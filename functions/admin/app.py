@@ -233,7 +233,7 @@ def get_person(id: str):
 
 @app.delete("/people/<id>")
 def delete_person(id: str):
-    erase = _rights(forget, media=media)
+    erase = _rights(forget, media=media, schedules=operator.schedules)
     return _audited(actions.ERASE, id, lambda who: erase(who).as_dict())
 
 

@@ -7,18 +7,27 @@ from __future__ import annotations
 
 import io
 import json
-from datetime import datetime
+import uuid
+from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
 
 from devstack.clock import SQS_CLOCK
+from devstack.events import sqs_batch
 from devstack.scheduler import SchedulerFiring
-from tests.integration.test_follow_ups import (
+from tests.conftest import MAYA, load_function, whasp_message
+from tests.integration.test_follow_ups import (  # noqa: F401 (fixtures)
+    ASK,
     REMINDER,
     Model,
     _meta_consumer,
+    admin,
+    asked,
     due_items,
+    follow_up_stack,
+    nothing_sent_at,
+    stack,
     tomorrow_at_nine,
 )
 from tests.integration.test_meta import (  # noqa: F401 (fixtures)
@@ -138,3 +147,120 @@ def test_a_follow_up_to_a_person_still_at_their_address_is_sent(
     )
     its_time_comes(firing, queue, consumer, lambda_context, at)
     assert graph.texts_to(MAYA_PHONE)[-1] == REMINDER
+
+
+# ------------------------------------------------------------------ erasure and retention take them
+
+
+@pytest.fixture
+def whasp_stack(consumer_env, monkeypatch):
+    """whasp's consumer with follow-ups on and 30 days' retention, and Scheduler's firing."""
+    return follow_up_stack(consumer_env, monkeypatch, INACTIVE_RETENTION_DAYS="30")
+
+
+def maya_writes(consumer, lambda_context, text: str, at: datetime) -> None:
+    """Maya's whasp message written at `at`, handled by the consumer, nothing left to retry."""
+    stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    event = whasp_message(text, chat=MAYA, created_at=stamp, event_id=f"evt_{uuid.uuid4().hex}")
+    event["data"]["message"]["timestamp"] = stamp
+    assert consumer.handler(sqs_batch(event), lambda_context) == {"batchItemFailures": []}
+
+
+def pending_note_seen(openai) -> bool:
+    """Did the model's last request list a pending follow-up (about the dentist)?"""
+    return "call the dentist" in json.dumps(openai.calls()[-1]["input"])
+
+
+def test_a_retention_expiry_takes_her_follow_ups_and_their_schedules(
+    whasp_stack, compactor_env, tap, ttl, openai, whasp, monkeypatch, lambda_context
+):
+    from devstack.lambda_harness import passes_filters, stream_filters
+    from devstack.resources import load_template
+
+    consumer, firing, env = whasp_stack
+    at = tomorrow_at_nine()
+    model = Model(at)
+    openai.responder = model
+    # given Maya asked for a reminder in a message written 31 days ago (30 days' retention)
+    maya_writes(consumer, lambda_context, ASK, datetime.now(UTC) - timedelta(days=31))
+    assert len(due_items(env["TABLE_NAME"])) == 1 and len(firing.pending()) == 1
+    # when DynamoDB's TTL deletes her state item (a minute on) and the compactor handles its
+    # stream record
+    ttl.clock.advance(60)
+    ttl.lag = 0
+    ttl.sweep()
+    expiry = [r for r in tap.poll() if passes_filters(r, stream_filters(load_template()))]
+    compactor = load_function(
+        "compactor",
+        {**compactor_env, "FOLLOW_UP_SCHEDULE_GROUP": env["FOLLOW_UP_SCHEDULE_GROUP"]},
+        monkeypatch,
+    )
+    assert compactor.handler({"Records": expiry}, lambda_context) == {"batchItemFailures": []}
+    # then her follow-up and its schedule are gone with the rest of her memory
+    assert due_items(env["TABLE_NAME"]) == [] and firing.pending() == []
+    # and the number's next owner, writing now, sees nothing of it and gets no reminder
+    later = datetime.now(UTC) + timedelta(seconds=2)  # after all the old memory holds
+    maya_writes(consumer, lambda_context, "Hi, is this the running club?", later)
+    assert not pending_note_seen(openai)
+    nothing_sent_at(consumer, firing, lambda_context, env, at, whasp)
+    assert model.due_requests == []
+
+
+def test_a_turn_that_finds_her_retention_ended_takes_her_follow_ups_and_schedules(
+    whasp_stack, openai, whasp, lambda_context
+):
+    consumer, firing, env = whasp_stack
+    at = tomorrow_at_nine()
+    model = Model(at)
+    openai.responder = model
+    # given Maya asked for a reminder 31 days ago, and DynamoDB's TTL has not deleted her yet
+    maya_writes(consumer, lambda_context, ASK, datetime.now(UTC) - timedelta(days=31))
+    assert len(firing.pending()) == 1
+    # when the number's next owner writes
+    later = datetime.now(UTC) + timedelta(seconds=2)  # after all the old memory holds
+    maya_writes(consumer, lambda_context, "Hi, is this the running club?", later)
+    # then the turn expired her memory first: no pending follow-up in the new owner's context,
+    # none kept, no schedule left, and nothing sent at its time
+    assert not pending_note_seen(openai)
+    assert due_items(env["TABLE_NAME"]) == [] and firing.pending() == []
+    nothing_sent_at(consumer, firing, lambda_context, env, at, whasp)
+    assert model.due_requests == []
+
+
+def test_an_operators_erasure_deletes_her_follow_ups_schedules_too(
+    stack, admin, openai, lambda_context
+):
+    from tests.integration.test_operator import call as admin_call
+    from tests.integration.test_operator import person
+
+    _agent, firing, env, _at, _model = asked(stack, openai, lambda_context)
+    assert len(firing.pending()) == 1
+    # when an admin erases Maya
+    status, _receipt = admin_call(admin, lambda_context, "DELETE", person())
+    # then her follow-up and its schedule are gone: nothing of her is left in Scheduler either
+    assert status == 200
+    assert due_items(env["TABLE_NAME"]) == [] and firing.pending() == []
+
+
+def test_a_follow_up_due_while_a_human_has_the_chat_is_not_kept_for_ever(
+    stack, admin, openai, whasp, ttl, lambda_context
+):
+    from tests.integration.test_operator import call as admin_call
+    from tests.integration.test_operator import person
+
+    agent, firing, env, at, model = asked(stack, openai, lambda_context)
+    # given an operator took Maya's chat over before her follow-up's time
+    assert admin_call(admin, lambda_context, "POST", f"{person()}/handoff")[0] == 200
+    # when its time comes: no model message, nothing sent; it is the operator's to see
+    nothing_sent_at(agent, firing, lambda_context, env, at, whasp)
+    [held] = admin_call(admin, lambda_context, "GET", f"{person()}/follow-ups")[1]["follow_ups"]
+    assert held["status"] == "for_human" and model.due_requests == []
+    # then it is kept for as long as a handoff lasts without a word (HandoffTimeoutHours, 24
+    # by default), not for ever: DynamoDB's TTL deletes it after that, from the table
+    ttl.lag = 0
+    ttl.clock.advance(23 * 3600)
+    ttl.sweep()
+    assert len(due_items(env["TABLE_NAME"])) == 1
+    ttl.clock.advance(2 * 3600)
+    ttl.sweep()
+    assert due_items(env["TABLE_NAME"]) == []

@@ -17,7 +17,8 @@ person's FIFO group, ordered with what they write. The consumer runs it here:
     still their address?  the address (phone, BSUID) must still reach the person who asked; a
                           recycled number's new owner gets nothing: dropped, counted
     opted out?            dropped: nothing is ever sent after STOP
-    a human has it?       kept, marked for the operator (listed), operators told; no model message
+    a human has it?       kept, marked for the operator (listed) for HandoffTimeoutHours, then
+                          deleted (DynamoDB's TTL); operators told; no model message
     over budget?          dropped, counted
     Meta's window closed? the approved template (FOLLOW_UP_TEMPLATE), else dropped, counted
     the model             sees the memory as it is now and the subject; writes the message, or
@@ -264,8 +265,10 @@ def _held_back(
     if state.opted_out:
         return _dropped(crew, pk, due, "opted_out")
     if state.handed_off(now, crew.handoff_timeout):
-        # kept, marked, for the operator to see (GET /people/{id}/follow-ups) and cancel
-        crew.store.hand_follow_up_over(pk, due.name)
+        # kept, marked, for the operator to see (GET /people/{id}/follow-ups) and cancel, for
+        # as long as a handoff lasts without a word (HandoffTimeoutHours), then dropped: it
+        # is never fired late, after the hand-back, when its moment has passed
+        crew.store.hand_follow_up_over(pk, due.name, until=now + crew.handoff_timeout)
         count("FollowUpsForHuman")
         logger.info("a human has the chat: the follow-up is the operator's note")
         crew.events.emit(HANDOFF_MESSAGE, pk, waiting=state.handoff.waiting if state.handoff else 0)
