@@ -1,0 +1,109 @@
+"""What the operator's seat may touch (issue 39), through the admin handler (HTTP API payload
+2.0, AWS_IAM caller) against moto over HTTP: a person whose retention has ended is gone for the
+seat as for the turn, whether or not DynamoDB's TTL has deleted them yet."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+
+from devstack.clock import SQS_CLOCK
+from devstack.events import sqs_batch
+from memagent.memory.person import person_key
+from tests.conftest import AGENT, MAYA, load_function, whasp_message
+from tests.integration.test_follow_ups import ROLE, Model, follow_up_stack, tomorrow_at_nine
+from tests.integration.test_operator import call, person
+
+
+@pytest.fixture(autouse=True)
+def aws_clock_kept():
+    with SQS_CLOCK.kept():
+        yield
+
+
+@pytest.fixture
+def stack(consumer_env, monkeypatch):
+    """whasp's consumer with 30 days' retention and follow-ups on, Scheduler's firing, and the
+    admin function beside it."""
+    consumer, firing, env = follow_up_stack(consumer_env, monkeypatch, INACTIVE_RETENTION_DAYS="30")
+    admin = load_function(
+        "admin",
+        {
+            "TABLE_NAME": env["TABLE_NAME"],
+            "AGENT_ID": env["AGENT_ID"],
+            "PROVIDER": "whasp",
+            "WHASP_API_URL": env["WHASP_API_URL"],
+            "WHASP_API_KEY": env["WHASP_API_KEY"],
+            "FOLLOW_UP_SCHEDULE_GROUP": env["FOLLOW_UP_SCHEDULE_GROUP"],
+            "FOLLOW_UP_ROLE_ARN": ROLE,
+            "FOLLOW_UP_QUEUE_URL": env["QUEUE_URL"],
+            "LEDGER_TTL_DAYS": "3650",
+        },
+        monkeypatch,
+    )
+    return consumer, admin, firing, env
+
+
+def writes(consumer, lambda_context, text: str, at: datetime, phone: str = MAYA) -> None:
+    stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    event = whasp_message(text, chat=phone, created_at=stamp, event_id=f"evt_{uuid.uuid4().hex}")
+    event["data"]["message"]["timestamp"] = stamp
+    assert consumer.handler(sqs_batch(event), lambda_context) == {"batchItemFailures": []}
+
+
+def rows(env: dict[str, str], phone: str = MAYA) -> list[dict[str, Any]]:
+    from boto3.dynamodb.conditions import Key
+
+    table = boto3.resource("dynamodb").Table(env["TABLE_NAME"])
+    key = Key("pk").eq(person_key(AGENT, phone))
+    return table.query(KeyConditionExpression=key, ConsistentRead=True)["Items"]
+
+
+SEAT = [
+    ("GET", "/conversation", None),
+    ("GET", "/facts", None),
+    ("POST", "/facts", {"text": "Runs on Tuesdays"}),
+    ("PUT", "/summary", {"text": "Maya runs on Tuesdays.", "based_on": None}),
+    ("POST", "/handoff", None),
+    ("POST", "/messages", {"text": "Hi Maya, it's Ana from the club"}),
+    ("DELETE", "/handoff", None),
+    ("GET", "/follow-ups", None),
+    ("POST", "/follow-ups", {"when": "", "about": "ask how the run went"}),
+]
+
+
+def test_a_person_whose_retention_ended_is_gone_for_the_seat_before_the_ttl_deletes_them(
+    stack, openai, whasp, lambda_context
+):
+    consumer, admin, firing, env = stack
+    openai.responder = Model(tomorrow_at_nine())
+    # given Maya last wrote 31 days ago (30 days' retention), and DynamoDB's TTL, which deletes
+    # "typically within two days", has not deleted her yet: her memory still reads
+    writes(consumer, lambda_context, "I run on Tuesdays", datetime.now(UTC) - timedelta(days=31))
+    before = rows(env)
+    assert any(r["sk"].startswith("MSG#") for r in before)
+    sent = list(whasp.sent)
+    # when an operator reads, edits, takes over, answers or schedules for her
+    when = tomorrow_at_nine().strftime("%Y-%m-%dT%H:%M")
+    answers = []
+    for method, path, body in SEAT:
+        if path == "/follow-ups" and method == "POST":
+            body = {**body, "when": when}
+        answers.append(
+            call(admin, lambda_context, method, person() + path, body, **{"Idempotency-Key": "k1"})
+        )
+    # then each is a 404, as if the TTL had run: nothing read, written, sent or scheduled
+    assert [status for status, _ in answers] == [404] * len(SEAT)
+    assert "Tuesdays" not in str([answer for _, answer in answers])
+    assert rows(env) == before and whasp.sent == sent and firing.pending() == []
+
+
+def test_a_person_who_wrote_within_the_retention_is_the_seats_as_ever(stack, lambda_context):
+    consumer, admin, _firing, _env = stack
+    writes(consumer, lambda_context, "I run on Tuesdays", datetime.now(UTC) - timedelta(days=29))
+    status, conversation = call(admin, lambda_context, "GET", person() + "/conversation")
+    assert status == 200 and conversation["messages"][0]["text"] == "I run on Tuesdays"
