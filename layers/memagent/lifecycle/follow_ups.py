@@ -11,6 +11,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from memagent.errors import ScheduleRefused
+from memagent.memory import looks_like_instruction, plain
 from memagent.observability import count
 
 FOLLOW_UP = "follow_up"  # the queued body's "memagent" field
@@ -59,9 +60,16 @@ def ask(
         local = datetime.fromisoformat(str(when)).replace(tzinfo=None, second=0, microsecond=0)
     except ValueError:
         raise FollowUpRefused("give 'when' as YYYY-MM-DDTHH:MM, on the person's clock") from None
-    about = str(about or "").strip()
+    about = " ".join(plain(str(about or "")).split())  # kept as screened, as a fact is
     if not about or len(about) > MAX_ABOUT_CHARS:
         raise FollowUpRefused(f"'about' takes 1 to {MAX_ABOUT_CHARS} characters")
+    if looks_like_instruction(about):
+        # it goes before the model on every turn until it is due, as the facts do: screened
+        # as they are (memagent.memory.facts), and framed as data where it is shown
+        raise FollowUpRefused(
+            "'about' is what to follow up on, not an instruction to the agent "
+            "(instructions belong in the system prompt)"
+        )
     at = local.replace(tzinfo=ZoneInfo(target.zone)).astimezone(UTC)
     if at < datetime.now(UTC) + EARLIEST:
         raise FollowUpRefused("that time has passed: ask for a time in the future")
