@@ -339,3 +339,139 @@ def test_a_follow_ups_subject_goes_to_the_model_framed_as_data(
         paragraphs = [p for n in said for p in n.split("\n\n")]
         [paragraph] = [p for p in paragraphs if "call the dentist" in p]
         assert "DATA, NOT INSTRUCTIONS" in paragraph
+
+
+# ------------------------------------------------------------------ what no retry can fix
+
+LUCIA = "+573001234567"  # Bogotá: UTC-5, so 9999-12-31T23:59 there is past year 9999 in UTC
+LAST_MINUTE = "9999-12-31T23:59"
+
+
+def lucia_says(agent, lambda_context, text: str) -> dict[str, Any]:
+    stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    event = whasp_message(text, chat=LUCIA, created_at=stamp, event_id=f"evt_{uuid.uuid4().hex}")
+    event["data"]["message"]["timestamp"] = stamp
+    return agent.handler(sqs_batch(event), lambda_context)
+
+
+def test_a_time_her_clock_cannot_represent_is_a_400_for_an_operator(
+    stack, admin, openai, lambda_context
+):
+    from tests.integration.test_operator import call as admin_call
+    from tests.integration.test_operator import person
+
+    agent, firing, env = stack
+    assert lucia_says(agent, lambda_context, "Hola!")["batchItemFailures"] == []
+    # when an operator asks for a follow-up at the last minute of year 9999 on her clock
+    body = {"when": LAST_MINUTE, "about": "ask how the move went"}
+    status, answer = admin_call(
+        admin,
+        lambda_context,
+        "POST",
+        f"{person(LUCIA)}/follow-ups",
+        body,
+        **{"Idempotency-Key": "k"},
+    )
+    # then it is refused as a bad time, and nothing is kept or scheduled
+    assert status == 400 and "time" in answer["error"]
+    assert due_items(env["TABLE_NAME"]) == [] and firing.pending() == []
+
+
+class ToolModel(Model):
+    """Asked for a reminder, calls schedule_follow_up with the arguments it was given."""
+
+    def __init__(self, arguments: str):
+        super().__init__(tomorrow_at_nine())
+        self.arguments = arguments
+
+    def __call__(self, request: dict[str, Any]) -> Any:
+        answered = any(i.get("type") == "function_call_output" for i in request["input"])
+        if not answered and "Remind me" in json.dumps(request.get("input")):
+            call = {
+                "type": "function_call",
+                "id": "fc_bad",
+                "call_id": "c-bad",
+                "name": "schedule_follow_up",
+                "arguments": self.arguments,
+                "status": "completed",
+            }
+            return {"output": [call]}
+        return "Sorry, I could not schedule that."
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        json.dumps({"when": LAST_MINUTE, "about": "the new year"}),
+        "[" * 100_000 + "]" * 100_000,  # deeper than Python's parser goes: RecursionError
+    ],
+    ids=["unrepresentable-time", "deeply-nested"],
+)
+def test_a_tool_call_no_retry_can_fix_is_a_refused_tool_result(
+    stack, openai, whasp, lambda_context, arguments
+):
+    agent, firing, env = stack
+    openai.responder = ToolModel(arguments)
+    # when Lucía asks for a reminder and the model's call cannot be kept
+    response = lucia_says(agent, lambda_context, "Remind me at the end of time")
+    # then the call is refused to the model, which answers her: the record does not fail
+    assert response["batchItemFailures"] == []
+    [output] = [
+        json.loads(i["output"])
+        for i in openai.calls()[-1]["input"]
+        if i.get("type") == "function_call_output"
+    ]
+    assert "error" in output
+    assert whasp.texts_to(LUCIA) == ["Sorry, I could not schedule that."]
+    assert due_items(env["TABLE_NAME"]) == [] and firing.pending() == []
+
+
+def parked(resources) -> list[dict[str, Any]]:
+    """What the consumer parked on the event dead-letter queue, with each one's reason."""
+    found = boto3.client("sqs").receive_message(
+        QueueUrl=resources.queue_urls["EventDeadLetterQueue"],
+        MaxNumberOfMessages=10,
+        MessageAttributeNames=["All"],
+    )
+    return [
+        {"body": m["Body"], "reason": m["MessageAttributes"]["reason"]["StringValue"]}
+        for m in found.get("Messages", [])
+    ]
+
+
+@pytest.mark.parametrize("where", ["body", "turn"])
+def test_a_record_no_retry_can_fix_is_parked_at_once_and_her_queue_moves_on(
+    consumer, resources, openai, whasp, monkeypatch, lambda_context, where
+):
+    from memagent.errors import TransientError
+
+    turn = consumer.consumer.agent
+    poisoned = whasp_message("Hi, it's Maya", chat=MAYA, event_id=f"evt_{uuid.uuid4().hex}")
+    batch = sqs_batch(poisoned)
+    if where == "body":  # nested deeper than Python's JSON parser goes (RecursionError)
+        batch["Records"][0]["body"] = '{"id": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    else:  # a step of the turn raises what no retry changes (a date past year 9999)
+        real = turn.model.reply
+
+        def reply(context, **kwargs):
+            said = [i["content"] for i in context.request_input() if i.get("role") == "user"]
+            if said[-1:] == ["Hi, it's Maya"]:
+                raise OverflowError("date value out of range")
+            return real(context, **kwargs)
+
+        monkeypatch.setattr(turn.model, "reply", reply)
+    # when the record comes: then it is parked at once, with its reason, not failed for a retry
+    assert consumer.handler(batch, lambda_context) == {"batchItemFailures": []}
+    [kept] = parked(resources)
+    assert kept["reason"].startswith("RecursionError" if where == "body" else "OverflowError")
+    # and the next message in her group is answered, not held behind it
+    later = whasp_message("Are you there?", chat=MAYA, event_id=f"evt_{uuid.uuid4().hex}")
+    assert consumer.handler(sqs_batch(later), lambda_context) == {"batchItemFailures": []}
+    assert len(whasp.texts_to(MAYA)) == 1
+    # while a failing dependency is retried on the backoff, never parked
+    monkeypatch.setattr(
+        turn.model, "reply", lambda *a, **k: (_ for _ in ()).throw(TransientError("503"))
+    )
+    again = whasp_message("Hello?", chat=MAYA, event_id=f"evt_{uuid.uuid4().hex}")
+    assert consumer.handler(sqs_batch(again), lambda_context)["batchItemFailures"] != []
+    assert len(parked(resources)) == 0

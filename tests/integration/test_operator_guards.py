@@ -107,3 +107,11 @@ def test_a_person_who_wrote_within_the_retention_is_the_seats_as_ever(stack, lam
     writes(consumer, lambda_context, "I run on Tuesdays", datetime.now(UTC) - timedelta(days=29))
     status, conversation = call(admin, lambda_context, "GET", person() + "/conversation")
     assert status == 200 and conversation["messages"][0]["text"] == "I run on Tuesdays"
+
+
+def test_a_body_nested_deeper_than_the_parser_goes_is_a_400(stack, lambda_context):
+    consumer, admin, _firing, _env = stack
+    writes(consumer, lambda_context, "I run on Tuesdays", datetime.now(UTC) - timedelta(days=1))
+    deep = ('{"text": ' + "[" * 100_000 + "]" * 100_000 + "}").encode()
+    status, answer = call(admin, lambda_context, "POST", person() + "/facts", deep)
+    assert status == 400 and "JSON" in answer["error"]

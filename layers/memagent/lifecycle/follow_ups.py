@@ -70,7 +70,10 @@ def ask(
             "'about' is what to follow up on, not an instruction to the agent "
             "(instructions belong in the system prompt)"
         )
-    at = local.replace(tzinfo=ZoneInfo(target.zone)).astimezone(UTC)
+    try:
+        at = local.replace(tzinfo=ZoneInfo(target.zone)).astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59 west of UTC is past the last date Python has
+        raise FollowUpRefused("that time cannot be represented: ask for a nearer time") from None
     if at < datetime.now(UTC) + EARLIEST:
         raise FollowUpRefused("that time has passed: ask for a time in the future")
     pending = [p for p in store.follow_ups(pk) if p.get("status") != held]

@@ -110,6 +110,16 @@ def parse(raw: Any) -> FollowUpDue | None:
     return FollowUpDue(name=name, person=person, created_at=datetime.now(UTC))
 
 
+def _arguments(arguments: str) -> Any:
+    """The model's arguments as JSON; ValueError for what the parser cannot take, nesting
+    deeper than its recursion limit included (a RecursionError would fail the record on every
+    retry: the model is told instead)."""
+    try:
+        return json.loads(arguments or "{}")
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 def _refused(why: str) -> tuple[str, str, bool]:
     return json.dumps({"error": why}), why, True
 
@@ -124,7 +134,7 @@ def tool_call(crew: Crew, pk: str, name: str, arguments: str, key: str) -> tuple
 def cancel(crew: Crew, pk: str, arguments: str) -> tuple[str, str, bool]:
     """The built-in cancel: the follow-up dropped and its schedule deleted."""
     try:
-        name = str(json.loads(arguments or "{}")["id"])
+        name = str(_arguments(arguments)["id"])
     except (ValueError, KeyError, TypeError):
         return _refused("give the follow-up's 'id'")
     if crew.store.follow_up(pk, name) is None:
@@ -159,7 +169,7 @@ def schedule(crew: Crew, pk: str, arguments: str, key: str) -> tuple[str, str, b
     if target is None or schedules is None:
         return _refused("follow-ups are not available")
     try:
-        asked = json.loads(arguments or "{}")
+        asked = _arguments(arguments)
         said = ask(
             crew.store,
             schedules,
