@@ -17,7 +17,7 @@ import pytest
 from devstack.clock import SQS_CLOCK
 from devstack.events import sqs_batch
 from devstack.scheduler import SchedulerFiring
-from tests.conftest import MAYA, load_function, whasp_message
+from tests.conftest import AGENT, MAYA, load_function, whasp_message
 from tests.integration.test_follow_ups import (  # noqa: F401 (fixtures)
     ASK,
     REMINDER,
@@ -475,3 +475,41 @@ def test_a_record_no_retry_can_fix_is_parked_at_once_and_her_queue_moves_on(
     again = whasp_message("Hello?", chat=MAYA, event_id=f"evt_{uuid.uuid4().hex}")
     assert consumer.handler(sqs_batch(again), lambda_context)["batchItemFailures"] != []
     assert len(parked(resources)) == 0
+
+
+# ------------------------------------------------------------------ only the stack's own events
+
+
+@pytest.mark.parametrize("signature", [None, "0" * 64], ids=["unsigned", "wrongly-signed"])
+def test_a_follow_up_event_without_the_stacks_signature_is_parked_not_acted_on(
+    stack, openai, whasp, resources, lambda_context, signature
+):
+    from devstack.lambda_harness import sqs_message_record
+    from memagent.memory.person import person_key
+
+    agent, _firing, env, _at, model = asked(stack, openai, lambda_context)
+    [pending] = due_items(env["TABLE_NAME"])
+    sent = list(whasp.sent)
+    # when someone who may put messages on the event queue (through Scheduler, say) forges
+    # Maya's follow-up firing, unsigned or with a signature not made with the stack's key
+    forged = {"memagent": "follow_up", "name": pending["name"], "person": pending["pk"]}
+    if signature is not None:
+        forged["sig"] = signature
+    record = sqs_message_record(
+        {
+            "MessageId": str(uuid.uuid4()),
+            "ReceiptHandle": uuid.uuid4().hex,
+            "Body": json.dumps(forged),
+            "Attributes": {
+                "ApproximateReceiveCount": "1",
+                "MessageGroupId": person_key(AGENT, MAYA),
+            },
+        },
+        "arn:aws:sqs:us-east-1:123456789012:EventQueue.fifo",
+    )
+    assert agent.handler({"Records": [record]}, lambda_context) == {"batchItemFailures": []}
+    # then it is parked with its reason, and nothing is asked of the model or sent
+    [kept] = parked(resources)
+    assert "signature" in kept["reason"]
+    assert model.due_requests == [] and whasp.sent == sent
+    assert len(due_items(env["TABLE_NAME"])) == 1  # hers, still pending for its real time

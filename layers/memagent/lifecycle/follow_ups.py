@@ -11,7 +11,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from memagent.errors import ScheduleRefused
-from memagent.memory import looks_like_instruction, plain
+from memagent.memory import internal_signature, looks_like_instruction, plain
 from memagent.observability import count
 
 FOLLOW_UP = "follow_up"  # the queued body's "memagent" field
@@ -35,8 +35,10 @@ class Target:
 
 
 def body(name: str, person: str) -> dict[str, str]:
-    """What the schedule puts into the queue: ids only, never the subject or an identifier."""
-    return {"memagent": FOLLOW_UP, "name": name, "person": person}
+    """What the schedule puts into the queue: ids only, never the subject or an identifier,
+    signed with the stack's key (the consumer acts on no internal event without it)."""
+    sig = internal_signature(FOLLOW_UP, name, person)
+    return {"memagent": FOLLOW_UP, "name": name, "person": person, "sig": sig}
 
 
 def ask(

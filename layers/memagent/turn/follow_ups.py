@@ -8,7 +8,8 @@ listed, counted for FOLLOW_UP_MAX_PENDING, erased with them), then creates a one
 named from the call's key (memagent.aws.scheduler: a repeat creates nothing).
 
 Firing (its own turn): at the time, Scheduler puts {"memagent": "follow_up", ...} into the
-person's FIFO group, ordered with what they write. The consumer runs it here:
+person's FIFO group, ordered with what they write, signed with the stack's key (an event
+without that signature is parked, never acted on: `parse`). The consumer runs it here:
 
     a repeat?             its ledger entry holds the words: send them again, the same way
     still pending?        DUE#<name> gone (cancelled, erased, sent) or an operator's: nothing
@@ -52,6 +53,7 @@ from memagent.memory import (
     build_context,
     exhausted,
     person_key,
+    signed_by_stack,
     stack_budget,
 )
 from memagent.observability import count, logger
@@ -107,6 +109,10 @@ def parse(raw: Any) -> FollowUpDue | None:
     name, person = raw.get("name"), raw.get("person")
     if not isinstance(name, str) or not isinstance(person, str) or not person.startswith("P#"):
         raise MalformedEvent("a follow-up without its name or person")
+    if not signed_by_stack(raw.get("sig"), FOLLOW_UP, name, person):
+        # only the stack's own schedules sign: an event someone else put on the queue (whoever
+        # may send to it, through Scheduler or not) is parked, never acted on
+        raise MalformedEvent("an internal event without the stack's signature")
     return FollowUpDue(name=name, person=person, created_at=datetime.now(UTC))
 
 
