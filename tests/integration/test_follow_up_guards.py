@@ -17,6 +17,7 @@ import pytest
 from devstack.clock import SQS_CLOCK
 from devstack.events import sqs_batch
 from devstack.scheduler import SchedulerFiring
+from memagent.memory.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, whasp_message
 from tests.integration.test_follow_ups import (  # noqa: F401 (fixtures)
     ASK,
@@ -485,7 +486,6 @@ def test_a_follow_up_event_without_the_stacks_signature_is_parked_not_acted_on(
     stack, openai, whasp, resources, lambda_context, signature
 ):
     from devstack.lambda_harness import sqs_message_record
-    from memagent.memory.person import person_key
 
     agent, _firing, env, _at, model = asked(stack, openai, lambda_context)
     [pending] = due_items(env["TABLE_NAME"])
@@ -513,3 +513,68 @@ def test_a_follow_up_event_without_the_stacks_signature_is_parked_not_acted_on(
     assert "signature" in kept["reason"]
     assert model.due_requests == [] and whasp.sent == sent
     assert len(due_items(env["TABLE_NAME"])) == 1  # hers, still pending for its real time
+
+
+# ------------------------------------------------------------------ in her own FIFO group
+
+
+def test_on_meta_a_follow_up_waits_in_the_fifo_group_her_messages_use(
+    meta_stack, webhook, queue, graph, openai, lambda_context
+):
+    consumer, firing, _env = meta_stack
+    openai.responder = Model(tomorrow_at_nine())
+    ask = text_from(ASK, phone=MAYA_PHONE, bsuid=MAYA_BSUID)
+    # given Maya, writing with her phone and her BSUID, whose messages wait in one group
+    assert post(webhook, ask, lambda_context) == 200
+    groups = {m["Attributes"]["MessageGroupId"] for m in queue.peek()}
+    assert queue.drain(consumer, lambda_context) == 0
+    # when her follow-up is scheduled, then it will enter that same group, ordered with them
+    [schedule] = firing.pending()
+    sent = json.loads(schedule["Target"]["Input"])
+    assert {sent["MessageGroupId"]} == groups == {person_key(AGENT, MAYA_PHONE)}
+
+
+def test_on_meta_an_operators_follow_up_named_by_bsuid_waits_in_her_phones_group(
+    meta_stack, webhook, queue, graph, openai, monkeypatch, lambda_context
+):
+    from tests.integration.test_follow_ups import ROLE
+    from tests.integration.test_meta import ACCESS_TOKEN
+    from tests.integration.test_operator import call as admin_call
+    from tests.integration.test_operator import person
+
+    consumer, firing, env = meta_stack
+    admin = load_function(
+        "admin",
+        {
+            **{k: env[k] for k in ("TABLE_NAME", "AGENT_ID", "META_GRAPH_URL")},
+            "PROVIDER": "meta",
+            "META_ACCESS_TOKEN": ACCESS_TOKEN,
+            "FOLLOW_UP_SCHEDULE_GROUP": env["FOLLOW_UP_SCHEDULE_GROUP"],
+            "FOLLOW_UP_ROLE_ARN": ROLE,
+            "FOLLOW_UP_QUEUE_URL": env["QUEUE_URL"],
+        },
+        monkeypatch,
+    )
+    exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("Hi!", phone=MAYA_PHONE, bsuid=MAYA_BSUID),
+    )
+    # when an operator schedules a follow-up for her by her BSUID
+    body = {"when": tomorrow_at_nine().strftime("%Y-%m-%dT%H:%M"), "about": "ask about the race"}
+    status, _ = admin_call(
+        admin,
+        lambda_context,
+        "POST",
+        f"{person(MAYA_BSUID)}/follow-ups",
+        body,
+        **{"Idempotency-Key": "k"},
+    )
+    # then it waits in the group her messages use: her phone's
+    [schedule] = firing.pending()
+    assert status == 200
+    assert json.loads(schedule["Target"]["Input"])["MessageGroupId"] == person_key(
+        AGENT, MAYA_PHONE
+    )
