@@ -156,3 +156,54 @@ def test_facts_in_her_language_are_kept(stack, lambda_context):
     writes(consumer, lambda_context, "Hola", datetime.now(UTC) - timedelta(days=1))
     for fact in ("Trabaja de noche como enfermera", "Hat einen Hund namens Biscuit"):
         assert call(admin, lambda_context, "POST", person() + "/facts", {"text": fact})[0] == 200
+
+
+# ------------------------------------------------------------------ the local stack's admin API
+
+
+@pytest.fixture
+def local_admin_api(stack, lambda_context):
+    """The admin function behind the local stack's AdminApi (AWS_IAM routes, whose signature
+    nothing on this machine can check), as devstack serves it on 127.0.0.1."""
+    from devstack.apigw import LocalHttpApi, Route
+    from devstack.lambda_harness import Outcome
+
+    consumer, admin, _firing, _env = stack
+    writes(consumer, lambda_context, "I run on Tuesdays", datetime.now(UTC) - timedelta(days=1))
+    invoked: list[str] = []
+
+    def invoke(event: dict[str, Any]) -> Outcome:
+        invoked.append(event["rawPath"])
+        return Outcome(ok=True, result=admin.handler(event, lambda_context))
+
+    api = LocalHttpApi("AdminApi", [Route("ANY", "/{proxy+}", invoke, auth="AWS_IAM")]).start()
+    try:
+        yield api, invoked
+    finally:
+        api.stop()
+
+
+@pytest.mark.parametrize(
+    ("host", "origin", "status"),
+    [
+        ("127.0.0.1", None, 200),
+        ("localhost", "http://localhost", 200),
+        ("rebound.example", None, 403),  # a page whose host name was rebound to 127.0.0.1
+        ("127.0.0.1", "http://evil.example", 403),  # another site's form or fetch
+    ],
+    ids=["own-name", "own-origin", "rebound-host", "foreign-origin"],
+)
+def test_the_local_admin_api_answers_only_requests_sent_to_its_own_name(
+    local_admin_api, host, origin, status
+):
+    from tests.integration.test_console_door import call as http
+
+    api, invoked = local_admin_api
+    port = api.url.rsplit(":", 1)[1]
+    headers = {"Host": f"{host}:{port}", **({"Origin": f"{origin}:{port}"} if origin else {})}
+    # when a request reaches it from this machine, by the name and origin given
+    answer, _headers, body = http("GET", f"{api.url}{person()}/conversation", headers=headers)
+    # then only one sent to its own name, from no other site, reaches the admin function
+    assert answer == status
+    assert invoked == ([f"{person()}/conversation"] if status == 200 else [])
+    assert (b"Tuesdays" in body) == (status == 200)
