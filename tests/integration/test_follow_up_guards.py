@@ -157,9 +157,9 @@ def test_a_follow_up_to_a_person_still_at_their_address_is_sent(
 
 
 @pytest.fixture
-def whasp_stack(consumer_env, monkeypatch):
+def whasp_stack(resources, consumer_env, monkeypatch):
     """whasp's consumer with follow-ups on and 30 days' retention, and Scheduler's firing."""
-    return follow_up_stack(consumer_env, monkeypatch, INACTIVE_RETENTION_DAYS="30")
+    return follow_up_stack(resources, consumer_env, monkeypatch, INACTIVE_RETENTION_DAYS="30")
 
 
 def maya_writes(consumer, lambda_context, text: str, at: datetime) -> None:
@@ -535,9 +535,9 @@ def test_on_meta_a_follow_up_waits_in_the_fifo_group_her_messages_use(
 
 
 def test_on_meta_an_operators_follow_up_named_by_bsuid_waits_in_her_phones_group(
-    meta_stack, webhook, queue, graph, openai, monkeypatch, lambda_context
+    meta_stack, resources, webhook, queue, graph, openai, monkeypatch, lambda_context
 ):
-    from tests.integration.test_follow_ups import ROLE
+    from tests.integration.test_follow_ups import follow_up_env
     from tests.integration.test_meta import ACCESS_TOKEN
     from tests.integration.test_operator import call as admin_call
     from tests.integration.test_operator import person
@@ -549,8 +549,7 @@ def test_on_meta_an_operators_follow_up_named_by_bsuid_waits_in_her_phones_group
             **{k: env[k] for k in ("TABLE_NAME", "AGENT_ID", "META_GRAPH_URL")},
             "PROVIDER": "meta",
             "META_ACCESS_TOKEN": ACCESS_TOKEN,
-            "FOLLOW_UP_SCHEDULE_GROUP": env["FOLLOW_UP_SCHEDULE_GROUP"],
-            "FOLLOW_UP_ROLE_ARN": ROLE,
+            **follow_up_env(resources, env["FOLLOW_UP_SCHEDULE_GROUP"]),
             "FOLLOW_UP_QUEUE_URL": env["QUEUE_URL"],
         },
         monkeypatch,

@@ -15,7 +15,12 @@ from devstack.clock import SQS_CLOCK
 from devstack.events import sqs_batch
 from memagent.memory.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, whasp_message
-from tests.integration.test_follow_ups import ROLE, Model, follow_up_stack, tomorrow_at_nine
+from tests.integration.test_follow_ups import (
+    Model,
+    follow_up_env,
+    follow_up_stack,
+    tomorrow_at_nine,
+)
 from tests.integration.test_operator import call, person
 
 
@@ -26,10 +31,12 @@ def aws_clock_kept():
 
 
 @pytest.fixture
-def stack(consumer_env, monkeypatch):
+def stack(resources, consumer_env, monkeypatch):
     """whasp's consumer with 30 days' retention and follow-ups on, Scheduler's firing, and the
     admin function beside it."""
-    consumer, firing, env = follow_up_stack(consumer_env, monkeypatch, INACTIVE_RETENTION_DAYS="30")
+    consumer, firing, env = follow_up_stack(
+        resources, consumer_env, monkeypatch, INACTIVE_RETENTION_DAYS="30"
+    )
     admin = load_function(
         "admin",
         {
@@ -38,8 +45,7 @@ def stack(consumer_env, monkeypatch):
             "PROVIDER": "whasp",
             "WHASP_API_URL": env["WHASP_API_URL"],
             "WHASP_API_KEY": env["WHASP_API_KEY"],
-            "FOLLOW_UP_SCHEDULE_GROUP": env["FOLLOW_UP_SCHEDULE_GROUP"],
-            "FOLLOW_UP_ROLE_ARN": ROLE,
+            **follow_up_env(resources, env["FOLLOW_UP_SCHEDULE_GROUP"]),
             "FOLLOW_UP_QUEUE_URL": env["QUEUE_URL"],
             "LEDGER_TTL_DAYS": "3650",
         },
