@@ -16,6 +16,11 @@ Authorizers, per route:
   token, else the claims in `requestContext.authorizer.jwt`, as strings.
 - AWS_IAM: the SigV4 signature is NOT checked here (there are no IAM users on this machine); the
   event names LOCAL_IAM_CALLER, as if that ARN had signed. The IAM door's refusals are AWS's.
+  What stands in for the signature is the console's check (console/server.py): a request is
+  answered only when its `Host` is this server's own name (127.0.0.1 or localhost at its
+  port) and its `Origin`, when a browser sends one, is too; else a 403 and the function never
+  runs. A page another site serves, or one whose host name it rebound to 127.0.0.1 (DNS
+  rebinding), cannot drive the local admin API, and spend the OPENAI_API_KEY behind it.
 
 Not emulated: Lambda authorizers, throttling, custom domains, stages other than `$default`,
 CORS and the 30 s integration timeout (the function's own Timeout applies).
@@ -205,6 +210,16 @@ class LocalHttpApi(LoopbackServer):
         # Exact paths before templated ones, as API Gateway prefers the most specific route.
         self.routes = sorted(routes, key=lambda r: (r.path.count("{"), r.method == "ANY"))
 
+    def _own(self, request: Request) -> bool:
+        """Sent to this server by its own name, from no other site's page (console/server.py's
+        check): the browser sends the name it resolved, a rebound one included."""
+        port = self.url.rsplit(":", 1)[-1]
+        hosts = {f"{name}:{port}" for name in ("127.0.0.1", "localhost")}
+        origin = request.headers.get("origin")
+        return request.headers.get("host", "").lower() in hosts and (
+            origin is None or origin.lower() in {f"http://{host}" for host in hosts}
+        )
+
     def handle(self, request: Request) -> Reply:
         started = time.perf_counter()
         if len(request.body) > MAX_PAYLOAD_BYTES:
@@ -214,6 +229,8 @@ class LocalHttpApi(LoopbackServer):
             if parameters is None:
                 continue
             claims = None
+            if route.auth == "AWS_IAM" and not self._own(request):
+                return Reply.json(403, {"message": "Forbidden"})
             if route.auth == "JWT":  # no authorizer configured refuses everything
                 header = request.headers.get("authorization")
                 found = self.authorizer.claims(header) if self.authorizer else None

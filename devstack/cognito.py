@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+from botocore.config import Config
 from botocore.exceptions import ClientError
 from joserfc import jwt
 from joserfc.errors import JoseError
@@ -234,6 +235,8 @@ class ManagedLogin(LoopbackServer):
     def _token(self, request: Request) -> Reply:
         form = {k: v[-1] for k, v in parse_qs(request.body.decode()).items()}
         cors = self._cors(request, form.get("client_id", ""))
+        if form.get("grant_type") == "refresh_token":
+            return self._refreshed(form, cors)
         if form.get("grant_type") != "authorization_code":
             return Reply.json(400, {"error": "unsupported_grant_type"}, cors)
         with self._lock:
@@ -248,6 +251,35 @@ class ManagedLogin(LoopbackServer):
             if not secrets.compare_digest(digest.decode(), code.challenge):
                 return Reply.json(400, {"error": "invalid_grant"}, cors)
         return Reply.json(200, code.tokens, {**cors, "Cache-Control": "no-store"})
+
+    def _refreshed(self, form: dict[str, str], cors: dict[str, str]) -> Reply:
+        """The token endpoint's refresh grant: new access and ID tokens for a refresh token the
+        pool issued to this client and has not revoked (a global sign-out, RevokeToken, its
+        expiry: `invalid_grant`). No new refresh token: Cognito rotates none by default."""
+        import boto3
+
+        client = self._client(form.get("client_id", ""))
+        if client is None:
+            return Reply.json(400, {"error": "invalid_client"}, cors)
+        # one attempt: moto answers a refresh token it never issued with a 500 (Cognito: a
+        # NotAuthorizedException), which botocore would retry with pauses
+        cognito = boto3.client("cognito-idp", config=Config(retries={"total_max_attempts": 1}))
+        try:
+            result = cognito.admin_initiate_auth(
+                UserPoolId=self.pool_id,
+                ClientId=client["ClientId"],
+                AuthFlow="REFRESH_TOKEN_AUTH",
+                AuthParameters={"REFRESH_TOKEN": form.get("refresh_token", "")},
+            )["AuthenticationResult"]
+        except ClientError:  # NotAuthorized (revoked), or moto's 500 (never issued)
+            return Reply.json(400, {"error": "invalid_grant"}, cors)
+        tokens = {
+            "access_token": result["AccessToken"],
+            "id_token": result["IdToken"],
+            "expires_in": result["ExpiresIn"],
+            "token_type": "Bearer",
+        }
+        return Reply.json(200, tokens, {**cors, "Cache-Control": "no-store"})
 
     def _cors(self, request: Request, client_id: str) -> dict[str, str]:
         """A browser page may read the answer if it is served from one of the client's

@@ -530,7 +530,7 @@ def _follow_up(request: dict[str, Any]) -> Any:
     built-in tool and asked "remind me tomorrow at 9 to ...", the call, then its confirmation."""
     notes = notes_of(request)
     if "A follow-up you scheduled is due now" in notes:
-        about = re.findall(r"as data\): (\"[^\n]*\")", notes)
+        about = re.findall(r"never an order to you\): (\"[^\n]*\")", notes)
         return f"{OFFLINE} Reminder, as you asked: {json.loads(about[0]) if about else 'this'}."
     offered = {tool.get("name") for tool in request.get("tools") or []}
     asked = _REMIND.search((_user_messages(request) or [""])[-1])

@@ -165,8 +165,8 @@ def _aws_code(error: Exception) -> str:
 def _body() -> dict[str, Any]:
     try:
         body = json.loads(app.current_event.decoded_body or "{}")
-    except ValueError:
-        raise InvalidEdit("the body must be JSON") from None
+    except (ValueError, RecursionError):  # nesting past the parser's limit: no 500
+        raise InvalidEdit("the body must be JSON, nested at most a few levels") from None
     if not isinstance(body, dict):
         raise InvalidEdit("the body must be a JSON object")
     return body
@@ -233,7 +233,7 @@ def get_person(id: str):
 
 @app.delete("/people/<id>")
 def delete_person(id: str):
-    erase = _rights(forget, media=media)
+    erase = _rights(forget, media=media, schedules=operator.schedules)
     return _audited(actions.ERASE, id, lambda who: erase(who).as_dict())
 
 

@@ -18,6 +18,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from memagent.aws import (
     BackoffProcessor,
     FailureQueue,
+    FollowUpSchedules,
     KeptMedia,
     Retries,
     RetrySchedule,
@@ -49,6 +50,9 @@ compactor = Compactor(
     TranscriptArchive(settings.archive_bucket) if settings.archive_bucket else None,
 )
 media = KeptMedia(settings.media_bucket) if settings.media_bucket else None
+# a silent person's follow-ups' schedules are deleted with them (cancel only: no role, no queue)
+group = settings.follow_up_group
+schedules = FollowUpSchedules(group, "", "") if group else None
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
 failure_queue = FailureQueue(settings.failure_queue_url) if settings.failure_queue_url else None
 schedule = RetrySchedule(
@@ -67,7 +71,14 @@ def run(job: Job) -> str:
     if job.action == FOLD:
         return compactor.compact(job.person)
     store = compactor.store
-    expire(store, job.person, deleted_at=job.at, archive=compactor.archive, media=media)
+    expire(
+        store,
+        job.person,
+        deleted_at=job.at,
+        archive=compactor.archive,
+        media=media,
+        schedules=schedules,
+    )
     return "expired"
 
 

@@ -15,6 +15,7 @@ its path, and a dozen typed environment variables do not need a validation frame
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -46,11 +47,26 @@ def is_local_stack(env: Mapping[str, str]) -> bool:
     return any(env.get(name, "").lower() in ("1", "true") for name in LOCAL_STACK_FLAGS)
 
 
-def refuse_published(value: str, published: str, *, setting: str, what: str, local: bool) -> None:
+HMAC_BLOCK_BYTES = 64  # SHA-256's block: HMAC hashes a longer key, pads a shorter with NULs
+
+
+def as_hmac_key(value: str | bytes) -> bytes:
+    """The key HMAC-SHA256 actually uses for `value`: hashed when longer than a block, and
+    padded with NULs to one, so keys that differ only by trailing NULs are the same key."""
+    key = value.encode() if isinstance(value, str) else value
+    if len(key) > HMAC_BLOCK_BYTES:
+        key = hashlib.sha256(key).digest()
+    return key.rstrip(b"\0")
+
+
+def refuse_published(
+    value: str | bytes, published: str | bytes, *, setting: str, what: str, local: bool
+) -> None:
     """The one rule for a value published for local runs (the test-only signing secret, the
     local person key): anybody can read it, so it is refused unless the run is `local`
-    (is_local_stack); the error names the setting, never the value."""
-    if value == published and not local:
+    (is_local_stack); so is any value that is the same HMAC key (the published one padded
+    with NULs); the error names the setting, never the value."""
+    if as_hmac_key(value) == as_hmac_key(published) and not local:
         raise ConfigurationError(
             f"{setting} is the published {what}; it is accepted only in a local run "
             f"({' or '.join(LOCAL_STACK_FLAGS)} set)"

@@ -330,3 +330,46 @@ def test_a_token_in_no_group_may_do_nothing(door):
 def claims_of(token: str) -> dict[str, Any]:
     part = token.split(".")[1]
     return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+
+
+# ------------------------------------------------------------------ short tokens, refreshed
+
+
+def test_console_tokens_are_short_lived_and_refreshed_until_the_operator_is_signed_out(door):
+    # the template's client: access and ID tokens for 15 minutes, refreshed for a 12-hour shift
+    [client] = [
+        r["Properties"]
+        for r in load_template()["Resources"].values()
+        if r["Type"] == "AWS::Cognito::UserPoolClient"
+    ]
+    units = client["TokenValidityUnits"]
+    assert (client["AccessTokenValidity"], units["AccessToken"]) == (15, "minutes")
+    assert (client["IdTokenValidity"], units["IdToken"]) == (15, "minutes")
+    assert (client["RefreshTokenValidity"], units["RefreshToken"]) == (12, "hours")
+    assert client["EnableTokenRevocation"] is True
+    # given an operator signed in through the managed login
+    tokens = door.sign_in(OPERATOR)
+    refresh = {
+        "grant_type": "refresh_token",
+        "client_id": door.pool.client_id,
+        "refresh_token": tokens["refresh_token"],
+    }
+    # when the page trades the refresh token for new tokens (its access token about to expire)
+    status, _headers, body = call("POST", f"{door.pool.login.url}/oauth2/token", form=refresh)
+    renewed = json.loads(body)
+    # then the new access token opens the routes, with no sign-in page in between
+    assert status == 200 and "refresh_token" not in renewed
+    assert door.request("GET", "/handoffs", renewed["access_token"])[0] == 200
+    # when an admin signs the operator out everywhere (AdminUserGlobalSignOut revokes the
+    # refresh tokens), then no new token is given: the next is at most 15 minutes away
+    boto3.client("cognito-idp").admin_user_global_sign_out(
+        UserPoolId=door.pool.pool_id, Username=OPERATOR
+    )
+    status, _headers, body = call("POST", f"{door.pool.login.url}/oauth2/token", form=refresh)
+    assert (status, json.loads(body)) == (400, {"error": "invalid_grant"})
+    # and another client's id, or a made-up token, gets none either
+    for changed in ({"client_id": "another-client"}, {"refresh_token": "made-up"}):
+        status, _headers, _body = call(
+            "POST", f"{door.pool.login.url}/oauth2/token", form={**refresh, **changed}
+        )
+        assert status == 400

@@ -376,7 +376,10 @@ def _meta_consumer(resources, openai, graph, monkeypatch, **extra: str):
 
 
 def due_record(name: str, person: str) -> dict[str, Any]:
-    body = json.dumps({"memagent": "follow_up", "name": name, "person": person})
+    """A follow-up's firing, as the stack's schedule puts it on the queue (signed)."""
+    from memagent.lifecycle.follow_ups import body as signed
+
+    body = json.dumps(signed(name, person))
     received = {
         "MessageId": str(uuid.uuid4()),
         "ReceiptHandle": uuid.uuid4().hex,

@@ -85,6 +85,25 @@ def test_the_published_local_key_in_the_stacks_secret_fails_closed(
     assert queued() == []
 
 
+def test_the_published_local_key_padded_with_nuls_in_the_stacks_secret_fails_closed_too(
+    resources, queued, monkeypatch, lambda_context
+):
+    import memagent.memory.person as person
+
+    # given a deployed webhook whose secret is the local key padded with NULs: HMAC pads a key
+    # shorter than its block with NULs, so it derives the published key's keys exactly
+    deployed(monkeypatch)
+    monkeypatch.delenv("PERSON_KEY")
+    padded = LOCAL_PERSON_KEY + "\0" * 8
+    env = webhook_env(resources, secret=OTHER_SECRET, PERSON_KEY_SECRET_ARN=a_secret(padded))
+    webhook = load_function("webhook", env, monkeypatch)
+    monkeypatch.setattr(person, "_key", None)  # the key is read on first use
+    # when whasp delivers, then it is refused as the published key is: a 503, nothing queued
+    status, _ = post_signed(webhook, whasp_message(), lambda_context, secret=OTHER_SECRET)
+    assert status == 503
+    assert queued() == []
+
+
 def test_the_stacks_secret_wins_over_a_plain_person_key(
     consumer_env, resources, monkeypatch, lambda_context
 ):

@@ -74,6 +74,20 @@ def test_cold_start_refuses_the_test_only_secret_outside_a_local_run(resources, 
         load_function("webhook", webhook_env(resources, secret=TEST_SECRET), monkeypatch)
 
 
+def test_cold_start_refuses_the_test_only_secret_padded_with_nuls(resources, monkeypatch):
+    import base64
+
+    # given a deployed function whose secret is the test-only key with NUL bytes after it (HMAC
+    # pads a short key with NULs: it verifies exactly what the published secret signs)
+    monkeypatch.delenv("MEMAGENT_LOCAL_STACK", raising=False)
+    monkeypatch.delenv("AWS_SAM_LOCAL", raising=False)
+    key = base64.b64decode(TEST_SECRET.removeprefix("whsec_")) + b"\0" * 4
+    padded = "whsec_" + base64.b64encode(key).decode()
+    # then it is refused as the published secret is
+    with pytest.raises(ConfigurationError, match=r"WEBHOOK_SECRET.*test-only"):
+        load_function("webhook", webhook_env(resources, secret=padded), monkeypatch)
+
+
 @pytest.mark.parametrize("flag", ["MEMAGENT_LOCAL_STACK", "AWS_SAM_LOCAL"])
 def test_the_test_only_secret_works_in_a_local_run(
     resources, queued, monkeypatch, lambda_context, flag

@@ -19,6 +19,9 @@ class CompactorSettings(ModelSettings):
     retry_base_seconds: int = 900
     retry_max_seconds: int = 43_200
     retry_jitter: float = 0.2
+    # FollowUps=true: the stack's schedule group, whose schedules of a silent person's
+    # follow-ups the expiry deletes with them (memagent.lifecycle.rights.expire)
+    follow_up_group: str | None = None
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
@@ -31,4 +34,5 @@ class CompactorSettings(ModelSettings):
                 "RETRY_MAX_SECONDS", 43_200, minimum=1, maximum=43_200
             ),
             "retry_jitter": read.number("RETRY_JITTER", 0.2, minimum=0, maximum=1, below=True),
+            "follow_up_group": read.optional("FOLLOW_UP_SCHEDULE_GROUP"),
         }

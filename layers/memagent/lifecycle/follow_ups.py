@@ -11,6 +11,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from memagent.errors import ScheduleRefused
+from memagent.memory import internal_signature, looks_like_instruction, plain
 from memagent.observability import count
 
 FOLLOW_UP = "follow_up"  # the queued body's "memagent" field
@@ -34,8 +35,10 @@ class Target:
 
 
 def body(name: str, person: str) -> dict[str, str]:
-    """What the schedule puts into the queue: ids only, never the subject or an identifier."""
-    return {"memagent": FOLLOW_UP, "name": name, "person": person}
+    """What the schedule puts into the queue: ids only, never the subject or an identifier,
+    signed with the stack's key (the consumer acts on no internal event without it)."""
+    sig = internal_signature(FOLLOW_UP, name, person)
+    return {"memagent": FOLLOW_UP, "name": name, "person": person, "sig": sig}
 
 
 def ask(
@@ -59,10 +62,20 @@ def ask(
         local = datetime.fromisoformat(str(when)).replace(tzinfo=None, second=0, microsecond=0)
     except ValueError:
         raise FollowUpRefused("give 'when' as YYYY-MM-DDTHH:MM, on the person's clock") from None
-    about = str(about or "").strip()
+    about = " ".join(plain(str(about or "")).split())  # kept as screened, as a fact is
     if not about or len(about) > MAX_ABOUT_CHARS:
         raise FollowUpRefused(f"'about' takes 1 to {MAX_ABOUT_CHARS} characters")
-    at = local.replace(tzinfo=ZoneInfo(target.zone)).astimezone(UTC)
+    if looks_like_instruction(about):
+        # it goes before the model on every turn until it is due, as the facts do: screened
+        # as they are (memagent.memory.facts), and framed as data where it is shown
+        raise FollowUpRefused(
+            "'about' is what to follow up on, not an instruction to the agent "
+            "(instructions belong in the system prompt)"
+        )
+    try:
+        at = local.replace(tzinfo=ZoneInfo(target.zone)).astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59 west of UTC is past the last date Python has
+        raise FollowUpRefused("that time cannot be represented: ask for a nearer time") from None
     if at < datetime.now(UTC) + EARLIEST:
         raise FollowUpRefused("that time has passed: ask for a time in the future")
     pending = [p for p in store.follow_ups(pk) if p.get("status") != held]

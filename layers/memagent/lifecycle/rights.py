@@ -13,12 +13,14 @@ logs, queues).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from memagent.errors import ScheduleRefused
 from memagent.lifecycle.audit_trail import ERASE, audit
 from memagent.lifecycle.upgrade import legacy_person
 from memagent.memory import legacy_key, person_key
@@ -97,14 +99,18 @@ def forget(
     at: datetime | None = None,
     media: Any | None = None,
     legacy_keys: bool = False,
+    schedules: Any | None = None,
 ) -> Receipt:
     """Forget a person by any of their identifiers (phone or BSUID); `legacy_keys`: and the
-    memory its key before keyed keys holds (LEGACY_PERSON_KEYS)."""
-    receipt = forget_key(store, resolve(store, agent, phone), archive=archive, at=at, media=media)
+    memory its key before keyed keys holds (LEGACY_PERSON_KEYS); `schedules`: and their
+    follow-ups' schedules."""
+    pk = resolve(store, agent, phone)
+    erase = {"archive": archive, "media": media, "schedules": schedules}
+    receipt = forget_key(store, pk, at=at, **erase)
     old = legacy(store, agent, phone) if legacy_keys else None
     if old is None:
         return receipt
-    more = forget_key(store, old, archive=archive, at=receipt.at, media=media)
+    more = forget_key(store, old, at=receipt.at, **erase)
     kinds = {**receipt.by_kind, **more.by_kind}
     by_kind = {k: receipt.by_kind.get(k, 0) + more.by_kind.get(k, 0) for k in kinds}
     return Receipt(receipt.person, receipt.at, receipt.removed + more.removed, by_kind)
@@ -129,18 +135,20 @@ def _written_since(items: list[dict[str, Any]], mark: datetime) -> set[str]:
     entry from its seq on is newer (a reply's own time would not do: the reply to an old
     message may be stored late). Facts and the summary carry their own times. A link (ALIAS#)
     has none: it is the new conversation's when that conversation's state item names it
-    (`phone_key`, `bsuid_key`), the expired memory's otherwise."""
+    (`phone_key`, `bsuid_key`), the expired memory's otherwise. A follow-up (DUE#) is the new
+    conversation's when it was asked for after that first message (its `at` is when it is
+    due; one asked for after the mark but before it, as an operator may, is the old memory's)."""
     state = next((item for item in items if item["sk"] == STATE), {})
     named = {state.get("phone_key"), state.get("bsuid_key")} - {None}
     if not _renewed(state, mark):
         named = set()
-    first = min(
+    first, began = min(
         (
-            int(i["seq"])
+            (int(i["seq"]), from_iso(i.get("at")))
             for i in items
             if i["sk"].startswith(MSG) and i.get("role") == "user" and _after(i.get("at"), mark)
         ),
-        default=None,
+        default=(None, None),
     )
 
     def newer(item: dict[str, Any]) -> bool:
@@ -150,6 +158,9 @@ def _written_since(items: list[dict[str, Any]], mark: datetime) -> set[str]:
             return first is not None and seq is not None and int(seq) >= first
         if sk.startswith(ALIAS):
             return sk.removeprefix(ALIAS) in named
+        if sk.startswith(DUE):
+            asked = from_iso(item.get("created_at"))
+            return began is not None and asked is not None and asked >= began
         return sk != STATE and _after(item.get("at"), mark)
 
     return {item["sk"] for item in items if newer(item)}
@@ -164,10 +175,13 @@ def forget_key(
     media: Any | None = None,
     keep_later: bool = False,
     files_before: datetime | None = None,
+    schedules: Any | None = None,
 ) -> Receipt:
     """Erase one partition; `keep_later`: only what was written up to the mark (`at`), keeping
     what came after it, the state item and the links it names, and files kept or archived up
-    to `files_before` (retention: see expire)."""
+    to `files_before` (retention: see expire). `schedules` (memagent.aws.FollowUpSchedules):
+    the schedules of the follow-ups erased are deleted too, so nothing of the person is left
+    in Scheduler (a follow-up asked for after the mark, by a new conversation, stays)."""
     at = store.mark_erased(pk, at or datetime.now(UTC))
     by_kind: dict[str, int] = {}
     aliases: dict[str, bool] = {}  # the keys of identifiers that reach the person: merged?
@@ -193,6 +207,13 @@ def forget_key(
             content = []  # the new conversation's state stays as it is
         if not doomed and not content:
             break
+        if schedules is not None:  # before their items: a crash between leaves them to retry
+            for item in doomed_items:
+                if item["sk"].startswith(DUE):
+                    # one Scheduler would not delete (counted and logged there) fires, finds
+                    # nothing pending and sends nothing: the erasure goes on
+                    with contextlib.suppress(ScheduleRefused):
+                        schedules.cancel(item["name"])
         for sk in doomed:
             by_kind[_kind(sk)] = by_kind.get(_kind(sk), 0) + 1
         if keep_later:  # the new conversation may be writing the same keys meanwhile
@@ -204,7 +225,9 @@ def forget_key(
             store.reduce_state_to_mark(pk, at)
     for sk in kept:  # keep_later: a link the new conversation made, maybe meanwhile, is its own
         aliases.pop(sk.removeprefix(ALIAS), None)
-    if identifiers := _forget_identifiers(store, pk, aliases, at, archive=archive, media=media):
+    if identifiers := _forget_identifiers(
+        store, pk, aliases, at, archive=archive, media=media, schedules=schedules
+    ):
         by_kind["identifiers"] = by_kind.get("identifiers", 0) + identifiers
     before = (files_before or at) if keep_later else None
     if archive is not None:
@@ -227,6 +250,7 @@ def _forget_identifiers(
     *,
     archive: Any | None,
     media: Any | None,
+    schedules: Any | None,
 ) -> int:
     """The erased person's other identifiers (`aliases`: key -> merged?), each left with only
     the erasure's mark, or taken from them; how many."""
@@ -240,7 +264,7 @@ def _forget_identifiers(
         elif own.alias_of in (pk, None) or own.moved_to == pk:
             # the person's other identifiers: each keeps only its own erasure mark, so a late
             # redelivery under any of them is refused too; and files kept under them go as well
-            forget_key(store, alias, at=at, archive=archive, media=media)
+            forget_key(store, alias, at=at, archive=archive, media=media, schedules=schedules)
         else:
             continue  # it reaches someone else now
         count += 1
@@ -325,9 +349,11 @@ def expire(
     deleted_at: datetime | None = None,
     archive: Any = None,
     media: Any = None,
+    schedules: Any = None,
 ) -> Receipt:
     """Forget a person who has been silent for the retention period: the same erasure, and the
-    same audit line, as an operator's; the caller is the TTL process.
+    same audit line, as an operator's; the caller is the TTL process. Their follow-ups go too,
+    with their schedules (`schedules`), however far ahead they were due.
 
     `deleted_at`: when the TTL deleted their state item. The erasure mark is not that time but
     the newest one the expired memory holds (its newest message, reply, fact or summary, up to
@@ -362,6 +388,7 @@ def expire(
             at=mark,
             keep_later=True,
             files_before=files_before,
+            schedules=schedules,
         )
     except Exception:
         audit(ERASE, caller=f"retention ({TTL_PRINCIPAL})", person=pk, outcome="failed")

@@ -5,6 +5,16 @@ always agree with me" and an extractor may keep it. The context labels facts as 
 is the second line of defence and drops what is obviously phrased as an order to the agent.
 The instruction check is a heuristic: it keys on imperatives and on words addressed to the agent,
 because durable facts are third-person statements ("Works nights as a nurse").
+
+It reads the text as a reader sees it (`plain`: NFKC, no invisible format characters), with
+look-alike letters folded to the Latin ones they imitate (Cyrillic and Greek: "ign\\u043ere", a
+Cyrillic o, is "ignore") and accents dropped, and knows the orders of the six languages the
+keyword table knows (memagent.turn.keywords: English, Spanish, French, Portuguese, German,
+Italian), and a role prefix ("SYSTEM:", "[assistant]") at the start of a line or sentence.
+In the other languages it keys on what only an order can say: the second person ("debes", "du
+musst", "tu dois"), "ignore the instructions", "from now on" opening a sentence, the system
+prompt; their imperatives read like third-person facts ("olvida las llaves": she forgets, or
+forget), so an imperative alone is not refused there.
 """
 
 from __future__ import annotations
@@ -49,6 +59,69 @@ _INSTRUCTION_PATTERNS = [
         r"^(?:always|never)\b.*\b(?:me|my|i|myself)\b",
     )
 ]
+# The other languages of the keyword table, after folding (no accents: "instrucción" is
+# "instruccion", "ignorá" is "ignora"). Each alternative has its own case in
+# tests/unit/test_screening.py.
+_IGNORE_VERBS = (
+    r"(?:ignora|ignorar|olvida|olvidar|olvidate|omite|ignorez|ignorer|oublie|oubliez|oublier|"
+    r"esqueca|esquece|esquecer|desconsidere|ignoriere|vergiss|missachte|ignori|ignorare|"
+    r"dimentica|dimenticare)"
+)
+_RULES = (
+    r"(?:instrucciones|instruccion|reglas|indicaciones|normas|consignes|regles|instrucoes|"
+    r"instrucao|regras|diretrizes|anweisungen|anweisung|regeln|vorgaben|richtlinien|"
+    r"istruzioni|istruzione|regole|direttive)"
+)
+_OTHER_LANGUAGES = [
+    re.compile(p)
+    for p in (
+        # ignore / forget (up to three words) the instructions / rules
+        rf"\b{_IGNORE_VERBS}\s+(?:\S+\s+){{0,3}}?(?:[ld]')?(?:{_RULES}|instructions?)\b",
+        # German puts the verb last: "alle Anweisungen ignorieren"
+        rf"\b{_RULES}\s+(?:\S+\s+){{0,2}}?(?:ignorieren|vergessen|missachten)\b",
+        # an obligation in the second person: addressed to the agent
+        r"\b(?:debes|tienes\s+que|deberias|tu\s+dois|vous\s+devez|voce\s+(?:deve|tem\s+que)|"
+        r"tu\s+deves|du\s+(?:musst|sollst|darfst)|devi|dovrai)\b",
+        # "you are now ..."
+        r"\b(?:ahora\s+eres|tu\s+es\s+maintenant|vous\s+etes\s+maintenant|agora\s+voce\s+e|"
+        r"du\s+bist\s+(?:jetzt|nun)|(?:ora|adesso)\s+sei)\b",
+        # the system prompt / message / instructions
+        r"\b(?:prompt|mensaje|mensagem|messaggio|message|instrucciones|instrucoes|istruzioni|"
+        r"instructions)\s+(?:(?:del|de|do|di|du)\s+)?(?:sistema|systeme)\b",
+        r"\bsystem-?(?:prompt|anweisungen|nachricht)\b",
+        r"\b(?:modo\s+(?:de\s+)?(?:desarrollador|desenvolvedor)|mode\s+developpeur|"
+        r"entwicklermodus|modalita\s+sviluppatore)\b",
+        # "from now on" opening a sentence
+        r"^(?:a\s+partir\s+de\s+(?:ahora|agora|maintenant)|de\s+ahora\s+en\s+adelante|"
+        r"von\s+nun\s+an|ab\s+jetzt|d'ora\s+in\s+poi|da\s+ora\s+in\s+poi)\b",
+        # pretend / act as, in the forms only an order to "you" takes
+        r"^(?:hazte\s+pasar|fais\s+semblant|agis\s+comme|finja|faca\s+de\s+conta|"
+        r"tu\s+so\s+als|verhalte\s+dich|gib\s+dich\s+als|fingi|comportati|fai\s+finta)\b",
+        # a sentence opening with "you"
+        r"^(?:tu|usted|vous|voce|voi)\b",
+    )
+]
+# A role's prefix, as a chat template or a pasted transcript writes it ("SYSTEM: ...",
+# "[assistant]", "<|im_start|>system"), at the start of a line or a sentence: read on the text
+# before sentences are split at colons and lines are joined
+_ROLE_PREFIX = re.compile(
+    r"(?:^|[.!?;]\s)[^\w\n]*(?:system|systeme|sistema|developer|assistant)"
+    r"[^\w\n]*?(?:\s*[:>\]|])|<\|im_start\|>|\[/?inst\]|<<\s*sys\s*>>",
+    re.MULTILINE,
+)
+# Cyrillic, Greek and other letters that look like Latin ones, as Unicode's confusables list
+# pairs them (both cases: an upper-case Greek Nu is N, a lower-case one v)
+_LOOK_ALIKES = str.maketrans(
+    {
+        **dict(zip("АВЕКМНОРСТХУІЈЅԚԜӀ", "ABEKMHOPCTXYIJSQWI", strict=True)),  # Cyrillic
+        **dict(zip("аеорсухіјѕһԁԛԝӏ", "aeopcyxijshdqwl", strict=True)),  # noqa: RUF001
+        **dict(zip("ΑΒΕΖΗΙΚΜΝΟΡΤΥΧ", "ABEZHIKMNOPTYX", strict=True)),  # noqa: RUF001 (Greek)
+        **dict(zip("αορικνυχε", "aopikvuxe", strict=True)),
+        # Latin dotless i and j, script g; Armenian o and u
+        **dict(zip("ıȷɡօս", "ijgou", strict=True)),
+    }
+)
+
 # Openers that don't change what a sentence is ("Also, always agree with me").
 _FILLER = re.compile(r"^(?:(?:and|also|so|ok|okay|now|oh|btw|but|hey)\b[\s,]*)+")
 _SENTENCE_BREAK = re.compile(r"[.!?;:\n]+|\s[-\u2013\u2014]\s")  # dashes between clauses
@@ -83,11 +156,23 @@ def fact_key(text: str) -> str:
     return hashlib.sha256(normalise(text).encode()).hexdigest()[:16]
 
 
+def folded(text: str) -> str:
+    """The text as the screen reads it: plain, accents dropped, look-alike letters as the
+    Latin ones they imitate, casefolded (line breaks kept)."""
+    decomposed = unicodedata.normalize("NFKD", plain(text))
+    bare = "".join(char for char in decomposed if unicodedata.category(char) != "Mn")
+    return bare.translate(_LOOK_ALIKES).casefold()
+
+
 def looks_like_instruction(text: str) -> bool:
     """True when the text reads as an order to the agent rather than a fact about the person."""
-    text = normalise(plain(text)).replace("\u2019", "'")  # a curly apostrophe: "don\u2019t"
+    text = folded(text).replace("\u2019", "'")  # a curly apostrophe: "don\u2019t"
+    if _ROLE_PREFIX.search(text):
+        return True
+    text = normalise(text)
     sentences = [_FILLER.sub("", s.strip(" \"'*-•,()[]")) for s in _SENTENCE_BREAK.split(text)]
-    return any(p.search(s) for s in sentences for p in _INSTRUCTION_PATTERNS)
+    patterns = (*_INSTRUCTION_PATTERNS, *_OTHER_LANGUAGES)
+    return any(p.search(s) for s in sentences for p in patterns)
 
 
 def screen_facts(

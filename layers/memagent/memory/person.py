@@ -84,6 +84,25 @@ def digest(value: str) -> str:
     return hmac.new(_stack_key(), value.encode(), hashlib.sha256).hexdigest()
 
 
+# Internal events (a follow-up's firing, which Scheduler puts on the event queue) are signed
+# under a key derived from the stack's key for that use alone: anyone who may send to the queue
+# (the consumer's and the admin's roles, through Scheduler) cannot forge one without the secret
+_INTERNAL_EVENTS = b"memagent/internal-events/v1"
+
+
+def internal_signature(*parts: str) -> str:
+    """The stack's signature (hex) of an internal event's fields, in order."""
+    key = hmac.new(_stack_key(), _INTERNAL_EVENTS, hashlib.sha256).digest()
+    return hmac.new(key, chr(0x1F).join(parts).encode(), hashlib.sha256).hexdigest()
+
+
+def signed_by_stack(signature: object, *parts: str) -> bool:
+    """Is `signature` the stack's signature of these fields (compared in constant time)?"""
+    if not isinstance(signature, str):
+        return False
+    return hmac.compare_digest(signature.encode(), internal_signature(*parts).encode())
+
+
 def person_key(agent: str, identifier: str) -> str:
     """The partition key of an identifier's memory (a phone in E.164 or a Meta BSUID): stable,
     opaque, the same for any business number, computable only with the stack's key."""

@@ -85,7 +85,9 @@ class Operator(MemoryEdits, ChatHandoff):
             address=who,
             number=number,
             zone=person_zone(who, self.settings.time_zone),
-            group=person_key(agent, who),
+            # the person's FIFO group: their phone's where we know it (the webhook groups Meta's
+            # messages by the phone), whichever identifier the operator named
+            group=state.phone_key or person_key(agent, who),
         )
         name = schedule_name(f"operator:{pk}:{key}")
         try:

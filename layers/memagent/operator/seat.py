@@ -4,12 +4,12 @@ identifier reaches, and the checks on what an operator types."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from memagent.aws import OperatorEvents
 from memagent.errors import InvalidEdit, UnknownPerson
-from memagent.lifecycle import resolve
+from memagent.lifecycle import left_by_ttl, left_half_done, resolve
 from memagent.memory import Memory
 from memagent.observability import logger
 from memagent.providers import PERSON_ID
@@ -64,10 +64,14 @@ class Seat:
         self.timeout = timedelta(hours=settings.handoff_timeout_hours)
 
     def person(self, who: str) -> tuple[str, Memory]:
-        """The person's key and memory; UnknownPerson if we hold none."""
+        """The person's key and memory; UnknownPerson if we hold none. A memory whose retention
+        has ended is gone here as for the turn (memagent.turn.agent.Agent._whose), whether or
+        not DynamoDB's TTL has deleted it yet ("typically within two days"), and so is what an
+        erasure that stopped half-way left: nobody reads, edits, answers or schedules from it."""
         pk = resolve(self.store, self.settings.agent_id, identifier(who))
         memory = self.store.load(pk)
-        if not memory.state.last_seq:
+        ended = left_by_ttl(memory, datetime.now(UTC)) or left_half_done(memory)
+        if not memory.state.last_seq or ended is not None:
             raise UnknownPerson("no memory is held for this person")
         logger.append_keys(person=pk)
         return pk, memory

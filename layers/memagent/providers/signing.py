@@ -38,9 +38,9 @@ def check_signing_secrets(value: str, *, setting: str, allow_test_secret: bool) 
             raise ConfigurationError(
                 f"{where} holds {len(key)} bytes of key; at least {MIN_SECRET_BYTES} are needed"
             )
-        refuse_published(
-            secret,
-            TEST_ONLY_SECRET,
+        refuse_published(  # the keys, not their spelling: padded with NULs, the same key
+            key,
+            base64.b64decode(TEST_ONLY_SECRET.removeprefix(SECRET_PREFIX)),
             setting=where,
             what="test-only secret",
             local=allow_test_secret,

@@ -30,8 +30,14 @@ def follow_up_view(item: dict[str, Any]) -> dict[str, Any]:
 
 class FollowUpWrites(TurnWrites, LedgerWrites):
     def follow_ups(self, pk: str) -> list[dict[str, Any]]:
-        """The person's pending follow-ups, soonest first."""
-        items = list(self._query(pk, Key("sk").begins_with(DUE)))
+        """The person's pending follow-ups, soonest first (without those an operator was left
+        whose time to handle them has passed: DynamoDB's TTL deletes them days late)."""
+        now = datetime.now(UTC).timestamp()
+        items = [
+            item
+            for item in self._query(pk, Key("sk").begins_with(DUE))
+            if item.get("expires_at") is None or int(item["expires_at"]) > now
+        ]
         return sorted(items, key=lambda item: item.get("at", ""))
 
     def follow_up(self, pk: str, name: str) -> dict[str, Any] | None:
@@ -45,14 +51,18 @@ class FollowUpWrites(TurnWrites, LedgerWrites):
             ConditionExpression="attribute_not_exists(pk)",
         )
 
-    def hand_follow_up_over(self, pk: str, name: str) -> bool:
-        """Its time came while a human had the chat: kept, marked, for the operator."""
+    def hand_follow_up_over(self, pk: str, name: str, until: datetime) -> bool:
+        """Its time came while a human had the chat: kept, marked, for the operator, until
+        `until` (then DynamoDB's TTL deletes it: never kept for ever)."""
         return self._update_if(
             Key={"pk": pk, "sk": DUE + name},
-            UpdateExpression="SET #s = :s",
+            UpdateExpression="SET #s = :s, expires_at = :e",
             ConditionExpression="attribute_exists(pk)",
             ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues={":s": FOLLOW_UP_FOR_HUMAN},
+            ExpressionAttributeValues={
+                ":s": FOLLOW_UP_FOR_HUMAN,
+                ":e": int(until.timestamp()),
+            },
         )
 
     def drop_follow_up(self, pk: str, name: str) -> bool:

@@ -188,12 +188,23 @@ class MemoryStore(
         points elsewhere (`alias_of`, `moved_to`)."""
         memory = self.load(key)
         own = memory.state
-        target = own.alias_of or own.moved_to
-        if target and target != key:
+        target = _pointed(key, own)
+        if target != key:
             return target, self.load(target), own
         return key, memory, own
+
+    def reached_by(self, key: str) -> str:
+        """The person an identifier's key reaches now, as `reach` says, from the key's state
+        item alone (one GetItem): whom an address still reaches."""
+        return _pointed(key, self.state(key))
 
     def state(self, pk: str) -> PersonState:
         """One key's state item alone (a consistent GetItem)."""
         key = {"pk": pk, "sk": STATE}
         return _state(self.table.get_item(Key=key, ConsistentRead=True).get("Item"))
+
+
+def _pointed(key: str, own: PersonState) -> str:
+    """The person a key's own state sends it to: elsewhere (`alias_of`, `moved_to`), or itself."""
+    target = own.alias_of or own.moved_to
+    return target if target and target != key else key

@@ -137,7 +137,14 @@ class Agent(Crew):
             # the rest, or the TTL has not come yet (it deletes within days): the same expiry
             count("ExpiriesRunByTurn")
             logger.info("retention ended; expired first", extra={"person": pk})
-            expire(self.store, pk, deleted_at=newest, archive=self.archive, media=self.media)
+            expire(
+                self.store,
+                pk,
+                deleted_at=newest,
+                archive=self.archive,
+                media=self.media,
+                schedules=self.follow_ups,
+            )
         elif (mark := left_half_done(memory)) is not None:
             # its mark is written, its deletes are not (it timed out, was throttled, crashed)
             count("ErasuresFinishedByTurn")

@@ -1,8 +1,11 @@
 """The consumer's record handling: an SQS record -> a provider event -> the agent's turn.
 
-A record that can never be processed (not JSON, not an event we queue) is parked on the
-dead-letter queue at once, with its reason, instead of blocking the person's queue through its
-retries; everything else that fails raises, so the record (and its group) is retried.
+A record that can never be processed is parked on the dead-letter queue at once, with its
+reason, instead of blocking the person's queue through its retries (hours, on the backoff):
+one that is not JSON or not an event we queue (MalformedEvent), and one whose handling raises
+what no retry changes (POISON: a recursion or arithmetic limit reached on the record's own data,
+such as a date past year 9999). Everything else that fails raises, so the record (and its
+group) is retried: a failing dependency retries on the backoff.
 
 When it is retried is ours to say (BackoffFifoProcessor): a failed record comes back after a
 backoff from its receive count (memagent.aws.backoff), a deferred one within seconds, and the
@@ -45,6 +48,10 @@ if TYPE_CHECKING:
     from memagent.model import ToolBox
     from memagent.providers import Event
     from memagent.turn.settings import ConsumerSettings
+
+
+# What a record's own data makes its handling raise, the same on every retry (a poison pill)
+POISON: tuple[type[BaseException], ...] = (RecursionError, ArithmeticError)
 
 
 class BackoffFifoProcessor(ScheduledRetries, SqsFifoPartialProcessor):
@@ -120,6 +127,11 @@ def _toolbox(settings: ConsumerSettings) -> ToolBox | None:
     )
 
 
+def _poison(error: BaseException) -> str:
+    """A poison pill's reason: its kind, and Python's own words for it (no content of ours)."""
+    return f"{type(error).__name__}: {str(error)[:120]}"
+
+
 def _message_id(record: Any) -> str | None:
     """A record's message id, whether Powertools kept it as its data class or the raw dict."""
     return record.get("messageId") if isinstance(record, dict) else record.message_id
@@ -176,7 +188,7 @@ class Consumer:
         """The event a raw record carries, or None if it cannot be read (it will be parked)."""
         try:
             return self.parse_event(json.loads(record.get("body") or ""))
-        except (ValueError, TypeError, AttributeError, MalformedEvent):
+        except (ValueError, TypeError, AttributeError, MalformedEvent, *POISON):
             return None
 
     @classmethod
@@ -243,7 +255,12 @@ class Consumer:
             event = follow_up_of(raw) or self.parse_event(raw)
         except (ValueError, MalformedEvent) as error:
             return self._park(record, str(error))
-        decision = self.agent.handle(event, followed=record.message_id in self._followed)
+        except POISON as error:
+            return self._park(record, _poison(error))
+        try:
+            decision = self.agent.handle(event, followed=record.message_id in self._followed)
+        except POISON as error:
+            return self._park(record, _poison(error))
         logger.info("event handled", extra={"decision": decision})
         return decision
 

@@ -66,13 +66,17 @@ class Crew:
     def _forget(self, pk: str, *, at: datetime | None = None) -> Receipt:
         """Erase a person (memagent.lifecycle.rights), with this agent's archive and kept media.
         Every step of a turn erases through here, so a test can strike a crash into it. Their
-        follow-ups' schedules go first (the erasure takes the follow-ups themselves; a schedule
-        left by a crash between, or that Scheduler would not delete, fires, finds nothing
-        pending and sends nothing)."""
-        if self.follow_ups is not None:
-            for item in self.store.follow_ups(pk):
-                self.cancel_schedule(item["name"])
-        return forget_key(self.store, pk, archive=self.archive, at=at, media=self.media)
+        follow-ups' schedules go with the follow-ups (memagent.lifecycle.rights.forget_key: a
+        schedule left by a crash between, or that Scheduler would not delete, fires, finds
+        nothing pending and sends nothing)."""
+        return forget_key(
+            self.store,
+            pk,
+            archive=self.archive,
+            at=at,
+            media=self.media,
+            schedules=self.follow_ups,
+        )
 
     def cancel_schedule(self, name: str) -> None:
         """Delete a follow-up's schedule where dropping the follow-up is what cancels it (STOP,

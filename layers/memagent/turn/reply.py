@@ -121,7 +121,9 @@ def _with_follow_ups(
         address=message.address,
         number=answering.number or message.number,
         zone=person_zone(message.address, settings.time_zone),
-        group=person_key(settings.agent_id, message.chat),
+        # the FIFO group this message came in (the webhook's: Meta's phone when the message
+        # has one, not the BSUID), so the follow-up is ordered with what the person writes
+        group=person_key(settings.agent_id, message.address),
     )
     if pending := pending_note(crew, pk):
         context = dataclasses.replace(context, tail=f"{context.tail}\n\n{pending}")
