@@ -452,15 +452,15 @@ def test_a_record_no_retry_can_fix_is_parked_at_once_and_her_queue_moves_on(
     if where == "body":  # nested deeper than Python's JSON parser goes (RecursionError)
         batch["Records"][0]["body"] = '{"id": ' + "[" * 100_000 + "]" * 100_000 + "}"
     else:  # a step of the turn raises what no retry changes (a date past year 9999)
-        real = turn.model.reply
+        real = turn.model.act  # every turn acts: request_human is offered on each
 
-        def reply(context, **kwargs):
-            said = [i["content"] for i in context.request_input() if i.get("role") == "user"]
+        def act(instructions, conversation, *args, **kwargs):
+            said = [i.get("content") for i in conversation if i.get("role") == "user"]
             if said[-1:] == ["Hi, it's Maya"]:
                 raise OverflowError("date value out of range")
-            return real(context, **kwargs)
+            return real(instructions, conversation, *args, **kwargs)
 
-        monkeypatch.setattr(turn.model, "reply", reply)
+        monkeypatch.setattr(turn.model, "act", act)
     # when the record comes: then it is parked at once, with its reason, not failed for a retry
     assert consumer.handler(batch, lambda_context) == {"batchItemFailures": []}
     [kept] = parked(resources)
@@ -471,7 +471,7 @@ def test_a_record_no_retry_can_fix_is_parked_at_once_and_her_queue_moves_on(
     assert len(whasp.texts_to(MAYA)) == 1
     # while a failing dependency is retried on the backoff, never parked
     monkeypatch.setattr(
-        turn.model, "reply", lambda *a, **k: (_ for _ in ()).throw(TransientError("503"))
+        turn.model, "act", lambda *a, **k: (_ for _ in ()).throw(TransientError("503"))
     )
     again = whasp_message("Hello?", chat=MAYA, event_id=f"evt_{uuid.uuid4().hex}")
     assert consumer.handler(sqs_batch(again), lambda_context)["batchItemFailures"] != []
