@@ -34,7 +34,23 @@ class MalformedEvent(AgentError):
 
 
 class TransientError(AgentError):
-    """A dependency failed in a way that a retry may fix (5xx, 429, timeout)."""
+    """A dependency failed in a way that a retry may fix (5xx, 429, timeout). `dependency`
+    names it ("model", "whasp", "meta", an AWS service), `status` is its HTTP status (None: no
+    answer) and `error` the class of what it raised, so a retry's log line says which one
+    keeps failing and how (`named_failure`), never only "retry"."""
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        dependency: str | None = None,
+        status: int | None = None,
+        error: str | None = None,
+    ):
+        super().__init__(message)
+        self.dependency = dependency
+        self.status = status
+        self.error = error
 
 
 class Deferred(TransientError):
@@ -102,3 +118,34 @@ class ScheduleRefused(AgentError):
         super().__init__(f"EventBridge Scheduler refused {operation} ({code})")
         self.operation = operation
         self.code = code
+
+
+def named_failure(error: BaseException | None) -> dict[str, object]:
+    """What failed, for a log line: the dependency, its HTTP status and the error's class, read
+    from a TransientError that names them, an openai error (status_code) or a botocore one
+    (the operation's service is not on it: the error code and status are). Never the message:
+    it can hold a person's text or a URL with a key."""
+    if error is None:
+        return {"dependency": "unknown", "status": None, "error": None}
+    if isinstance(error, TransientError) and error.dependency:
+        return {
+            "dependency": error.dependency,
+            "status": error.status,
+            "error": error.error or type(error).__name__,
+        }
+    response = getattr(error, "response", None)
+    if isinstance(response, dict) and "Error" in response:  # botocore's ClientError
+        return {
+            "dependency": f"aws:{getattr(error, 'operation_name', 'unknown')}",
+            "status": (response.get("ResponseMetadata") or {}).get("HTTPStatusCode"),
+            "error": str(response["Error"].get("Code") or type(error).__name__),
+        }
+    if type(error).__module__.startswith(("openai", "httpx")):
+        return {
+            "dependency": "model",
+            "status": getattr(error, "status_code", None),
+            "error": type(error).__name__,
+        }
+    if type(error).__module__.startswith(("botocore", "urllib3")):
+        return {"dependency": "aws", "status": None, "error": type(error).__name__}
+    return {"dependency": "unknown", "status": None, "error": type(error).__name__}

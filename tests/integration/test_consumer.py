@@ -464,3 +464,29 @@ def test_records_are_deferred_when_the_invocation_runs_out_of_time(
     response = consumer.handler(batch, lambda_context)
     assert failures(response) == [r["messageId"] for r in batch["Records"]]
     assert whasp.sent == []
+
+
+def _named(caplog) -> list[tuple[Any, ...]]:
+    """The function's log lines naming a failed dependency: (level, dependency, status, error)."""
+    return [
+        (r.levelname, r.dependency, r.status, r.error, r.records)
+        for r in caplog.records
+        if hasattr(r, "dependency")
+    ]
+
+
+def test_a_model_that_keeps_failing_is_named_in_the_retry_log_line(
+    consumer, openai, whasp, lambda_context, caplog
+):
+    # given a model server answering 500 to every attempt the client makes
+    openai.fail_next(20, status=500)
+    # when the consumer handles a message
+    batch = sqs_batch(message("my secret plans"))
+    with caplog.at_level(logging.INFO):
+        response = consumer.handler(batch, lambda_context)
+    # then the record is retried, and the function's log names the model, the status and the
+    # error's class (never the message text)
+    assert failures(response) == [batch["Records"][0]["messageId"]]
+    assert _named(caplog) == [("WARNING", "model", 500, "InternalServerError", 1)]
+    assert "my secret plans" not in caplog.text
+    assert not whasp.sent

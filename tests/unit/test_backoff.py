@@ -81,3 +81,48 @@ def test_a_group_waits_as_long_as_its_first_failure_and_a_deferral_comes_back_at
         ]
     )
     assert plan == [("rh-maya-3", 40), ("rh-maya-1", 40), ("rh-sam-1", 2), ("rh-sam-1", 2)]
+
+
+def test_each_distinct_failure_of_a_batch_is_named_once_with_its_status_and_class(caplog):
+    from aws_lambda_powertools.utilities.batch.exceptions import (
+        SQSFifoMessageGroupCircuitBreakerError,
+    )
+    from botocore.exceptions import ClientError
+
+    # given a batch failed by whasp twice, DynamoDB's throttling once, a record skipped behind
+    # its group's failure and a deferral
+    throttled = ClientError(
+        {
+            "Error": {"Code": "ProvisionedThroughputExceededException", "Message": "+4477 x"},
+            "ResponseMetadata": {"HTTPStatusCode": 400},
+        },
+        "TransactWriteItems",
+    )
+    whasp = TransientError("whasp answered HTTP 502", dependency="whasp", status=502, error="HTTP")
+    failures = [
+        (record("maya", 1), whasp),
+        (record("maya", 1), SQSFifoMessageGroupCircuitBreakerError("skipped")),
+        (record("sam", 1), whasp),
+        (record("ana", 1), throttled),
+        (record("li", 1), Deferred("no time left")),
+    ]
+    # when its retries are scheduled
+    with caplog.at_level("INFO"):
+        Retries(None, RetrySchedule(jitter=0), defer_seconds=2).schedule_failures(failures)
+    # then each failure is named once, with how many records it holds back
+    named = [
+        (r.getMessage(), r.dependency, r.status, r.error, r.records)
+        for r in caplog.records
+        if hasattr(r, "dependency")
+    ]
+    assert named == [
+        ("whasp failed: retrying", "whasp", 502, "HTTP", 2),
+        (
+            "aws:TransactWriteItems failed: retrying",
+            "aws:TransactWriteItems",
+            400,
+            "ProvisionedThroughputExceededException",
+            1,
+        ),
+    ]
+    assert "+4477" not in caplog.text  # the error's message is never logged

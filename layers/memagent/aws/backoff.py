@@ -20,8 +20,12 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
+from aws_lambda_powertools.utilities.batch.exceptions import (
+    SQSFifoCircuitBreakerError,
+    SQSFifoMessageGroupCircuitBreakerError,
+)
 
-from memagent.errors import Deferred
+from memagent.errors import Deferred, named_failure
 from memagent.observability import logger, metrics
 
 if TYPE_CHECKING:
@@ -111,6 +115,7 @@ class Retries:
     def schedule_failures(self, failures: list[tuple[SQSRecord, BaseException | None]]) -> None:
         if not failures:
             return
+        named(failures)
         delays = self.plan(failures)
         if self.queue is None:
             logger.warning("no queue URL: failed records wait for the visibility timeout")
@@ -124,6 +129,34 @@ class Retries:
         if refused:  # they come back at the queue's visibility timeout instead: late, not lost
             metrics.add_metric(name="RetriesNotScheduled", unit=MetricUnit.Count, value=refused)
             logger.warning("SQS refused some retry delays", extra={"refused": refused})
+
+
+# what Powertools fails a FIFO record with when an earlier one failed: no failure of its own
+_SKIPPED = (SQSFifoCircuitBreakerError, SQSFifoMessageGroupCircuitBreakerError)
+
+
+def named(failures: list[tuple[SQSRecord, BaseException | None]]) -> None:
+    """One line per distinct failure of the batch naming what failed (dependency, HTTP status,
+    error class) and how many records it holds back, so a dependency that keeps failing is
+    named in the function's log on every attempt, never only "retry". A record Powertools
+    failed unprocessed behind its group's failure (skip_group_on_error) has no error of its
+    own and is counted with it."""
+    seen: dict[tuple[object, ...], int] = {}
+    for _record, error in failures:
+        if error is None or isinstance(error, (Deferred, *_SKIPPED)):
+            continue
+        key = tuple(named_failure(error).values())
+        seen[key] = seen.get(key, 0) + 1
+    for (dependency, status, error_class), count in seen.items():
+        logger.warning(
+            f"{dependency} failed: retrying",
+            extra={
+                "dependency": dependency,
+                "status": status,
+                "error": error_class,
+                "records": count,
+            },
+        )
 
 
 class ScheduledRetries:

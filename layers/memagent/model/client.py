@@ -117,7 +117,7 @@ def _classified(error: Exception, what: str) -> Exception:
         return FieldRefused(f"{message}: {field} refused", field)
     if status in PERMANENT_STATUSES:
         return ModelRejected(message)
-    return TransientError(message)
+    return TransientError(message, dependency="model", status=status, error=type(error).__name__)
 
 
 def _named_field(error: Exception) -> str | None:
@@ -296,7 +296,12 @@ class ModelClient:
                 "action": self._what_to_fix(endpoint),
             },
         )
-        raise TransientError(f"{what} refused our credentials (HTTP {refused.status_code})")
+        raise TransientError(
+            f"{what} refused our credentials (HTTP {refused.status_code})",
+            dependency="model",
+            status=refused.status_code,
+            error=type(refused).__name__,
+        )
 
     def _what_to_fix(self, endpoint: _Endpoint) -> str:
         if self.bedrock and endpoint is self._model:

@@ -337,12 +337,21 @@ class WhaspClient:
                     },
                 )
             except urllib3.exceptions.HTTPError as error:
-                raise TransientError(f"whasp unreachable: {type(error).__name__}") from None
+                raise TransientError(
+                    f"whasp unreachable: {type(error).__name__}",
+                    dependency="whasp",
+                    error=type(error).__name__,
+                ) from None
             if response.status not in AUTH_STATUSES:
                 break
         else:
             _count("ProviderAuthFailed")  # alarmed: the key needs fixing; the reply waits
-            raise TransientError(f"whasp refused the API key (HTTP {response.status})")
+            raise TransientError(
+                f"whasp refused the API key (HTTP {response.status})",
+                dependency="whasp",
+                status=response.status,
+                error="Unauthorized",
+            )
         status = response.status
         if status in (200, 201, 202):
             try:
@@ -352,7 +361,12 @@ class WhaspClient:
         if status == 409 and _error_code(response.data) == "opted_out":
             raise OptedOut("chat opted out")
         if status == 429 or status >= 500:
-            raise TransientError(f"whasp answered HTTP {status}")
+            raise TransientError(
+                f"whasp answered HTTP {status}",
+                dependency="whasp",
+                status=status,
+                error="HTTPError",
+            )
         raise SendRejected(status)
 
     def mark_read(self, message: InboundMessage) -> None:

@@ -125,7 +125,11 @@ class GraphClient:
                     headers={**self._bearer(fresh=fresh), "Content-Type": "application/json"},
                 )
             except urllib3.exceptions.HTTPError as error:
-                raise TransientError(f"Graph API unreachable: {type(error).__name__}") from None
+                raise TransientError(
+                    f"Graph API unreachable: {type(error).__name__}",
+                    dependency="meta",
+                    error=type(error).__name__,
+                ) from None
             if not self._token_refused(response):
                 break
         return response
@@ -136,12 +140,27 @@ class GraphClient:
         error = _graph_error(response.status, response.data)
         code = error.code
         if error.status == 429:  # a rate limit whatever its code (613 comes this way)
-            raise TransientError(f"Graph API rate limit (HTTP 429, code {code})")
+            raise TransientError(
+                f"Graph API rate limit (HTTP 429, code {code})",
+                dependency="meta",
+                status=429,
+                error=f"code {code}",
+            )
         if code in TOKEN_CODES:
             _count("ProviderAuthFailed")  # alarmed: an operator must renew the token
-            raise TransientError(f"Graph API refused the token (code {code})")
+            raise TransientError(
+                f"Graph API refused the token (code {code})",
+                dependency="meta",
+                status=error.status,
+                error=f"code {code}",
+            )
         if code in RETRY_CODES or (code is None and (error.status == 429 or error.status >= 500)):
-            raise TransientError(f"Graph API answered {error.status} (code {code})")
+            raise TransientError(
+                f"Graph API answered {error.status} (code {code})",
+                dependency="meta",
+                status=error.status,
+                error=f"code {code}",
+            )
         if code in OPTED_OUT_CODES:
             raise OptedOut(f"code {code}")
         raise SendRejected(error.status, code=code)
