@@ -288,7 +288,8 @@ class QueueDelivery(_Delivery):
                 "batch",
                 f"{len(messages)} record(s), {len(groups)} group(s): "
                 f"{len(done)} done"
-                + (f", {len(retry)} to retry{self._next_retry()}" if retry else ""),
+                + (f", {len(retry)} to retry{self._next_retry()}" if retry else "")
+                + _why(outcome),
                 outcome=outcome,
                 level="warn" if retry else "info",
             )
@@ -407,7 +408,8 @@ class StreamDelivery(_Delivery):
             self._report(
                 "stream",
                 f"{len(pending)} record(s): "
-                + ("done" if not failed else f"{len(failed)} failed (attempt {attempts})"),
+                + ("done" if not failed else f"{len(failed)} failed (attempt {attempts})")
+                + _why(outcome),
                 outcome=outcome,
                 records=pending,
                 level="warn" if failed else "info",
@@ -441,3 +443,10 @@ class StreamDelivery(_Delivery):
         )
         with contextlib.suppress(Exception):
             self._sqs.send_message(QueueUrl=self.failure_queue_url, MessageBody=json.dumps(body))
+
+
+def _why(outcome: Outcome) -> str:
+    """What the function's log named as failing in this invocation (memagent.aws.backoff), for
+    the progress line: a dependency that keeps failing is named there, never only "retry"."""
+    named = outcome.failures_named()
+    return f": {'; '.join(dict.fromkeys(named))}" if named else ""

@@ -126,6 +126,25 @@ class Outcome:
     error_message: str | None = None
     duration_ms: float = 0.0
     cold: bool = False
+    logs: tuple[str, ...] = ()  # the function's log lines of this invocation (Powertools JSON)
+
+    def failures_named(self) -> list[str]:
+        """What its log says failed ("model: HTTP 500 InternalServerError, 1 record(s)"), from
+        the lines memagent.aws.backoff writes when it schedules a retry."""
+        named = []
+        for line in self.logs:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("dependency"):
+                status = entry.get("status")
+                named.append(
+                    f"{entry['dependency']}: "
+                    + (f"HTTP {status} " if status else "no answer, ")
+                    + f"{entry.get('error')}"
+                )
+        return named
 
 
 def invoke(handler: Callable[[Any, Any], Any], event: Any, context: Any) -> Outcome:

@@ -129,12 +129,15 @@ class Environment:
         if ended is not None:  # Lambda ends an environment that timed out or crashed
             self.stop()
             return Outcome(False, None, *ended, _ms(started), cold)
+        logs = tuple(reply.get("logs") or ())
         if "error" in reply:
             failure = reply["error"]
             return Outcome(
-                False, None, failure.get("type"), failure.get("message"), _ms(started), cold
+                False, None, failure.get("type"), failure.get("message"), _ms(started), cold, logs
             )
-        return Outcome(True, reply.get("result"), duration_ms=_ms(started), cold=cold)
+        return Outcome(
+            True, reply.get("result"), duration_ms=_ms(started), cold=cold, logs=logs
+        )
 
     @property
     def alive(self) -> bool:
@@ -278,6 +281,37 @@ def _exit_with_parent() -> None:
             os._exit(1)
 
 
+class _Tee:
+    """A stream that writes to `stream` and keeps each line written (the invocation's log)."""
+
+    def __init__(self, stream: Any, lines: list[str]):
+        self.stream, self.lines = stream, lines
+
+    def write(self, text: str) -> int:
+        self.lines.extend(line for line in text.splitlines() if line.strip())
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+@contextlib.contextmanager
+def _lines_logged() -> Any:
+    """The lines memagent's logger writes during one invocation, handed back with its result
+    (what `sam local invoke` prints, and what names a failing dependency in the stack's progress
+    line), as well as written to the log file."""
+    lines: list[str] = []
+    handler = None
+    if "memagent.observability" in sys.modules:  # a tool's function may not use memagent
+        handler = sys.modules["memagent.observability"].logger.registered_handler
+    previous = handler.setStream(_Tee(handler.stream, lines)) if handler is not None else None
+    try:
+        yield lines
+    finally:
+        if handler is not None:
+            handler.setStream(previous)
+
+
 def serve(config: dict[str, Any]) -> int:
     threading.Thread(target=_exit_with_parent, name="watch-parent", daemon=True).start()
     channel = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
@@ -302,14 +336,15 @@ def serve(config: dict[str, Any]) -> int:
             timeout=config["timeout"],
             request_id=request["request_id"],
         )
-        try:
-            reply = {"result": handler(request["event"], context)}
-        except Exception as error:  # a function error: logged, reported, environment kept
-            traceback.print_exc()
-            reply = {"error": {"type": type(error).__name__, "message": str(error)[:1000]}}
-        sys.stdout.flush()
-        sys.stderr.flush()
-        _send(channel, reply)
+        with _lines_logged() as logged:
+            try:
+                reply = {"result": handler(request["event"], context)}
+            except Exception as error:  # a function error: logged, reported, environment kept
+                traceback.print_exc()
+                reply = {"error": {"type": type(error).__name__, "message": str(error)[:1000]}}
+            sys.stdout.flush()
+            sys.stderr.flush()
+        _send(channel, {**reply, "logs": logged})
     return 0
 
 

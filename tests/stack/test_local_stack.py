@@ -4,6 +4,7 @@ driven over HTTP as whasp drives the deployed webhook (devstack.stack, docs/loca
 from __future__ import annotations
 
 import copy
+import io
 import json
 import os
 import random
@@ -19,6 +20,7 @@ from typing import Any
 import boto3
 import pytest
 
+from devstack.console import Console
 from devstack.fake_openai import FakeOpenAI
 from devstack.resources import create_all, load_template
 from devstack.stack import DevStack
@@ -166,7 +168,8 @@ def stand_in_stack(stand_in, tmp_path_factory):
     with DevStack(
         env=env,
         template=template,
-        level="quiet",
+        # quiet: only warnings, such as a failure named (test_a_message_failing_every_time...)
+        console=Console(io.StringIO(), level="quiet"),
         # the poison message comes back after the consumer's backoff (10, 20, 40, 80, 160 s of
         # AWS time, ~5 s at 60x) until its sixth receive parks it: the queue's clock jumps to
         # each return when nothing else is left to do, instead of the test waiting for it
@@ -219,6 +222,20 @@ def test_a_message_failing_every_time_is_parked_after_max_receives(stand_in_stac
     assert parked and int(parked[0]["Attributes"]["ApproximateReceiveCount"]) > PARK_AFTER
     assert stack.whasp.texts_to("+447700900502") == []
     assert stack.whasp.texts_to("+447700900503") == ["stand-in reply"]
+    # and every retry named the model, its status and the error's class: in the progress line
+    # (what `make chat` prints) and in the function's log (local/stack.log), never the text
+    shown = stack.console.stream.getvalue()
+    assert shown.count("to retry") >= PARK_AFTER
+    assert shown.count("model: HTTP 500 InternalServerError") >= PARK_AFTER
+    logged = [
+        json.loads(line) for line in stack.log_path.read_text().splitlines() if line[:1] == "{"
+    ]
+    named = [line for line in logged if line.get("dependency")]
+    assert len(named) >= PARK_AFTER
+    assert {(n["dependency"], n["status"], n["error"]) for n in named} == {
+        ("model", 500, "InternalServerError")
+    }
+    assert all(n["function_name"].endswith("ConsumerFunction") for n in named)
 
 
 # ------------------------------------------------------------------ template.yaml is the source
