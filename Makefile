@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install test test-slow test-all mutation lint format validate scan build events bench demo chat console smoke clean
+.PHONY: help install test test-slow test-all mutation lint format validate scan build events bench demo chat invoke console smoke clean
 
 help:
 	@echo "make test      the test suite, in parallel, without the slow tier (creates .venv)"
@@ -22,7 +22,9 @@ help:
 	@echo "make demo      the whole pipeline on this machine, a scripted conversation (no AWS, no key);"
 	@echo "               make demo PROVIDER=meta runs it through Meta's Cloud API payloads;"
 	@echo "               make demo MODEL_PROVIDER=bedrock with ModelProvider=bedrock (still offline)"
-	@echo "make chat      the same local stack, interactive (/human, /say TEXT, /back: the operator)"
+	@echo "make chat      the same local stack, interactive (/human, /say TEXT, /back: the operator, /prompt)"
+	@echo "make invoke    FUNCTION=consumer EVENT=events/consumer-sqs-batch.json: one function, one event,"
+	@echo "               on the local stack (no Docker): its logs and response, as sam local invoke prints them"
 	@echo "make console   the operator's console: the local stack's, signed in as a seeded operator;"
 	@echo "               STACK=name: a deployed stack's admin API on http://127.0.0.1:8089 (your AWS credentials)"
 	@echo "make smoke     STACK=name: check a deployed stack from outside (your AWS credentials): outputs,"
@@ -113,6 +115,9 @@ demo: $(STAMP)
 
 chat: $(STAMP)
 	$(PY) -m devstack.chat
+
+invoke: $(STAMP)
+	$(PY) scripts/invoke.py $(or $(FUNCTION),$(error FUNCTION=consumer, webhook, compactor ...)) $(or $(EVENT),$(error EVENT=events/....json))
 
 # the admin API of a deployed stack (STACK=name, your AWS credentials), else of a local stack
 console: $(STAMP)

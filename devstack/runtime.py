@@ -135,9 +135,7 @@ class Environment:
             return Outcome(
                 False, None, failure.get("type"), failure.get("message"), _ms(started), cold, logs
             )
-        return Outcome(
-            True, reply.get("result"), duration_ms=_ms(started), cold=cold, logs=logs
-        )
+        return Outcome(True, reply.get("result"), duration_ms=_ms(started), cold=cold, logs=logs)
 
     @property
     def alive(self) -> bool:
