@@ -14,6 +14,7 @@ Type a message and the agent answers, as on WhatsApp. Commands:
     /human                 the operator takes the chat over (the agent stays quiet)
     /say TEXT              the operator writes to the person, as the business
     /back                  the operator hands the chat back to the agent
+    /prompt                what the model was sent for the last reply: instructions and input
     /help                  this list
     /quit                  stop the stack and leave (also Ctrl-D)
 
@@ -25,6 +26,7 @@ Input can be piped: `printf 'Hi!\\n/memory\\n' | python -m devstack.chat`.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import uuid
@@ -90,6 +92,7 @@ class Chat:
             "/human": lambda: self.operator("POST", "/handoff"),
             "/say": lambda: self.operator("POST", "/messages", argument),
             "/back": lambda: self.operator("DELETE", "/handoff"),
+            "/prompt": self.prompt,
         }
         handler = handlers.get(name)
         if handler is None:
@@ -135,6 +138,38 @@ class Chat:
         else:
             handed = answer["handoff"]["handed_off"]
             self.console.note("a human has the chat" if handed else "the agent has the chat again")
+
+    def prompt(self) -> None:
+        """The last request for a reply the model received (a compaction's fold, which follows
+        a reply, is skipped): its instructions (persona, then the notes) and its input, as
+        recorded by the local model stand-in. A real model's server is outside the stack, which
+        sees no request it sends: then this says so."""
+        from devstack.fake_openai import input_of
+
+        if self.stack.openai is None:
+            self.console.note(
+                "/prompt shows what the offline model stand-in received; with OPENAI_BASE_URL or "
+                "OPENAI_API_KEY the requests go straight to that server, which the stack cannot "
+                "see (unset both, or put a logging proxy in front of your server)",
+                style="red",
+            )
+            return
+        replies = [
+            call
+            for call in self.stack.openai.calls()
+            if ((call.get("text") or {}).get("format") or {}).get("type") != "json_schema"
+        ]
+        if not replies:
+            self.console.note("the model has not been asked anything yet: write a message first")
+            return
+        request = replies[-1]
+        tools = [tool.get("name") for tool in request.get("tools") or []]
+        self.console.print(self.console.style("    instructions", "bold"))
+        self.console.note(str(request.get("instructions") or "(none)"), style="italic")
+        self.console.print(self.console.style("    input", "bold"))
+        for role, text in input_of(request):
+            self.console.note(f"[{role}] {text}", style="italic")
+        self.console.note(f"model {request.get('model')}; tools: {', '.join(tools) or 'none'}")
 
     def switch(self, phone: str) -> None:
         if not E164.match(phone):
@@ -230,18 +265,42 @@ class Chat:
         )
 
 
+def persona_options(parser: argparse.ArgumentParser) -> None:
+    """--agent-id and --persona (AGENT_ID, PERSONA_FILE), for make chat and make demo: the
+    template's AgentId and SystemPromptFile, whose defaults are used when neither is given."""
+    parser.add_argument(
+        "--agent-id",
+        default=os.environ.get("AGENT_ID") or None,
+        help="the AgentId parameter (default: AGENT_ID, else template.yaml's default)",
+    )
+    parser.add_argument(
+        "--persona",
+        default=os.environ.get("PERSONA_FILE") or None,
+        help="the SystemPromptFile parameter: a file in functions/consumer/ such as clinic.md "
+        "(default: PERSONA_FILE, else template.yaml's default, persona.md)",
+    )
+
+
+def persona_parameters(args: argparse.Namespace) -> dict[str, str]:
+    return {"SystemPromptFile": args.persona} if args.persona else {}
+
+
 def main(argv: list[str] | None = None, *, stdin: TextIO | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make chat", description=__doc__.split("\n\n")[0])
     parser.add_argument("--phone", default=DEFAULT_PHONE, help="who you are (E.164)")
     parser.add_argument("--level", choices=["quiet", "normal", "verbose"], default="normal")
     parser.add_argument("--log", default=str(LOG_PATH), help="detailed log (default %(default)s)")
+    persona_options(parser)
     args = parser.parse_args(argv)
     if not E164.match(args.phone):
         parser.error("--phone must be E.164, e.g. +447700900123")
 
     stdin = stdin or sys.stdin
     console = Console(level=args.level)
-    with DevStack(console=console, log_path=args.log, parameters={"FollowUps": "true"}) as stack:
+    parameters = {"FollowUps": "true", **persona_parameters(args)}
+    with DevStack(
+        console=console, log_path=args.log, agent_id=args.agent_id, parameters=parameters
+    ) as stack:
         console.print()
         console.model_banner(stack.model)
         console.note(

@@ -33,6 +33,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from devstack.chat import persona_options, persona_parameters
 from devstack.clock import SQS_CLOCK
 from devstack.console import Console
 from devstack.fake_openai import notes_of, turns_of
@@ -530,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the ModelProvider parameter (default: MODEL_PROVIDER, else openai); bedrock runs "
         "offline against the stand-in at bedrock-runtime's path, with the roles' bearer token",
     )
+    persona_options(parser)
     args = parser.parse_args(argv)
 
     console = Console(level=args.level)
@@ -540,9 +542,14 @@ def main(argv: list[str] | None = None) -> int:
         "ModelProvider": args.model_provider,
         "ExampleBookingTool": "true",
         "FollowUps": "true",
+        **persona_parameters(args),
     }
     with DevStack(
-        console=console, log_path=args.log, provider=args.provider, parameters=parameters
+        console=console,
+        log_path=args.log,
+        provider=args.provider,
+        agent_id=args.agent_id,
+        parameters=parameters,
     ) as stack:
         console.model_banner(stack.model)
         Demo(stack, console).run()

@@ -591,6 +591,26 @@ def turns_of(request: dict[str, Any]) -> list[tuple[str, str]]:
     return [(r, t) for r, t in _items(request.get("input")) if r in ("user", "assistant")]
 
 
+def input_of(request: dict[str, Any]) -> list[tuple[str, str]]:
+    """Every input item of a request as (role or type, text): the messages, and a tool turn's
+    calls (name and arguments) and their outputs, in order (what `make chat`'s /prompt shows)."""
+    value = request.get("input")
+    if not isinstance(value, list):
+        return _items(value)
+    shown = []
+    for item in value:
+        kind = item.get("type") if isinstance(item, dict) else None
+        if kind == "function_call":
+            shown.append((kind, f"{item.get('name')} {item.get('arguments')}"))
+        elif kind == "function_call_output":
+            shown.append((kind, str(item.get("output"))))
+        elif kind == "reasoning":
+            shown.append((kind, "(the model's reasoning, encrypted)"))
+        else:
+            shown += _items([item])
+    return shown
+
+
 def notes_of(request: dict[str, Any]) -> str:
     """A request's notes: its instructions, then its developer and system input items (the
     context's dated lines and its volatile tail)."""

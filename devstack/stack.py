@@ -175,7 +175,8 @@ class PersonView:
 class DevStack(Started):
     """See the module docstring. Options:
 
-    agent_id            the AgentId parameter (memory is keyed by agent and phone)
+    agent_id            the AgentId parameter (memory is keyed by agent and phone); default:
+                        the template's
     model               a model name (else OPENAI_MODEL, else the template's default)
     env                 where to look for OPENAI_BASE_URL / OPENAI_API_KEY (default os.environ)
     consumer_concurrency  environments of the consumer (different people in parallel)
@@ -204,7 +205,7 @@ class DevStack(Started):
     def __init__(
         self,
         *,
-        agent_id: str = "coach",
+        agent_id: str | None = None,
         model: str | None = None,
         env: Mapping[str, str] | None = None,
         consumer_concurrency: int = 3,
@@ -223,11 +224,15 @@ class DevStack(Started):
         provider: str | None = None,
         iam: bool | str = True,
     ):
-        self.agent_id = agent_id
+        self.template = template if template is not None else load_template()
+        # the template's AgentId default unless told otherwise (make chat --agent-id, AGENT_ID)
+        agent_default = ((self.template.get("Parameters") or {}).get("AgentId") or {}).get(
+            "Default", "coach"
+        )
+        self.agent_id = agent_id or str(agent_default)
         self.provider = provider or os.environ.get("PROVIDER") or "whasp"
         if self.provider not in ("whasp", "meta"):
             raise ValueError(f"provider must be whasp or meta, not {self.provider!r}")
-        self.template = template if template is not None else load_template()
         self.model = choose_model(env, model, template=self.template)
         self.consumer_concurrency = consumer_concurrency
         self.webhook_concurrency = webhook_concurrency
