@@ -1046,3 +1046,75 @@ def test_with_meta_the_test_person_gets_no_send_no_read_receipt_and_no_typing(
     # and the Graph API saw one reply and one read receipt (with its typing indicator): Maya's
     assert [sent["to"] for sent in graph.sent] == [MAYA_PHONE.lstrip("+")]
     assert [read["message_id"] for read in graph.reads] == [wamids[MAYA_PHONE]]
+
+
+# ------------------------------------------------------------------ what the console shows
+
+
+def test_the_console_shows_the_profile_name_and_the_window_and_forgets_the_name_with_her(
+    webhook, queue, consumer, graph, resources, monkeypatch, lambda_context
+):
+    from memagent.lifecycle.rights import export, forget
+    from memagent.observability import logger
+    from tests.integration.test_follow_ups import conforms
+    from tests.integration.test_operator import call
+
+    admin = load_function(
+        "admin",
+        {
+            "TABLE_NAME": resources.table_name,
+            "AGENT_ID": AGENT,
+            "PROVIDER": "meta",
+            "META_GRAPH_URL": graph.url,
+            "META_ACCESS_TOKEN": ACCESS_TOKEN,
+        },
+        monkeypatch,
+    )
+    out = io.StringIO()
+    monkeypatch.setattr(logger.registered_handler, "stream", out)
+    # given Maya wrote an hour ago from a profile named "Maya Okafor", then renamed it
+    for name, text, at in (("Maya Okafor", "Hello", NOW), ("Maya O.", "Still there?", NOW + 60)):
+        notification = meta_notification(
+            contacts=[meta_contact(phone=MAYA_PHONE, bsuid=MAYA_BSUID, name=name)],
+            messages=[meta_message(text, phone=MAYA_PHONE, bsuid=MAYA_BSUID, timestamp=at)],
+        )
+        post(webhook, notification, lambda_context)
+        assert queue.drain(consumer, lambda_context) == 0
+    # when the console reads her conversation
+    status, seen = call(admin, lambda_context, "GET", f"/people/{MAYA_BSUID}/conversation")
+    # then it has her profile's newest name, each message's time and Meta's window: open until
+    # 24 hours after she last wrote
+    assert status == 200
+    conforms(seen, "Conversation")
+    assert seen["name"] == "Maya O."
+    said = [m for m in seen["messages"] if m["by"] == "person"]
+    assert [(m["text"], m["at"]) for m in said] == [
+        ("Hello", f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(NOW))}+00:00"),
+        ("Still there?", f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(NOW + 60))}+00:00"),
+    ]
+    closes = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(NOW + 60 + 24 * 3600))
+    assert seen["reply_window"] == {"open": True, "closes_at": f"{closes}+00:00"}
+    # and the name is in her export, never in a log line
+    assert export(consumer.consumer.agent.store, AGENT, MAYA_PHONE)["state"]["profile_name"] == (
+        "Maya O."
+    )
+    assert "Maya O" not in out.getvalue() and '"message remembered"' in out.getvalue()
+    # when she is forgotten, the name goes with her
+    forget(consumer.consumer.agent.store, AGENT, MAYA_BSUID)
+    for identifier in (MAYA_PHONE, MAYA_BSUID):
+        rows = memory_rows(resources, identifier)
+        assert all(only_the_mark(r) for r in rows)
+        assert not any("profile_name" in r for r in rows)
+
+
+def test_someone_elses_contact_entry_names_nobody(webhook, queue, consumer, lambda_context):
+    # given a notification whose only contact entry is not the sender's (Sam's name)
+    notification = meta_notification(
+        contacts=[meta_contact(phone=SAM_PHONE, name="Sam")],
+        messages=[meta_message("Hi", phone=MAYA_PHONE, timestamp=NOW)],
+    )
+    post(webhook, notification, lambda_context)
+    assert queue.drain(consumer, lambda_context) == 0
+    # then Maya's state holds no name at all
+    state = consumer.consumer.agent.store.load(person_key(AGENT, MAYA_PHONE)).state
+    assert state.profile_name is None

@@ -530,6 +530,27 @@ def test_a_reply_outside_metas_24_hour_window_is_refused_with_131047(
     assert graph.sent == []
 
 
+@pytest.mark.parametrize("hours_ago", [1, 25])
+def test_the_conversation_says_when_metas_window_closes_and_whasp_has_none(
+    meta_admin, admin, consumer, lambda_context, hours_ago
+):
+    from tests.integration.test_follow_ups import conforms
+
+    meta, _graph = meta_admin
+    # given Maya last wrote `hours_ago`
+    say(consumer, lambda_context, "Hello?", minutes_ago=hours_ago * 60)
+    # when the console reads her conversation on a Meta stack
+    _, seen = call(meta, lambda_context, "GET", f"{person()}/conversation")
+    # then it says when the window closes (24 hours after she wrote), and whether it is open
+    conforms(seen, "Conversation")
+    wrote = datetime.fromisoformat(seen["last_inbound_at"])
+    assert datetime.fromisoformat(seen["reply_window"]["closes_at"]) == wrote + timedelta(hours=24)
+    assert seen["reply_window"]["open"] is (hours_ago < 24)
+    # and a whasp stack has no window to show
+    _, seen = call(admin, lambda_context, "GET", f"{person()}/conversation")
+    assert seen["reply_window"] is None
+
+
 def test_two_requests_at_once_with_one_key_send_once_on_meta(
     meta_admin, consumer, lambda_context, monkeypatch
 ):

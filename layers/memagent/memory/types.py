@@ -151,6 +151,9 @@ class PersonState:
     # the language the person last wrote in, of those the fixed replies have (memagent.turn.replies:
     # "es"); not `language`, a DynamoDB reserved word
     language_code: str | None = _held(Kind.CONTENT)
+    # the name on the person's WhatsApp profile, as the provider last gave it (Meta's
+    # contacts[].profile.name): the console shows it; erased and exported with them
+    profile_name: str | None = _held(Kind.CONTENT)
     # a marketing stop/resume (Meta's user_preferences) and when (memagent.turn.events)
     marketing: str | None = _held(Kind.CONTENT)
     marketing_at: datetime | None = _held(Kind.CONTENT)

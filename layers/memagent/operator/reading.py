@@ -19,7 +19,7 @@ from memagent.errors import InvalidEdit, UnknownPerson
 from memagent.lifecycle import FollowUpRefused, Target, ask
 from memagent.memory import Memory, agent_key, person_key, person_zone, shards
 from memagent.operator.edits import MemoryEdits
-from memagent.operator.handoff import ChatHandoff, handoff_view
+from memagent.operator.handoff import SERVICE_WINDOW, ChatHandoff, handoff_view
 from memagent.store import FOLLOW_UP_FOR_HUMAN, follow_up_view, handoff_of, iso
 
 RECENT_LIMIT = 50  # the console's recent conversations: the newest fifty
@@ -35,11 +35,14 @@ class Operator(MemoryEdits, ChatHandoff):
 
     def _view(self, pk: str, memory: Memory) -> dict[str, Any]:
         state, summary = memory.state, memory.summary
+        now = datetime.now(UTC)
         return {
             "person": pk,
-            "handoff": handoff_view(state.handoff, self.timeout, datetime.now(UTC)),
+            "name": state.profile_name,
+            "handoff": handoff_view(state.handoff, self.timeout, now),
             "opted_out": state.opted_out,
             "last_inbound_at": iso(state.last_inbound_at),
+            "reply_window": self._window(state.last_inbound_at, now),
             "summary": (
                 {"text": summary.text, "at": iso(summary.at), "covers_up_to": summary.marker}
                 if summary
@@ -56,6 +59,14 @@ class Operator(MemoryEdits, ChatHandoff):
                 for turn in memory.turns
             ],
         }
+
+    def _window(self, last_inbound_at: datetime | None, now: datetime) -> dict[str, Any] | None:
+        """Meta's customer-service window: free text only until 24 hours after the person last
+        wrote, a template after (the reply route refuses free text then). None: no window."""
+        if not self.meta:
+            return None
+        closes = last_inbound_at + SERVICE_WINDOW if last_inbound_at else None
+        return {"open": closes is not None and now < closes, "closes_at": iso(closes)}
 
     def facts(self, who: str) -> dict[str, Any]:
         pk, _memory = self.person(who)

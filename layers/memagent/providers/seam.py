@@ -54,6 +54,9 @@ class InboundMessage:
     sent_at: datetime
     aliases: tuple[str, ...] = ()  # the person's other identifiers in this message (a phone)
     reply_to: str | None = None  # where replies go, when not `chat` (Meta: the phone wins)
+    # the name the person gave their WhatsApp profile, where the provider says it (Meta's
+    # contacts[].profile.name; whasp's `label` is the business number's, not the person's)
+    profile_name: str | None = None
 
     @property
     def address(self) -> str:

@@ -87,6 +87,8 @@ def remember(
     standing = standing_of(crew, memory, message, text, human=human)
     for_human = standing is Standing.FOR_HUMAN
     extra = _flags(state, text, for_human=for_human)
+    if message.profile_name and message.profile_name != state.profile_name:
+        extra["profile_name"] = message.profile_name  # the console's name for them
     # the day's model turns and tokens, in this same state write (memagent/memory/budget.py)
     opted_out = standing in (Standing.STOP, Standing.HELD)
     counters = {} if opted_out else counted(state, memory.turns, day_of(message.sent_at))
@@ -192,6 +194,7 @@ def _state_after(
         opted_out=False,
         forget_pending=state.forget_pending and "forget_pending" not in extra,
         language_code=extra.get("language_code", state.language_code),
+        profile_name=extra.get("profile_name", state.profile_name),
         awaiting=(*state.awaiting, message.event_id) if answered else state.awaiting,
         handoff=(
             None

@@ -393,7 +393,20 @@ def _inbound(message: dict, value: dict, contact: dict) -> InboundMessage:
         sent_at=at,
         aliases=(phone,) if bsuid and phone else (),
         reply_to=phone,  # Meta: a phone in `to` wins over `recipient`; BSUID only without one
+        profile_name=_profile_name(contact),
     )
+
+
+PROFILE_NAME_CHARS = 100  # bounded: what a person types as their profile name is theirs to size
+
+
+def _profile_name(contact: Mapping[str, Any]) -> str | None:
+    """The sender's profile name (`contacts[].profile.name`), from their own contact entry only
+    (`_contact_for`): shown to operators in the console, never logged."""
+    profile = contact.get("profile")
+    name = _text(profile.get("name")) if isinstance(profile, dict) else None
+    name = " ".join(name.split()) if name else None
+    return name[:PROFILE_NAME_CHARS] if name else None
 
 
 def _identity_change(message: dict) -> IdentityChanged:
