@@ -16,6 +16,7 @@ from tests.infra.test_template import (
     ROOT,
     TEMPLATE,
     Template,
+    deployed,
     evaluate,
     references,
     resolve_all,
@@ -176,9 +177,12 @@ def test_every_alarm_reaches_a_topic(sam_template: Template, parameters, destina
 def test_an_alarm_email_subscribes_to_the_stacks_own_topic(sam_template: Template) -> None:
     parameters = {**PARAMETERS, "AlarmEmail": "oncall@example.com"}
     cfn = sam_transform(sam_template, parameters)
-    [subscription] = resources(cfn, "AWS::SNS::Subscription").values()
+    [subscription] = [
+        s
+        for s in resources(cfn, "AWS::SNS::Subscription").values()
+        if s["Properties"]["TopicArn"] == {"Ref": "AlarmTopic"}
+    ]
     assert evaluate(cfn, {"Condition": subscription["Condition"]}, parameters)
-    assert subscription["Properties"]["TopicArn"] == {"Ref": "AlarmTopic"}
     assert subscription["Properties"]["Protocol"] == "email"
     # and without an address there is none
     assert not evaluate(cfn, {"Condition": subscription["Condition"]}, PARAMETERS)
@@ -380,3 +384,54 @@ def test_budgets_reach_the_consumer_and_the_stack_token_budget_is_alarmed(cfn: T
     }
     assert watched == {"ModelInputTokens", "ModelOutputTokens"}
     assert {m["MetricStat"]["Period"] for m in alarm["Metrics"] if "MetricStat" in m} == {86400}
+
+
+def test_a_notify_email_hears_who_waits_through_a_rule_only_it_may_publish_by(
+    sam_template: Template,
+) -> None:
+    from memagent.aws.notify import HANDOFF_MESSAGE, HANDOFF_STARTED, SOURCE
+
+    # given a stack with NotifyEmail set, and one without
+    told = {**PARAMETERS, "NotifyEmail": "desk@example.com"}
+    cfn = sam_transform(sam_template, told)
+
+    def stack(parameters: dict[str, str]) -> set[str]:
+        return {k for k, v in cfn["Resources"].items() if deployed(cfn, v, parameters)}
+
+    # then the address adds a topic, its email subscription, a rule and the topic's policy;
+    # without it nothing is added
+    added = stack(told) - stack(PARAMETERS)
+    assert added == {
+        "OperatorNotifyTopic",
+        "OperatorNotifyEmailSubscription",
+        "OperatorNotifyRule",
+        "OperatorNotifyTopicPolicy",
+    }
+    assert stack(PARAMETERS) <= stack(told)
+    subscription = cfn["Resources"]["OperatorNotifyEmailSubscription"]["Properties"]
+    assert subscription["TopicArn"] == {"Ref": "OperatorNotifyTopic"}
+    assert (subscription["Protocol"], evaluate(cfn, subscription["Endpoint"], told)) == (
+        "email",
+        "desk@example.com",
+    )
+    # and the rule, on the operators' bus, takes what the consumer puts when someone waits
+    rule = cfn["Resources"]["OperatorNotifyRule"]["Properties"]
+    assert rule["EventBusName"] == {"Ref": "OperatorEventBus"}
+    assert rule["EventPattern"] == {
+        "source": [SOURCE],
+        "detail-type": [HANDOFF_STARTED, HANDOFF_MESSAGE],
+    }
+    [to] = rule["Targets"]
+    assert to["Arn"] == {"Ref": "OperatorNotifyTopic"}
+    assert "<agent>" in to["InputTransformer"]["InputTemplate"]  # no person's key in an email
+    assert "person" not in json.dumps(to["InputTransformer"]["InputPathsMap"])
+    # and only that rule may publish to the topic: EventBridge, sns:Publish, its own ARN
+    policy = cfn["Resources"]["OperatorNotifyTopicPolicy"]["Properties"]
+    assert policy["Topics"] == [{"Ref": "OperatorNotifyTopic"}]
+    [statement] = policy["PolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Service": "events.amazonaws.com"}
+    assert (statement["Effect"], statement["Action"]) == ("Allow", "sns:Publish")
+    assert statement["Resource"] == {"Ref": "OperatorNotifyTopic"}
+    assert statement["Condition"] == {
+        "ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": ["OperatorNotifyRule", "Arn"]}}
+    }

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -290,3 +293,118 @@ def test_scripts_people_has_the_consoles_verbs(stack, capsys):
     assert [s["text"] for s in stack.replies_to(ana)].count("Hello Ana, a human here") == 1
     assert run("hand-back", ana)["ended"] is True
     assert run("conversation", ana)["handoff"] == {"handed_off": False}
+
+
+# a browser that lets the page notify, as an operator's would once allowed: each notification
+# recorded, and whether the page asked for the permission (only on the operator's click)
+NOTIFICATIONS = """
+window.__notified = []; window.__asked = 0;
+window.Notification = class { constructor(title, options) {
+  window.__notified.push({ title, body: (options || {}).body }); } };
+window.Notification.permission = "default";
+window.Notification.requestPermission = async () => {
+  window.__asked += 1; window.Notification.permission = "granted"; return "granted"; };
+"""
+SCREENSHOT = Path(tempfile.gettempdir()) / "console-400px.png"
+
+
+@pytest.fixture
+def meta_stack() -> Iterator[DevStack]:
+    with DevStack(level="quiet", log_path=tempfile.mkdtemp() + "/stack.log", provider="meta") as s:
+        yield s
+
+
+def test_at_400px_the_console_shows_names_times_who_waits_and_metas_window(meta_stack, browser):
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from devstack.events import meta_contact, meta_message, meta_notification
+
+    stack = meta_stack
+    # a phone's width, in New York's time zone, notifications not yet allowed
+    browser.set_window_size(400, 1400)
+    browser.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 400, "height": 1400, "deviceScaleFactor": 1, "mobile": False},
+    )
+    browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "America/New_York"})
+    browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": NOTIFICATIONS})
+
+    def writes(phone: str, name: str, text: str, at: datetime) -> None:
+        message = meta_message(text, phone=phone, timestamp=int(at.timestamp()))
+        stack._expect_accepted(  # Meta's notification: the sender's contact entry names them
+            stack.post_meta(
+                meta_notification(
+                    contacts=[meta_contact(phone=phone, name=name)],
+                    messages=[message],
+                    number_id=stack.business_number,
+                )
+            )
+        )
+        assert stack.wait_idle()
+
+    # given Maya ("Maya Okafor" on WhatsApp) wrote 25 hours ago, and an operator took her chat
+    wrote = (stack.now() - timedelta(hours=25)).replace(microsecond=0)
+    writes(MAYA, "Maya Okafor", "Hi, do you have a slot on Friday?", wrote)
+    admin(stack, "POST", f"/people/{quote(MAYA)}/handoff")
+    wait = WebDriverWait(
+        browser, 60, poll_frequency=0.05, ignored_exceptions=[StaleElementReferenceException]
+    )
+
+    def shown(css: str, text: str) -> bool:
+        return any(text in e.text for e in browser.find_elements(By.CSS_SELECTOR, css))
+
+    with Console(AdminApi(stack.apis["AdminApi"].url, sign=False)) as console:
+        # when the operator opens the console
+        browser.get(console.url)
+        wait.until(lambda _: shown("#waiting li", MAYA))
+        # then nobody waits (the operator has Maya's chat), and the page asked nothing on load
+        assert browser.title == "Operator console"
+        assert browser.execute_script("return window.__asked") == 0
+        # when they allow notifications, with a click
+        wait.until(lambda _: browser.find_element(By.ID, "notify").is_displayed())
+        browser.find_element(By.ID, "notify").click()
+        wait.until(lambda _: not browser.find_element(By.ID, "notify").is_displayed())
+        assert browser.execute_script("return window.__asked") == 1
+        # and Sam ("Sam Lee") asks for a human
+        writes(SAM, "Sam Lee", "Can I talk to a human please?", stack.now())
+        # then the title says one person waits, and a notification (naming nobody) says so
+        wait.until(lambda _: browser.title.startswith("(1) waiting"))
+        notified = browser.execute_script("return window.__notified")
+        assert len(notified) == 1 and SAM not in json.dumps(notified)
+        assert "Sam" not in json.dumps(notified)
+        # when they open Maya's chat
+        next(
+            li for li in browser.find_elements(By.CSS_SELECTOR, "#waiting li") if MAYA in li.text
+        ).click()
+        wait.until(lambda _: shown("#messages li", "slot on Friday"))
+        # then her profile's name heads it, her message shows when she wrote it (New York time)
+        assert browser.find_element(By.ID, "who").text == f"Maya Okafor · {MAYA}"
+        [said] = [li for li in browser.find_elements(By.CSS_SELECTOR, "#messages li.person")]
+        local = wrote.astimezone(ZoneInfo("America/New_York"))
+        time_shown = said.find_element(By.TAG_NAME, "time").text
+        assert f"{local.hour % 12 or 12}:{local.minute:02d}" in time_shown or (
+            f"{local.hour:02d}:{local.minute:02d}" in time_shown
+        ), time_shown
+        # and Meta's window is closed: the send box says a template is needed and takes no text
+        wait.until(lambda _: "template is needed" in browser.find_element(By.ID, "window").text)
+        assert not browser.find_element(By.ID, "reply-text").is_enabled()
+        assert not browser.find_element(By.ID, "send").is_enabled()
+        assert "template" in browser.find_element(By.ID, "reply-text").get_attribute("placeholder")
+        # when they open Sam's chat: his window has about 24 hours left, and the box takes text
+        next(
+            li for li in browser.find_elements(By.CSS_SELECTOR, "#waiting li") if SAM in li.text
+        ).click()
+        wait.until(lambda _: browser.find_element(By.ID, "who").text == f"Sam Lee · {SAM}")
+        wait.until(lambda _: "left" in browser.find_element(By.ID, "window").text)
+        assert re.search(r"2[34] h \d+ min left", browser.find_element(By.ID, "window").text)
+        assert browser.find_element(By.ID, "reply-text").is_enabled()
+        # and at 400 px nothing scrolls sideways: the lists sit above the conversation
+        assert browser.execute_script("return window.innerWidth") == 400
+        assert browser.execute_script("return document.documentElement.scrollWidth") <= 400
+        aside = browser.find_element(By.TAG_NAME, "aside").rect
+        main = browser.find_element(By.TAG_NAME, "main").rect
+        assert main["y"] >= aside["y"] + aside["height"] - 1
+        browser.save_screenshot(str(SCREENSHOT))
+    assert SCREENSHOT.stat().st_size > 0
