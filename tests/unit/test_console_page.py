@@ -237,3 +237,75 @@ def test_an_expired_access_token_is_renewed_with_the_refresh_token_until_revoked
         # a revoked one: no call is made, the tokens are forgotten, the managed login opens
         assert calls == [] and out["kept"] is None
         assert out["went"] and set(out["went"]) == {"https://ops-login.example/oauth2/authorize"}
+
+
+# The page on a whasp stack, an operator's reply held in flight while the 5-second refresh runs
+SENDING = textwrap.dedent(
+    """
+    const elements = {};
+    function element(id) {
+      return {
+        id, value: "", hidden: false, textContent: "", className: "", dataset: {},
+        disabled: false, children: [], onclick: null, oninput: null,
+        replaceChildren(...c) { this.children = c; }, append(...c) { this.children.push(...c); },
+      };
+    }
+    globalThis.document = {
+      activeElement: null,
+      getElementById(id) { return (elements[id] = elements[id] || element(id)); },
+      createElement() { return element(""); },
+      querySelectorAll() { return ["send", "hand-back"].map((id) => document.getElementById(id)); },
+    };
+    elements["console-config"] = element("console-config");
+    elements["console-config"].textContent = JSON.stringify({ door: "proxy", token: "t" });
+    globalThis.setInterval = () => 0;
+    globalThis.location = { origin: "http://127.0.0.1", pathname: "/", search: "" };
+    let release;
+    const sent = new Promise((resolve) => { release = resolve; });
+    globalThis.fetch = async (url, options) => {
+      const path = decodeURIComponent(url.replace(/^\\/api/, ""));
+      const answer = (data) => ({ ok: true, status: 200, json: async () => data });
+      if (options.method === "POST") { await sent; return answer({ sent: true }); }
+      if (path === "/handoffs") return answer({ handoffs: [] });
+      if (path.endsWith("/conversation")) {
+        return answer({
+          handoff: { handed_off: true, since: "2026-12-01T09:00:00Z", waiting: 0 },
+          messages: [], facts: [], summary: null, reply_window: null,
+        });
+      }
+      return answer({ conversations: [], follow_ups: [] });
+    };
+    const settle = () => new Promise((resolve) => setTimeout(resolve, 20));
+    const el = (id) => document.getElementById(id);
+    (async () => {
+      await settle();
+      el("open-phone").value = "+447700900123"; el("open").onclick(); await settle();
+      el("reply-text").value = "Hi Maya";
+      el("send").onclick(); await settle();
+      await refresh();  // the page's own refresh, as its 5-second timer runs it
+      const during = { send: el("send").disabled, back: el("hand-back").disabled };
+      release(); await settle();
+      const after = { send: el("send").disabled, back: el("hand-back").disabled };
+      console.log(JSON.stringify({ during, after }));
+    })();
+    """
+)
+
+
+def test_a_refresh_while_a_reply_is_sent_keeps_its_buttons_disabled(tmp_path):
+    if NODE is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must install Debian's nodejs (.ci/run)")
+        pytest.skip("Node.js is not installed")
+    # given the page's script in Node, a reply on its way when the page refreshes the chat
+    program = tmp_path / "console.js"
+    program.write_text(SENDING + "\n" + _script())
+    # when the refresh ends before the reply's request does
+    done = subprocess.run(  # noqa: S603 (node, a file of ours)
+        [str(NODE), str(program)], capture_output=True, text=True, timeout=30, check=True
+    )
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    # then Send (and every other button) stayed disabled until the request ended: a second
+    # click is not a second request, and a click elsewhere is not lost to a disabled button
+    assert out["during"] == {"send": True, "back": True}
+    assert out["after"] == {"send": False, "back": False}
