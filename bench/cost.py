@@ -51,6 +51,23 @@ class Assumptions:
     sqs_idle_requests_per_month: float = 5 * 3 * 60 * 24 * 30  # 5 pollers, 20 s long polls
     traces_per_message: float = 2.0  # webhook and consumer; an upper bound (sampling records less)
     platform_log_bytes_per_invocation: int = 350  # Lambda's own START / END / REPORT lines
+    # Meta's fee per delivered service message (a free-form reply inside the 24-hour window),
+    # charged from 1 October 2026: CHANNEL_FEE_SOURCE says where this default comes from
+    whatsapp_service_fee: float = 0.0068
+
+
+# The default service-message fee: a large market's rate (Brazil, in US dollars), not read from
+# Meta's own rate card, which no page readable here prints; the operator's market sets theirs.
+CHANNEL_FEE_MARKET = "Brazil"
+CHANNEL_FEE_EFFECTIVE = "1 October 2026"
+CHANNEL_FEE_SOURCE = (
+    "Meta charges service messages per delivered message from 1 October 2026 (free since "
+    "November 2024; per-message pricing itself since 1 July 2025), by the recipient's country "
+    "code. Brazil's service rate is listed equal to its utility rate (AED 0.025 in the "
+    "tobachat/whatsapp-api-rates table of Meta's 1 October 2026 rate card, about $0.0068), and a "
+    "Meta partner lists Brazil's utility rate at $0.0068 (talkall.com.br, January 2026). Check "
+    "Meta's rate card (developers.facebook.com, WhatsApp pricing) for your recipients' market."
+)
 
 
 @dataclass
@@ -252,6 +269,8 @@ def lines(
         )
     )
 
+    out.append(channel_line(measured, a))
+
     # ---------------------------------------------------------------- observability
     log_bytes = (
         webhook["log_bytes_per_request"]
@@ -300,6 +319,36 @@ def lines(
         )
     )
     return out
+
+
+def channel_line(measured: dict[str, Any], assumptions: Assumptions) -> Line:
+    """Meta's service-message fee: every reply part is a delivered message, so a reply split into
+    N parts costs N fees; the parts sent per message are the consumer's sends, measured."""
+    sends = measured["context"]["costing"]["consumer_whasp_calls"]
+    fee = assumptions.whatsapp_service_fee
+    return Line(
+        "WhatsApp: service messages (Meta)",
+        sends * fee,
+        f"{sends:.2f} reply parts sent per message x ${fee:g} per delivered service message "
+        f"({CHANNEL_FEE_MARKET}, from {CHANNEL_FEE_EFFECTIVE})",
+        "figure 3 run (sends per turn: one per reply part)",
+        group="Channel",
+    )
+
+
+def reply_parts_cap(template: dict[str, Any], assumptions: Assumptions) -> dict[str, Any]:
+    """What MaxReplyParts' default costs at most: a reply cut into that many parts pays that many
+    service-message fees, against one part's fee."""
+    parameters = template["Parameters"]
+    parts = int(parameters["MaxReplyParts"]["Default"])
+    fee = assumptions.whatsapp_service_fee
+    return {
+        "parts": parts,
+        "fee": fee,
+        "dollars": parts * fee,
+        "extra": (parts - 1) * fee,
+        "reply_tokens": int(parameters["MaxReplyTokens"]["Default"]),
+    }
 
 
 def model_input_tokens(measured: dict[str, Any]) -> tuple[float, float]:

@@ -68,7 +68,7 @@ BENCHMARKS = [
     ("follow_ups", "13. follow-ups: one reminder each, a crash after each step", follow_up_bench),
 ]
 
-# The model's side of the cost model: (option, cost.Assumptions field, what it is)
+# What the cost model takes as given, each a flag: (option, cost.Assumptions field, what it is)
 MODEL_OPTIONS = [
     ("--model-input-price", "model_input_per_million", "dollars per 1M input tokens"),
     (
@@ -78,6 +78,11 @@ MODEL_OPTIONS = [
     ),
     ("--model-output-price", "model_output_per_million", "dollars per 1M output tokens"),
     ("--model-latency", "model_reply_seconds", "seconds per reply (Lambda bills the wait)"),
+    (
+        "--whatsapp-service-fee",
+        "whatsapp_service_fee",
+        "dollars per delivered WhatsApp service message (your recipients' market)",
+    ),
 ]
 
 
