@@ -15,6 +15,7 @@ Type a message and the agent answers, as on WhatsApp. Commands:
     /say TEXT              the operator writes to the person, as the business
     /back                  the operator hands the chat back to the agent
     /prompt                what the model was sent for the last reply: instructions and input
+    /tool NAME {json}      sent as your message: the offline model calls the declared tool NAME
     /help                  this list
     /quit                  stop the stack and leave (also Ctrl-D)
 
@@ -93,6 +94,8 @@ class Chat:
             "/say": lambda: self.operator("POST", "/messages", argument),
             "/back": lambda: self.operator("DELETE", "/handoff"),
             "/prompt": self.prompt,
+            # a message like any other: the offline model reads it as "call NAME with this"
+            "/tool": lambda: self.write(line),
         }
         handler = handlers.get(name)
         if handler is None:
@@ -291,13 +294,25 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None) -> int:
     parser.add_argument("--level", choices=["quiet", "normal", "verbose"], default="normal")
     parser.add_argument("--log", default=str(LOG_PATH), help="detailed log (default %(default)s)")
     persona_options(parser)
+    parser.add_argument(
+        "--parameter",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a template parameter, e.g. ExampleBookingTool=true or ToolsFile=tools.json "
+        "(repeatable; also PARAMETERS, space-separated)",
+    )
     args = parser.parse_args(argv)
     if not E164.match(args.phone):
         parser.error("--phone must be E.164, e.g. +447700900123")
+    overrides = os.environ.get("PARAMETERS", "").split() + args.parameter
+    if bad := [o for o in overrides if "=" not in o]:
+        parser.error(f"a parameter is NAME=VALUE, not {bad[0]}")
 
     stdin = stdin or sys.stdin
     console = Console(level=args.level)
     parameters = {"FollowUps": "true", **persona_parameters(args)}
+    parameters.update(o.split("=", 1) for o in overrides)
     with DevStack(
         console=console, log_path=args.log, agent_id=args.agent_id, parameters=parameters
     ) as stack:

@@ -482,6 +482,8 @@ def offline_model(request: dict[str, Any]) -> str | dict[str, Any]:
     and facts pulled out of the conversation with simple patterns, and images get a placeholder.
     Offered request_human and asked for someone from the business in other words than the
     handoff phrases ("can someone from the clinic call me?", in six languages), it calls it.
+    A message "/tool NAME {json}" makes it call the declared tool NAME with those arguments, once,
+    then say what the tool answered (`make chat`'s way to try a tool of your own).
     Every reply starts with "[offline model]" so nobody mistakes it for real AI.
     """
     text_format = (request.get("text") or {}).get("format") or {}
@@ -489,6 +491,8 @@ def offline_model(request: dict[str, Any]) -> str | dict[str, Any]:
         return json.dumps(_structured(request, text_format.get("schema") or {}))
     if image := _first_image(request.get("input")):
         return f"{OFFLINE} a picture ({image})"
+    if (named := _named_tool(request)) is not None:
+        return named
     if (handed := _request_human(request)) is not None:
         return handed
     if (followed := _follow_up(request)) is not None:
@@ -496,6 +500,39 @@ def offline_model(request: dict[str, Any]) -> str | dict[str, Any]:
     if (acted := _act(request)) is not None:
         return acted
     return _reply(request)
+
+
+# "/tool NAME {json}": the person names a declared tool and its arguments (docs/tools.md)
+_TOOL_PHRASE = re.compile(r"^\s*/tool\s+(\S+)\s*(.*)$", re.S)
+
+
+def _named_tool(request: dict[str, Any]) -> Any:
+    """The person wrote "/tool NAME {json}": call NAME with the JSON (no JSON: no arguments),
+    then, its output back, say what it answered. A tool not offered, or arguments that are not
+    a JSON object, get a reply saying so, and no call."""
+    said = (_user_messages(request) or [""])[-1]
+    asked = _TOOL_PHRASE.match(said)
+    if asked is None:
+        return None
+    name, raw = asked.group(1), asked.group(2).strip() or "{}"
+    offered = sorted(tool.get("name") for tool in request.get("tools") or [])
+    if name not in offered:
+        return f"{OFFLINE} No tool named {name} is declared (declared: {', '.join(offered)})."
+    done = [
+        item
+        for item in request.get("input") or []
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    ]
+    if done:
+        answer = json.loads(done[-1]["output"])  # the consumer's {"output"} or {"error"}
+        return f"{OFFLINE} {name} answered: {json.dumps(answer, ensure_ascii=False)}"
+    try:
+        arguments = json.loads(raw)
+    except ValueError:
+        arguments = None
+    if not isinstance(arguments, dict):
+        return f"{OFFLINE} /tool {name} takes a JSON object of arguments, not: {raw}"
+    return _calls(name, arguments)
 
 
 # someone from the business, asked for in the person's own words, in the six languages of the

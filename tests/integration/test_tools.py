@@ -202,6 +202,37 @@ def test_a_booking_turn_calls_each_tool_once_and_sends_one_reply(
     assert "list_free_slots: 6 free slots" in notes_of(openai.calls()[-1])  # the tools' data
 
 
+def test_the_offline_model_calls_any_declared_tool_a_person_names(
+    tools, order_api, openai, whasp, lambda_context
+):
+    # given the offline model (as in `make chat`) and an HTTPS tool of the operator's own
+    openai.responder = offline_model
+    # when the person writes the documented phrase, naming the tool and its arguments
+    event = message('/tool order_status {"order": 42}')
+    assert failures(tools.handler(sqs_batch(event), lambda_context)) == []
+    # then the tool was called once, with those arguments, and the reply says what it answered
+    assert [r["json"]["arguments"] for r in order_api.requests] == [{"order": 42}]
+    assert [s["text"] for s in whasp.sent] == [
+        '[offline model] order_status answered: {"output": {"status": "shipped"}}'
+    ]
+
+
+def test_the_offline_model_calls_no_tool_that_is_not_declared(
+    tools, order_api, lambda_api, openai, whasp, lambda_context
+):
+    # given the offline model and the declared tools
+    openai.responder = offline_model
+    # when the person names a tool nobody declared, or gives arguments that are not JSON
+    tools.handler(sqs_batch(message("/tool refund_everything {}")), lambda_context)
+    tools.handler(sqs_batch(message("/tool order_status 42", 2)), lambda_context)
+    # then nothing is called, and the replies say why
+    assert order_api.requests == [] and lambda_api.invocations(BOOKING_ARN) == []
+    first, second = (s["text"] for s in whasp.sent)
+    assert first.startswith("[offline model] No tool named refund_everything is declared")
+    assert "order_status" in first
+    assert second == "[offline model] /tool order_status takes a JSON object of arguments, not: 42"
+
+
 def sent_back(request: dict[str, Any]) -> list[dict[str, Any]]:
     """The output items a request sends back (what is not a message of the conversation)."""
     return [i for i in request["input"] if i.get("type") not in (None, "message")]

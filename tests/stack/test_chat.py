@@ -71,3 +71,26 @@ def test_prompt_with_a_real_model_server_says_it_cannot_see_the_requests():
     chat.command("/prompt")
     # then it says why it shows nothing, and how to see it
     assert "cannot see" in out.getvalue() and "offline model" in out.getvalue()
+
+
+@pytest.mark.xdist_group("chat-stack")
+def test_a_person_calls_a_declared_tool_by_name_through_the_offline_model(tmp_path):
+    # given make chat's stack with the example booking tool declared (as `--parameter
+    # ExampleBookingTool=true` or PARAMETERS=ExampleBookingTool=true gives it)
+    with DevStack(
+        env={},  # the offline model
+        parameters={"FollowUps": "true", "ExampleBookingTool": "true"},
+        console=Console(io.StringIO(), level="quiet"),
+        log_path=tmp_path / "stack.log",
+    ) as stack:
+        chat = Chat(stack, Console(io.StringIO()), MAYA)
+        # when the person types the documented phrase, naming a tool and its arguments
+        assert chat.command('/tool list_free_slots {"day": "2026-12-03"}') is True
+        replies = [reply["text"] for reply in stack.replies_to(MAYA)]
+        called = [(p["tool"], p["arguments"]) for p in stack.lambda_api.invocations()]
+    # then the example's function was invoked once with them, and the reply says what it answered
+    assert called == [("list_free_slots", {"day": "2026-12-03"})]
+    assert len(replies) == 1
+    assert replies[0].startswith(
+        '[offline model] list_free_slots answered: {"output": {"day": "2026-12-03", "free": ['
+    )
