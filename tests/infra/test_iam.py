@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.infra.conftest import operator_tools
 from tests.infra.test_template import (
     PARAMETERS,
     RESOURCE_STAR_ONLY,
@@ -197,7 +198,9 @@ def test_pollers_and_logs_are_scoped_to_this_stacks_queue_stream_and_log_groups(
     assert by_action["sqs:ReceiveMessage"] == {"EventQueue.Arn", "CompactionFailureQueue.Arn"}
     assert by_action["dynamodb:GetRecords"] == {"MemoryTable.StreamArn"}
     example = {"BookingToolLogGroup.Arn"} if parameters.get("ExampleBookingTool") else set()
-    assert by_action["logs:PutLogEvents"] == {
+    # an operator's tool writes to its own log group (test_an_operators_tool_function_...)
+    tools = {f"{t.removesuffix('Function')}LogGroup.Arn" for t in operator_tools(cfn)}
+    assert by_action["logs:PutLogEvents"] - tools == {
         "WebhookLogGroup.Arn",
         "ConsumerLogGroup.Arn",
         "CompactorLogGroup.Arn",
@@ -391,12 +394,15 @@ def test_the_consumer_may_invoke_exactly_the_declared_tool_functions(shape) -> N
         for function, action, resource in listing(cfn, parameters)
         if action.startswith("lambda:")
     }
+    # an operator's tool function in the stack: its own grant, on it alone (docs/tools.md)
+    own = {("Consumer", f"{tool}.Arn") for tool in operator_tools(cfn)}
     if not parameters.get("ExampleBookingTool"):
-        assert invokes == set()  # no tools declared: nothing to invoke
+        assert invokes == own  # no tools declared: nothing to invoke
         return
     assert invokes == {
         ("Consumer", "BookingToolFunction.Arn"),
         ("Consumer", ORDERS_TOOL),
+        *own,
     }
 
 
@@ -519,3 +525,32 @@ def test_scheduler_may_assume_its_role_only_for_this_stacks_schedule_group(
     assert conditions["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
     assert set(conditions) == {"ArnEquals", "StringEquals"}
     assert ":schedule/" not in json.dumps(trust)
+
+
+def test_an_operators_tool_function_is_held_to_a_tools_rules(shape) -> None:
+    # given the stack with an operator's tool function added as docs/tools.md says (the
+    # fixture's "with an operator's tool" template; as written there is none)
+    cfn, parameters = shape
+    tools = operator_tools(cfn)
+    if not tools:
+        pytest.skip("the template as written carries no operator's tool")
+    roles = function_roles(cfn, parameters)
+    for tool in tools:
+        # then it runs under its own explicit role, which no other function shares
+        role = roles[tool]
+        assert role.startswith(tool.removesuffix("Function")) and role.endswith("Role")
+        assert [f for f, r in roles.items() if r == role] == [tool]
+        # and writes to its own log group, which expires
+        group = cfn["Resources"][f"{tool.removesuffix('Function')}LogGroup"]["Properties"]
+        assert tool in json.dumps(group["LogGroupName"])
+        assert group["RetentionInDays"]
+        # and its grants are its logs and its traces, nothing on "*" but what only takes "*"
+        grants = {(a, r) for f, a, r in listing(cfn, parameters) if f == tool}
+        assert {a for a, r in grants if a.startswith("logs:")} == {
+            "logs:CreateLogStream",
+            "logs:PutLogEvents",
+        }
+        assert {r for a, r in grants if a.startswith("logs:")} == {
+            f"{tool.removesuffix('Function')}LogGroup.Arn"
+        }
+        assert all(a in RESOURCE_STAR_ONLY for a, r in grants if r == "*")
