@@ -1106,19 +1106,22 @@ class DevStack(Started):
         number: str | None = None,
         event_id: str | None = None,
         bsuid: str | None = None,
+        name: str = "WhatsApp user",
     ) -> dict[str, Any]:
         """The person `phone` writes `text`: whasp delivers `message.received` to the webhook.
 
         whasp's own opt-out rules come with it: a message lifts an opt-out, and STOP opts the
         chat out of sends and is followed by `chat.opted_out`. With provider meta, Meta posts a
-        notification from `phone` and/or `bsuid` (no opt-out event: STOP is ours to honour)."""
+        notification from `phone` and/or `bsuid` (no opt-out event: STOP is ours to honour),
+        their profile named `name` (the same for everyone unless a caller names them: a
+        recycled number's new owner is not Maya)."""
         if self.meta:
             from devstack.events import meta_contact, meta_message, meta_notification
 
             stamp = int((at or self.now()).timestamp())
             message = meta_message(text, phone=phone, bsuid=bsuid, timestamp=stamp, wamid=event_id)
             notification = meta_notification(
-                contacts=[meta_contact(phone=phone, bsuid=bsuid)],
+                contacts=[meta_contact(phone=phone, bsuid=bsuid, name=name)],
                 messages=[message],
                 number_id=self.business_number,
             )

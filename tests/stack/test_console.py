@@ -158,7 +158,10 @@ def test_the_operator_takes_over_replies_hands_back_and_deletes_a_fact(stack, br
         def delete_fact(text: str) -> bool:
             for fact in browser.find_elements(By.CSS_SELECTOR, "#facts li"):
                 if text in fact.text:
-                    fact.find_element(By.CSS_SELECTOR, "button.delete").click()
+                    button = fact.find_element(By.CSS_SELECTOR, "button.delete")
+                    if not button.is_enabled():  # the last action's request still runs
+                        return False
+                    button.click()
                     return True
             return False
 
@@ -170,11 +173,16 @@ def test_the_operator_takes_over_replies_hands_back_and_deletes_a_fact(stack, br
         field = browser.find_element(By.ID, "follow-up-when")
         browser.execute_script("arguments[0].value = arguments[1]", field, when)
         browser.find_element(By.ID, "follow-up-about").send_keys(about)
+        # its buttons stay disabled until the last action's request ends (two clicks would be
+        # two requests): a click before then is ignored, as the page means it to be
+        wait.until(lambda _: browser.find_element(By.ID, "schedule-follow-up").is_enabled())
         browser.find_element(By.ID, "schedule-follow-up").click()
         wait.until(lambda _: shown("#follow-ups li", about))
         assert len(stack.scheduler.pending()) == 1
         assert not browser.find_elements(By.CSS_SELECTOR, "#follow-ups li b")
-        browser.find_element(By.CSS_SELECTOR, "#follow-ups li button.cancel").click()
+        cancel = (By.CSS_SELECTOR, "#follow-ups li button.cancel")
+        wait.until(lambda _: browser.find_element(*cancel).is_enabled())
+        browser.find_element(*cancel).click()
         wait.until(lambda _: not shown("#follow-ups li", about))
 
     # then the reply reached the whasp stand-in exactly once, and memory holds the edits
