@@ -17,15 +17,17 @@ One wing per outside system where there is one: `store` (DynamoDB), `aws` (SQS a
 """
 
 import sys
-from collections.abc import Callable
 from importlib import import_module
 from typing import Any
 
 
-def face(wing: str, parts: dict[str, list[str]]) -> tuple[Callable[[str], Any], list[str]]:
-    """A wing's face (PEP 562): the wing's __getattr__ and __all__. Each name is imported from
-    its module on first use, so importing one module of a wing never loads the others (a whasp
-    stack never loads Meta's adapter, the webhook never the model client)."""
+def face(wing: str, parts: dict[str, list[str]]) -> None:
+    """A wing's face (PEP 562): gives the wing its __getattr__ and __all__. Each name is imported
+    from its module on first use, so importing one module of a wing never loads the others (a
+    whasp stack never loads Meta's adapter, the webhook never the model client). The face also
+    imports its names under TYPE_CHECKING (tests/unit/test_layout.py holds the two lists equal):
+    mypy and editors see their types and, with no __getattr__ in the face's text, a name the face
+    does not hand out is an error there, not Any."""
     where = {name: module for module, names in parts.items() for name in names}
 
     def __getattr__(name: str) -> Any:
@@ -35,4 +37,4 @@ def face(wing: str, parts: dict[str, list[str]]) -> tuple[Callable[[str], Any], 
         setattr(sys.modules[wing], name, value)  # the next use is a plain attribute
         return value
 
-    return __getattr__, sorted(where)
+    vars(sys.modules[wing]).update(__getattr__=__getattr__, __all__=sorted(where))

@@ -71,6 +71,46 @@ def test_every_name_of_a_wings_face_resolves(wing):
         assert getattr(face, name) is not None, f"memagent.{wing}.{name}"
 
 
+FACES = sorted(
+    path
+    for path in PACKAGE.rglob("__init__.py")
+    if "face(" in path.read_text() and path.parent != PACKAGE
+)
+
+
+def face_table(path: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """A face's two lists: what face() hands out (name -> module) and what it imports under
+    TYPE_CHECKING for mypy and editors (name -> module)."""
+    tree = ast.parse(path.read_text())
+    call = next(
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "face"
+    )
+    handed = {
+        name: module for module, names in ast.literal_eval(call.args[1]).items() for name in names
+    }
+    package = ".".join(path.parent.relative_to(PACKAGE.parent).parts)
+    typed = {
+        alias.asname or alias.name: node.module.removeprefix(package + ".")
+        for block in tree.body
+        if isinstance(block, ast.If) and getattr(block.test, "id", None) == "TYPE_CHECKING"
+        for node in block.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+    return handed, typed
+
+
+@pytest.mark.parametrize("path", FACES, ids=lambda path: str(path.parent.relative_to(PACKAGE)))
+def test_a_face_types_every_name_it_hands_out(path):
+    # given a wing's face: the names face() loads on first use, and its TYPE_CHECKING imports
+    handed, typed = face_table(path)
+    # then the two are the same names from the same modules: mypy and an editor see the type of
+    # every name the face hands out, and nothing it does not
+    assert typed == handed
+
+
 def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
     # the copy's package first on the path: grimp finds memagent there, not the installed one
     return subprocess.run(  # noqa: S603 (our own virtualenv's tool)

@@ -6,9 +6,21 @@ Its face: the names the other wings and the functions use, each imported from it
 first use (memagent.face).
 """
 
+from typing import TYPE_CHECKING
+
 from memagent import face
 
-__getattr__, __all__ = face(
+if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+    from memagent.aws.archive import KeptMedia, TranscriptArchive
+    from memagent.aws.backoff import BackoffProcessor, Retries, RetrySchedule, ScheduledRetries
+    from memagent.aws.notify import HANDOFF_ENDED, HANDOFF_MESSAGE, HANDOFF_STARTED, OperatorEvents
+    from memagent.aws.queue import EventQueue, FailureQueue, ParkingQueue, RetryQueue
+    from memagent.aws.scheduler import FollowUpSchedules, schedule_name
+    from memagent.aws.snapstart import after_restore
+    from memagent.aws.sqs import resolve_credentials
+    from memagent.aws.stream import StreamReader
+
+face(
     __name__,
     {
         "archive": ["KeptMedia", "TranscriptArchive"],

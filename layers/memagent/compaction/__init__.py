@@ -5,9 +5,16 @@ Its face: the names the other wings and the functions use, each imported from it
 first use (memagent.face).
 """
 
+from typing import TYPE_CHECKING
+
 from memagent import face
 
-__getattr__, __all__ = face(
+if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+    from memagent.compaction.fold import Compactor
+    from memagent.compaction.retry import FOLD, FailedCompactions, Job, job_of
+    from memagent.compaction.settings import CompactorSettings
+
+face(
     __name__,
     {
         "fold": ["Compactor"],

@@ -6,9 +6,27 @@ Its face: the names the other wings and the functions use, each imported from it
 first use (memagent.face). Modules other wings import whole: `audit_trail`.
 """
 
+from typing import TYPE_CHECKING
+
 from memagent import face
 
-__getattr__, __all__ = face(
+if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+    from memagent.lifecycle.audit_trail import ERASE, audit
+    from memagent.lifecycle.follow_ups import FOLLOW_UP, FollowUpRefused, Target, ask
+    from memagent.lifecycle.rights import (
+        Receipt,
+        expire,
+        expired_by_ttl,
+        export,
+        forget,
+        forget_key,
+        left_by_ttl,
+        left_half_done,
+        resolve,
+    )
+    from memagent.lifecycle.upgrade import carry_over
+
+face(
     __name__,
     {
         "audit_trail": ["ERASE", "audit"],

@@ -6,9 +6,48 @@ Its face: the names the other wings and the functions use, each imported from it
 first use (memagent.face). Modules other wings import whole: `clock`.
 """
 
+from typing import TYPE_CHECKING
+
 from memagent import face
 
-__getattr__, __all__ = face(
+if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+    from memagent.memory.budget import converts, counted, day_of, exhausted, stack_budget
+    from memagent.memory.clock import day, is_zone, person_zone
+    from memagent.memory.context import Context, build_context
+    from memagent.memory.facts import (
+        cap_facts,
+        fact_key,
+        key_of,
+        looks_like_instruction,
+        normalise,
+        plain,
+        screen_facts,
+        screen_summary,
+    )
+    from memagent.memory.person import (
+        LOCAL_PERSON_KEY,
+        agent_key,
+        digest,
+        legacy_key,
+        person_key,
+        person_key_secret,
+        read_person_key,
+    )
+    from memagent.memory.recent import recent_keys, shards
+    from memagent.memory.settings import MemorySettings
+    from memagent.memory.types import (
+        Epoch,
+        Fact,
+        Handoff,
+        Kind,
+        Memory,
+        PersonState,
+        Summary,
+        Turn,
+        classed,
+    )
+
+face(
     __name__,
     {
         "budget": ["converts", "counted", "day_of", "exhausted", "stack_budget"],

@@ -6,9 +6,22 @@ Its face: the names the other wings and the functions use, each imported from it
 first use (memagent.face).
 """
 
+from typing import TYPE_CHECKING
+
 from memagent import face
 
-__getattr__, __all__ = face(
+if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+    from memagent.model.bedrock import is_bedrock_runtime, runtime_url
+    from memagent.model.client import Folded, ModelClient
+    from memagent.model.settings import (
+        DEFAULT_TRANSCRIPTION_MODEL,
+        MODEL_PROVIDERS,
+        ModelSettings,
+        tools_settings,
+    )
+    from memagent.model.tools import Caller, ToolBox, ToolResult, load_tools, tool_hosts
+
+face(
     __name__,
     {
         "bedrock": ["is_bedrock_runtime", "runtime_url"],

@@ -6,9 +6,18 @@ Its face: the names the other wings and the functions use, each imported from it
 first use (memagent.face).
 """
 
+from typing import TYPE_CHECKING
+
 from memagent import face
 
-__getattr__, __all__ = face(
+if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+    from memagent.operator.console import page
+    from memagent.operator.doors import Caller, caller_of, needed_for
+    from memagent.operator.reading import Operator
+    from memagent.operator.seat import identifier
+    from memagent.operator.settings import AdminSettings
+
+face(
     __name__,
     {
         "console": ["page"],

@@ -11,9 +11,33 @@ Its face: the names the other wings and the functions use, each imported from it
 first use (memagent.face).
 """
 
+from typing import TYPE_CHECKING
+
 from memagent import face
 
-__getattr__, __all__ = face(
+if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+    from memagent.providers.configured import provider_from_settings
+    from memagent.providers.origins import Origin, parse_media_origins, parse_origins, url_origin
+    from memagent.providers.seam import (
+        PERSON_ID,
+        ChatOptedOut,
+        Event,
+        IdentityChanged,
+        InboundMessage,
+        MarketingPreference,
+        NumberReplaced,
+        Provider,
+        ReplyStatus,
+        check_size,
+        idempotency_key,
+        parse_send_key,
+        shorten,
+        split_text,
+    )
+    from memagent.providers.settings import DEFAULT_META_GRAPH_URL, PROVIDERS, ProviderSettings
+    from memagent.providers.signing import check_signing_secrets
+
+face(
     __name__,
     {
         "configured": ["provider_from_settings"],

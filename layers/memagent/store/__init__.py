@@ -6,9 +6,30 @@ Its face: the names the other wings and the functions use, each imported from it
 first use (memagent.face). Modules other wings import whole: `ledger`.
 """
 
+from typing import TYPE_CHECKING
+
 from memagent import face
 
-__getattr__, __all__ = face(
+if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+    from memagent.store.erasure import KEPT_ON_ERASURE
+    from memagent.store.follow_ups import DUE, FOLLOW_UP_FOR_HUMAN, follow_up_view
+    from memagent.store.handoff import claim_holds
+    from memagent.store.ledger import PART, SENDING, SENT, STORED, Standing, sent_parts
+    from memagent.store.memory_store import MemoryStore, handoff_of
+    from memagent.store.operator import OperatorStore
+    from memagent.store.table import (
+        ALIAS,
+        EVT,
+        FACT,
+        MSG,
+        STATE,
+        SUMMARY,
+        TRANSACTION_LIMIT,
+        from_iso,
+        iso,
+    )
+
+face(
     __name__,
     {
         "erasure": ["KEPT_ON_ERASURE"],

@@ -8,9 +8,26 @@ Its face: the names the other wings and the functions use, each imported from it
 first use (memagent.face).
 """
 
+from typing import TYPE_CHECKING
+
 from memagent import face
 
-__getattr__, __all__ = face(
+if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+    from memagent.turn.consumer import Consumer
+    from memagent.turn.keywords import (
+        HANDOFF_NOTICE,
+        HANDOFF_PHRASES,
+        OPT_OUT_WORDS,
+        STOP_WORDS,
+        normalised,
+    )
+    from memagent.turn.settings import (
+        DEFAULT_BUDGET_NOTICE,
+        DEFAULT_SYSTEM_PROMPT,
+        ConsumerSettings,
+    )
+
+face(
     __name__,
     {
         "consumer": ["Consumer"],

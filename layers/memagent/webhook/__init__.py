@@ -6,8 +6,12 @@ Its face: the names the other wings and the functions use, each imported from it
 first use (memagent.face).
 """
 
+from typing import TYPE_CHECKING
+
 from memagent import face
 
-__getattr__, __all__ = face(
-    __name__, {"ingress": ["challenge", "receive"], "settings": ["WebhookSettings"]}
-)
+if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+    from memagent.webhook.ingress import challenge, receive
+    from memagent.webhook.settings import WebhookSettings
+
+face(__name__, {"ingress": ["challenge", "receive"], "settings": ["WebhookSettings"]})
