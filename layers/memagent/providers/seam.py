@@ -139,6 +139,14 @@ class Provider(Protocol):
         across redeliveries of one reply part. Returns the provider's message id."""
         ...
 
+    def send_template(
+        self, *, sender: str, to: str, name: str, language: str, parameter: str, key: str
+    ) -> str:
+        """Send an approved template (`name`, `language`) whose one body parameter is
+        `parameter`: what may cross a closed window (Meta's 24 hours). A provider without
+        templates refuses it for good (SendRejected). Returns the provider's message id."""
+        ...
+
     def fetch_media(self, url: str, *, max_bytes: int) -> tuple[bytes, str]:
         """Download a media file (bytes, content type), refusing anything over max_bytes."""
         ...

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import json
@@ -224,7 +225,7 @@ def parse_event(raw: Mapping[str, Any]) -> WhaspEvent:
     data = raw.get("data")
     if not isinstance(data, Mapping):
         raise MalformedEvent("data missing")
-    head = {"event_id": event_id, "created_at": created_at}
+    head: dict[str, Any] = {"event_id": event_id, "created_at": created_at}
     label = data.get("label") if isinstance(data.get("label"), str) else None
     if event_type == MESSAGE_RECEIVED:
         message = data.get("message")
@@ -298,7 +299,9 @@ class WhaspClient:
         self._api_url = api_url.rstrip("/")
         self._api_key = api_key  # a Secret is read on first use, so cold starts never wait on SSM
         self._api_origin = url_origin(self._api_url)
-        self._media_origins = media_origins or frozenset({self._api_origin} - {None})
+        self._media_origins = media_origins or frozenset(
+            {self._api_origin} if self._api_origin else ()
+        )
         self._media_deadline = media_deadline_seconds
         self._read_timeout = timeout_seconds
         retry = CappedRetry(
@@ -369,6 +372,13 @@ class WhaspClient:
             )
         raise SendRejected(status)
 
+    def send_template(
+        self, *, sender: str, to: str, name: str, language: str, parameter: str, key: str
+    ) -> str:
+        """whasp has no templates (nor a window to cross: the turn asks for one only on Meta's
+        closed window), so nothing is sent: a permanent refusal, as a 4xx would be."""
+        raise SendRejected(400)
+
     def mark_read(self, message: InboundMessage) -> None:
         """whasp's contract has no read receipt or typing indicator: nothing to do."""
 
@@ -384,8 +394,8 @@ class WhaspClient:
                     self._http,
                     url,
                     allowed=self._media_origins,
-                    key_origins=frozenset({self._api_origin} - {None}),
-                    key=lambda fresh=fresh: self._key(fresh=fresh),
+                    key_origins=frozenset({self._api_origin} if self._api_origin else ()),
+                    key=functools.partial(self._key, fresh=fresh),
                     max_bytes=max_bytes,
                     deadline_seconds=self._media_deadline,
                     read_timeout=self._read_timeout,
