@@ -91,7 +91,9 @@ class GraphClient:
         self._graph = graph_url.rstrip("/")
         # Meta's media hosts (https only), the Graph API's own origin and any the operator adds
         graph_origin = url_origin(self._graph)
-        self._media_origins = MEDIA_ORIGINS | media_origins | ({graph_origin} - {None})
+        self._media_origins = (
+            MEDIA_ORIGINS | media_origins | ({graph_origin} if graph_origin else set())
+        )
         self._media_deadline = media_deadline_seconds
         self._read_timeout = timeout_seconds
         self._token = access_token  # a Secret is read on first use
