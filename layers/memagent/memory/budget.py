@@ -30,16 +30,23 @@ if TYPE_CHECKING:
 class StackLimit(Protocol):
     """What the stack's budget reads of a function's settings (memagent.model.ModelSettings)."""
 
-    table_name: str
-    agent_id: str
-    stack_daily_tokens_hard_limit: int
+    # properties: the settings are frozen dataclasses, whose fields mypy reads as read-only
+    @property
+    def table_name(self) -> str: ...
+    @property
+    def agent_id(self) -> str: ...
+    @property
+    def stack_daily_tokens_hard_limit(self) -> int: ...
 
 
 class PersonLimits(Protocol):
     """What a person's budget reads of the consumer's settings (memagent.turn.ConsumerSettings)."""
 
-    person_daily_turns: int
-    person_daily_tokens: int
+    # properties: as StackLimit's
+    @property
+    def person_daily_turns(self) -> int: ...
+    @property
+    def person_daily_tokens(self) -> int: ...
 
 
 def day_of(at: datetime) -> str:

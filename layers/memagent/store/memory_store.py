@@ -55,7 +55,7 @@ from memagent.store.table import FACT, MSG, STATE, SUMMARY, TURN_READ_FROM, from
 from memagent.store.turn import TurnWrites
 
 
-def state_reader(state_type: type = PersonState) -> Callable[[dict[str, Any]], Any]:
+def state_reader(state_type: type = PersonState) -> Callable[[dict[str, Any] | None], Any]:
     """The parser of a state item, derived from the state's fields (memagent.memory.types.classed):
     each attribute read by its field's type, missing ones at the field's default."""
     hints = typing.get_type_hints(state_type)
