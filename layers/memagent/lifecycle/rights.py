@@ -375,6 +375,7 @@ def expire(
     state = next((item for item in items if item["sk"] == STATE), {})
     now = datetime.now(UTC)
     files_before = deleted_at or now
+    mark: datetime | None
     if state.get("expires_at") is not None and int(state["expires_at"]) <= now.timestamp():
         mark, files_before = _held_until(items, None) or now, now
     else:
