@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on fir
     from memagent.aws.backoff import BackoffProcessor, Retries, RetrySchedule, ScheduledRetries
     from memagent.aws.notify import HANDOFF_ENDED, HANDOFF_MESSAGE, HANDOFF_STARTED, OperatorEvents
     from memagent.aws.queue import EventQueue, FailureQueue, ParkingQueue, RetryQueue
-    from memagent.aws.scheduler import FollowUpSchedules, schedule_name
+    from memagent.aws.scheduler import DEAD_LETTER_ARN, FollowUpSchedules, schedule_name
     from memagent.aws.snapstart import after_restore
     from memagent.aws.sqs import resolve_credentials
     from memagent.aws.stream import StreamReader
