@@ -108,7 +108,9 @@ def test_a_face_types_every_name_it_hands_out(path):
     handed, typed = face_table(path)
     # then the two are the same names from the same modules: mypy and an editor see the type of
     # every name the face hands out, and nothing it does not
-    assert typed == handed
+    untyped = {name: module for name, module in handed.items() if typed.get(name) != module}
+    assert not untyped, f"{path}: import these under TYPE_CHECKING too: {untyped}"
+    assert typed == handed, f"{path}: its TYPE_CHECKING imports name more than face() hands out"
 
 
 def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:

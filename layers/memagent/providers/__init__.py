@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on fir
     )
     from memagent.providers.settings import DEFAULT_META_GRAPH_URL, PROVIDERS, ProviderSettings
     from memagent.providers.signing import check_signing_secrets
+    from memagent.providers.void import TEST_PERSON, is_test_person
 
 face(
     __name__,
