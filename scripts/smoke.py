@@ -359,7 +359,7 @@ def check_secrets(functions: list[Function], session: Any) -> Iterator[Result]:
         if missing:
             yield Result(False, check, f"{missing}; read by {who}")
             continue
-        readers = ", ".join(dict.fromkeys(lid for lid, _ in secret.readers))
+        who_reads = ", ".join(dict.fromkeys(lid for lid, _ in secret.readers))
         # reading it: the store's action on it, and Decrypt on its key when it is one of yours
         # (an AWS managed key's policy lets every role the store serves use it)
         needs = [(secret.action, "it")] + ([("kms:Decrypt", f"its key {key}")] if key else [])
@@ -374,12 +374,14 @@ def check_secrets(functions: list[Function], session: Any) -> Iterator[Result]:
                     if decision != "allowed":
                         refused.append(f"{logical_id}'s role may not {action} {what} ({decision})")
         except Unasked as error:
-            yield Result(False, check, f"exists; whether {readers} may read it is unknown: {error}")
+            yield Result(
+                False, check, f"exists; whether {who_reads} may read it is unknown: {error}"
+            )
             continue
         if refused:
             yield Result(False, check, "; ".join(refused))
         else:
-            yield Result(True, check, f"exists, and {readers} may read it")
+            yield Result(True, check, f"exists, and {who_reads} may read it")
 
 
 class Unasked(Exception):
