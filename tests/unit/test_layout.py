@@ -138,7 +138,7 @@ def test_make_lint_fails_when_a_module_imports_a_wing_above_it(tmp_path):
     whasp = tmp_path / "layers" / "memagent" / "providers" / "whasp.py"
     whasp.write_text(whasp.read_text() + "\nfrom memagent.providers import meta  # noqa\n")
     broken = lint_imports(tmp_path)
-    # then lint-imports (make lint's last step) fails, naming both
+    # then lint-imports (a step of make lint) fails, naming both
     assert broken.returncode == 1, broken.stdout + broken.stderr
     assert "memagent.memory.facts -> memagent.turn" in broken.stdout
     assert "memagent.providers.whasp -> memagent.providers.meta" in broken.stdout
