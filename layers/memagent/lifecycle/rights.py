@@ -105,7 +105,7 @@ def forget(
     memory its key before keyed keys holds (LEGACY_PERSON_KEYS); `schedules`: and their
     follow-ups' schedules."""
     pk = resolve(store, agent, phone)
-    erase = {"archive": archive, "media": media, "schedules": schedules}
+    erase: dict[str, Any] = {"archive": archive, "media": media, "schedules": schedules}
     receipt = forget_key(store, pk, at=at, **erase)
     old = legacy(store, agent, phone) if legacy_keys else None
     if old is None:

@@ -28,10 +28,12 @@ if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on fir
         LOCAL_PERSON_KEY,
         agent_key,
         digest,
+        internal_signature,
         legacy_key,
         person_key,
         person_key_secret,
         read_person_key,
+        signed_by_stack,
     )
     from memagent.memory.recent import recent_keys, shards
     from memagent.memory.settings import MemorySettings

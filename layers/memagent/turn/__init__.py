@@ -14,18 +14,9 @@ from memagent import face
 
 if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
     from memagent.turn.consumer import Consumer
-    from memagent.turn.keywords import (
-        HANDOFF_NOTICE,
-        HANDOFF_PHRASES,
-        OPT_OUT_WORDS,
-        STOP_WORDS,
-        normalised,
-    )
-    from memagent.turn.settings import (
-        DEFAULT_BUDGET_NOTICE,
-        DEFAULT_SYSTEM_PROMPT,
-        ConsumerSettings,
-    )
+    from memagent.turn.keywords import HANDOFF_PHRASES, OPT_OUT_WORDS, STOP_WORDS, normalised
+    from memagent.turn.replies import Replies
+    from memagent.turn.settings import DEFAULT_SYSTEM_PROMPT, ConsumerSettings
 
 face(
     __name__,

@@ -190,7 +190,7 @@ class Consumer:
         """The event a raw record carries, or None if it cannot be read (it will be parked)."""
         try:
             return self.parse_event(json.loads(record.get("body") or ""))
-        except (ValueError, TypeError, AttributeError, MalformedEvent, *POISON):
+        except (ValueError, TypeError, AttributeError, MalformedEvent, *POISON):  # type: ignore[misc]  # mypy reads no * here
             return None
 
     @classmethod
