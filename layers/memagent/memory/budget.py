@@ -3,7 +3,7 @@
 The counters ride on writes a turn makes anyway: a reply's tokens are stored on its turn item
 (the put that stores the reply), and the next message's state update (the transaction that
 stores it) adds the replies since the last count to the day's totals. So counting costs no
-request of its own, only a few bytes on the state item (bench/results.md). Every model call
+request of its own, only a few bytes on the state item (docs/benchmarks.md). Every model call
 made for the person counts: a photo's description and a voice note's transcription in the
 write that stores the message they became; a fold's tokens, which the compactor adds to the
 state's `fold_tokens` as it commits, at the next message, like a reply's. Past a limit the
