@@ -71,46 +71,35 @@ def test_every_name_of_a_wings_face_resolves(wing):
         assert getattr(face, name) is not None, f"memagent.{wing}.{name}"
 
 
-FACES = sorted(
-    path
-    for path in PACKAGE.rglob("__init__.py")
-    if "face(" in path.read_text() and path.parent != PACKAGE
-)
-
-
-def face_table(path: Path) -> tuple[dict[str, str], dict[str, str]]:
-    """A face's two lists: what face() hands out (name -> module) and what it imports under
-    TYPE_CHECKING for mypy and editors (name -> module)."""
-    tree = ast.parse(path.read_text())
-    call = next(
-        node
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "face"
+def _wing(root: Path, name: str, typed: str) -> None:
+    """A wing `name` under `root`: a module `part` and a face importing `typed` for mypy."""
+    (root / name).mkdir()
+    (root / name / "part.py").write_text("VALUE = 1\nOTHER = 2\n")
+    (root / name / "__init__.py").write_text(
+        "from typing import TYPE_CHECKING\n\nfrom memagent import face\n\n"
+        f"if TYPE_CHECKING:\n    {typed}\n\nface(__name__)\n"
     )
-    handed = {
-        name: module for module, names in ast.literal_eval(call.args[1]).items() for name in names
-    }
-    package = ".".join(path.parent.relative_to(PACKAGE.parent).parts)
-    typed = {
-        alias.asname or alias.name: node.module.removeprefix(package + ".")
-        for block in tree.body
-        if isinstance(block, ast.If) and getattr(block.test, "id", None) == "TYPE_CHECKING"
-        for node in block.body
-        if isinstance(node, ast.ImportFrom) and node.module
-        for alias in node.names
-    }
-    return handed, typed
 
 
-@pytest.mark.parametrize("path", FACES, ids=lambda path: str(path.parent.relative_to(PACKAGE)))
-def test_a_face_types_every_name_it_hands_out(path):
-    # given a wing's face: the names face() loads on first use, and its TYPE_CHECKING imports
-    handed, typed = face_table(path)
-    # then the two are the same names from the same modules: mypy and an editor see the type of
-    # every name the face hands out, and nothing it does not
-    untyped = {name: module for name, module in handed.items() if typed.get(name) != module}
-    assert not untyped, f"{path}: import these under TYPE_CHECKING too: {untyped}"
-    assert typed == handed, f"{path}: its TYPE_CHECKING imports name more than face() hands out"
+def test_a_face_hands_out_what_it_imports_for_mypy_each_on_first_use(tmp_path, monkeypatch):
+    # given a wing whose face imports one name of its module under TYPE_CHECKING
+    _wing(tmp_path, "wing_a", "from wing_a.part import VALUE")
+    _wing(tmp_path, "wing_b", "from memagent.memory.types import Turn  # another wing's")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        wing = importlib.import_module("wing_a")
+        # then the face hands out that name, and loads its module only when it is used
+        assert wing.__all__ == ["VALUE"] and "wing_a.part" not in sys.modules
+        assert wing.VALUE == 1 and "wing_a.part" in sys.modules
+        # and nothing it does not import for mypy, though its module has it
+        with pytest.raises(AttributeError, match="OTHER"):
+            _ = wing.OTHER
+        # and a face that imports another wing's name is refused when it loads, naming it
+        with pytest.raises(ImportError, match=r"memagent\.memory\.types"):
+            importlib.import_module("wing_b")
+    finally:
+        for name in ("wing_a", "wing_a.part", "wing_b"):
+            sys.modules.pop(name, None)
 
 
 def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:

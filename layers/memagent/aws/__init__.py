@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from memagent import face
 
-if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+if TYPE_CHECKING:  # the face: typed for mypy and editors, each loaded on first use
     from memagent.aws.archive import KeptMedia, TranscriptArchive
     from memagent.aws.backoff import BackoffProcessor, Retries, RetrySchedule, ScheduledRetries
     from memagent.aws.notify import HANDOFF_ENDED, HANDOFF_MESSAGE, HANDOFF_STARTED, OperatorEvents
@@ -20,16 +20,4 @@ if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on fir
     from memagent.aws.sqs import resolve_credentials
     from memagent.aws.stream import StreamReader
 
-face(
-    __name__,
-    {
-        "archive": ["KeptMedia", "TranscriptArchive"],
-        "backoff": ["BackoffProcessor", "Retries", "RetrySchedule", "ScheduledRetries"],
-        "notify": ["HANDOFF_ENDED", "HANDOFF_MESSAGE", "HANDOFF_STARTED", "OperatorEvents"],
-        "queue": ["EventQueue", "FailureQueue", "ParkingQueue", "RetryQueue"],
-        "scheduler": ["DEAD_LETTER_ARN", "FollowUpSchedules", "schedule_name"],
-        "snapstart": ["after_restore"],
-        "sqs": ["resolve_credentials"],
-        "stream": ["StreamReader"],
-    },
-)
+face(__name__)

@@ -9,16 +9,9 @@ from typing import TYPE_CHECKING
 
 from memagent import face
 
-if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+if TYPE_CHECKING:  # the face: typed for mypy and editors, each loaded on first use
     from memagent.compaction.fold import Compactor
     from memagent.compaction.retry import FOLD, FailedCompactions, Job, job_of
     from memagent.compaction.settings import CompactorSettings
 
-face(
-    __name__,
-    {
-        "fold": ["Compactor"],
-        "retry": ["FOLD", "FailedCompactions", "Job", "job_of"],
-        "settings": ["CompactorSettings"],
-    },
-)
+face(__name__)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from memagent import face
 
-if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+if TYPE_CHECKING:  # the face: typed for mypy and editors, each loaded on first use
     from memagent.lifecycle.audit_trail import ERASE, audit
     from memagent.lifecycle.follow_ups import FOLLOW_UP, FollowUpRefused, Target, ask
     from memagent.lifecycle.rights import (
@@ -26,22 +26,4 @@ if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on fir
     )
     from memagent.lifecycle.upgrade import carry_over
 
-face(
-    __name__,
-    {
-        "audit_trail": ["ERASE", "audit"],
-        "follow_ups": ["FOLLOW_UP", "FollowUpRefused", "Target", "ask"],
-        "rights": [
-            "Receipt",
-            "expire",
-            "expired_by_ttl",
-            "export",
-            "forget",
-            "forget_key",
-            "left_by_ttl",
-            "left_half_done",
-            "resolve",
-        ],
-        "upgrade": ["carry_over"],
-    },
-)
+face(__name__)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from memagent import face
 
-if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+if TYPE_CHECKING:  # the face: typed for mypy and editors, each loaded on first use
     from memagent.memory.budget import converts, counted, day_of, exhausted, stack_budget
     from memagent.memory.clock import day, is_zone, person_zone
     from memagent.memory.context import Context, build_context
@@ -49,45 +49,4 @@ if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on fir
         classed,
     )
 
-face(
-    __name__,
-    {
-        "budget": ["converts", "counted", "day_of", "exhausted", "stack_budget"],
-        "clock": ["day", "is_zone", "person_zone"],
-        "context": ["Context", "build_context"],
-        "facts": [
-            "cap_facts",
-            "fact_key",
-            "key_of",
-            "looks_like_instruction",
-            "normalise",
-            "plain",
-            "screen_facts",
-            "screen_summary",
-        ],
-        "person": [
-            "LOCAL_PERSON_KEY",
-            "agent_key",
-            "digest",
-            "internal_signature",
-            "legacy_key",
-            "person_key",
-            "person_key_secret",
-            "read_person_key",
-            "signed_by_stack",
-        ],
-        "recent": ["recent_keys", "shards"],
-        "settings": ["MemorySettings"],
-        "types": [
-            "Epoch",
-            "Fact",
-            "Handoff",
-            "Kind",
-            "Memory",
-            "PersonState",
-            "Summary",
-            "Turn",
-            "classed",
-        ],
-    },
-)
+face(__name__)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from memagent import face
 
-if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+if TYPE_CHECKING:  # the face: typed for mypy and editors, each loaded on first use
     from memagent.model.bedrock import is_bedrock_runtime, runtime_url
     from memagent.model.client import Folded, ModelClient
     from memagent.model.settings import (
@@ -21,17 +21,4 @@ if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on fir
     )
     from memagent.model.tools import Caller, ToolBox, ToolResult, load_tools, tool_hosts
 
-face(
-    __name__,
-    {
-        "bedrock": ["is_bedrock_runtime", "runtime_url"],
-        "client": ["Folded", "ModelClient"],
-        "settings": [
-            "DEFAULT_TRANSCRIPTION_MODEL",
-            "MODEL_PROVIDERS",
-            "ModelSettings",
-            "tools_settings",
-        ],
-        "tools": ["Caller", "ToolBox", "ToolResult", "load_tools", "tool_hosts"],
-    },
-)
+face(__name__)

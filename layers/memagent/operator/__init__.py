@@ -10,20 +10,11 @@ from typing import TYPE_CHECKING
 
 from memagent import face
 
-if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+if TYPE_CHECKING:  # the face: typed for mypy and editors, each loaded on first use
     from memagent.operator.console import page
     from memagent.operator.doors import Caller, caller_of, needed_for
     from memagent.operator.reading import Operator
     from memagent.operator.seat import identifier
     from memagent.operator.settings import AdminSettings
 
-face(
-    __name__,
-    {
-        "console": ["page"],
-        "doors": ["Caller", "caller_of", "needed_for"],
-        "reading": ["Operator"],
-        "seat": ["identifier"],
-        "settings": ["AdminSettings"],
-    },
-)
+face(__name__)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from memagent import face
 
-if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+if TYPE_CHECKING:  # the face: typed for mypy and editors, each loaded on first use
     from memagent.providers.configured import provider_from_settings
     from memagent.providers.origins import Origin, parse_media_origins, parse_origins, url_origin
     from memagent.providers.seam import (
@@ -38,29 +38,4 @@ if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on fir
     from memagent.providers.signing import check_signing_secrets
     from memagent.providers.void import TEST_PERSON, is_test_person
 
-face(
-    __name__,
-    {
-        "configured": ["provider_from_settings"],
-        "origins": ["Origin", "parse_media_origins", "parse_origins", "url_origin"],
-        "seam": [
-            "ChatOptedOut",
-            "Event",
-            "IdentityChanged",
-            "InboundMessage",
-            "MarketingPreference",
-            "NumberReplaced",
-            "PERSON_ID",
-            "Provider",
-            "ReplyStatus",
-            "check_size",
-            "idempotency_key",
-            "parse_send_key",
-            "shorten",
-            "split_text",
-        ],
-        "settings": ["DEFAULT_META_GRAPH_URL", "PROVIDERS", "ProviderSettings"],
-        "signing": ["check_signing_secrets"],
-        "void": ["TEST_PERSON", "is_test_person"],
-    },
-)
+face(__name__)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from memagent import face
 
-if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+if TYPE_CHECKING:  # the face: typed for mypy and editors, each loaded on first use
     from memagent.store.erasure import KEPT_ON_ERASURE
     from memagent.store.follow_ups import DUE, FOLLOW_UP_FOR_HUMAN, follow_up_view
     from memagent.store.handoff import claim_holds
@@ -29,25 +29,4 @@ if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on fir
         iso,
     )
 
-face(
-    __name__,
-    {
-        "erasure": ["KEPT_ON_ERASURE"],
-        "follow_ups": ["DUE", "FOLLOW_UP_FOR_HUMAN", "follow_up_view"],
-        "handoff": ["claim_holds"],
-        "ledger": ["PART", "SENDING", "SENT", "STORED", "Standing", "sent_parts"],
-        "memory_store": ["MemoryStore", "handoff_of"],
-        "operator": ["OperatorStore"],
-        "table": [
-            "ALIAS",
-            "EVT",
-            "FACT",
-            "MSG",
-            "STATE",
-            "SUMMARY",
-            "TRANSACTION_LIMIT",
-            "from_iso",
-            "iso",
-        ],
-    },
-)
+face(__name__)

@@ -12,23 +12,10 @@ from typing import TYPE_CHECKING
 
 from memagent import face
 
-if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+if TYPE_CHECKING:  # the face: typed for mypy and editors, each loaded on first use
     from memagent.turn.consumer import Consumer
     from memagent.turn.keywords import HANDOFF_PHRASES, OPT_OUT_WORDS, STOP_WORDS, normalised
     from memagent.turn.replies import Replies
     from memagent.turn.settings import DEFAULT_SYSTEM_PROMPT, ConsumerSettings
 
-face(
-    __name__,
-    {
-        "consumer": ["Consumer"],
-        "keywords": [
-            "HANDOFF_PHRASES",
-            "OPT_OUT_WORDS",
-            "STOP_WORDS",
-            "normalised",
-        ],
-        "replies": ["Replies"],
-        "settings": ["DEFAULT_SYSTEM_PROMPT", "ConsumerSettings"],
-    },
-)
+face(__name__)

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 from memagent import face
 
-if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+if TYPE_CHECKING:  # the face: typed for mypy and editors, each loaded on first use
     from memagent.webhook.ingress import challenge, receive
     from memagent.webhook.settings import WebhookSettings
 
-face(__name__, {"ingress": ["challenge", "receive"], "settings": ["WebhookSettings"]})
+face(__name__)

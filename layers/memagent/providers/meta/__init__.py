@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from memagent import face
 
-if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on first use)
+if TYPE_CHECKING:  # the face: typed for mypy and editors, each loaded on first use
     from memagent.providers.meta.graph import (
         MEDIA_ORIGINS,
         OPTED_OUT_CODES,
@@ -43,32 +43,4 @@ if TYPE_CHECKING:  # the face's names, typed for mypy and editors (loaded on fir
         verify_signature,
     )
 
-face(
-    __name__,
-    {
-        "graph": [
-            "MEDIA_ORIGINS",
-            "OPTED_OUT_CODES",
-            "RETRY_CODES",
-            "TOKEN_CODES",
-            "WINDOW_CLOSED",
-            "GraphClient",
-            "GraphError",
-        ],
-        "identity": ["BSUID", "IDENTITY_CHANGES", "PHONE", "identities"],
-        "parser": [
-            "HEADER_SIGNATURE",
-            "MESSAGE",
-            "PREFERENCE",
-            "STATUS",
-            "Envelope",
-            "Notification",
-            "answer_challenge",
-            "check_signature_header",
-            "parse_event",
-            "parse_notification",
-            "sign",
-            "verify_signature",
-        ],
-    },
-)
+face(__name__)
