@@ -1,16 +1,13 @@
 """The AWS services other than the memory table: SQS (sqs without a boto3 client, queue),
 the retry schedule (backoff), DynamoDB Streams read back (stream), EventBridge (notify), S3
 (archive), and SnapStart's restore hooks (snapstart).
-
-Its face: the names the other wings and the functions use, each imported from its module on
-first use (memagent.face).
 """
 
 from typing import TYPE_CHECKING
 
 from memagent import face
 
-if TYPE_CHECKING:  # the face: typed for mypy and editors, each loaded on first use
+if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
     from memagent.aws.archive import KeptMedia, TranscriptArchive
     from memagent.aws.backoff import BackoffProcessor, Retries, RetrySchedule, ScheduledRetries
     from memagent.aws.notify import HANDOFF_ENDED, HANDOFF_MESSAGE, HANDOFF_STARTED, OperatorEvents

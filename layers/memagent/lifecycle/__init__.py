@@ -2,15 +2,14 @@
 expiry (rights); memory kept under a pre-keyed person key carried over (upgrade); the audit
 line every erasure, export and operator action leaves (audit_trail).
 
-Its face: the names the other wings and the functions use, each imported from its module on
-first use (memagent.face). Modules other wings import whole: `audit_trail`.
+Modules other wings import whole: `audit_trail`.
 """
 
 from typing import TYPE_CHECKING
 
 from memagent import face
 
-if TYPE_CHECKING:  # the face: typed for mypy and editors, each loaded on first use
+if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
     from memagent.lifecycle.audit_trail import ERASE, audit
     from memagent.lifecycle.follow_ups import FOLLOW_UP, FollowUpRefused, Target, ask
     from memagent.lifecycle.rights import (

@@ -2,15 +2,14 @@
 whose memory it is (person keys), their clock, the model's context, the facts' screening and
 the day's budget. No I/O: tests call it without any outside system.
 
-Its face: the names the other wings and the functions use, each imported from its module on
-first use (memagent.face). Modules other wings import whole: `clock`.
+Modules other wings import whole: `clock`.
 """
 
 from typing import TYPE_CHECKING
 
 from memagent import face
 
-if TYPE_CHECKING:  # the face: typed for mypy and editors, each loaded on first use
+if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
     from memagent.memory.budget import converts, counted, day_of, exhausted, stack_budget
     from memagent.memory.clock import day, is_zone, person_zone
     from memagent.memory.context import Context, build_context

@@ -1,16 +1,13 @@
 """The model: the Responses API client (client, always store=false), Amazon Bedrock's
 short-term key (bedrock, only with MODEL_PROVIDER=bedrock) and the operator's declared tools
 (tools, only with TOOLS_FILE).
-
-Its face: the names the other wings and the functions use, each imported from its module on
-first use (memagent.face).
 """
 
 from typing import TYPE_CHECKING
 
 from memagent import face
 
-if TYPE_CHECKING:  # the face: typed for mypy and editors, each loaded on first use
+if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
     from memagent.model.bedrock import is_bedrock_runtime, runtime_url
     from memagent.model.client import Folded, ModelClient
     from memagent.model.settings import (

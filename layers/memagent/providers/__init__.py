@@ -6,16 +6,13 @@ from the reserved test person (`make smoke`).
 
 Each adapter is a face of its own: another wing imports `memagent.providers.whasp` or
 `memagent.providers.meta` directly, and only where that provider is served.
-
-Its face: the names the other wings and the functions use, each imported from its module on
-first use (memagent.face).
 """
 
 from typing import TYPE_CHECKING
 
 from memagent import face
 
-if TYPE_CHECKING:  # the face: typed for mypy and editors, each loaded on first use
+if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
     from memagent.providers.configured import provider_from_settings
     from memagent.providers.origins import Origin, parse_media_origins, parse_origins, url_origin
     from memagent.providers.seam import (

@@ -2,15 +2,14 @@
 has the key schema and the turn's one Query; its writes are in parts: turn, ledger, person,
 handoff, compaction, erasure, operator, all built on table's keys and conditional writes.
 
-Its face: the names the other wings and the functions use, each imported from its module on
-first use (memagent.face). Modules other wings import whole: `ledger`.
+Modules other wings import whole: `ledger`.
 """
 
 from typing import TYPE_CHECKING
 
 from memagent import face
 
-if TYPE_CHECKING:  # the face: typed for mypy and editors, each loaded on first use
+if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
     from memagent.store.erasure import KEPT_ON_ERASURE
     from memagent.store.follow_ups import DUE, FOLLOW_UP_FOR_HUMAN, follow_up_view
     from memagent.store.handoff import claim_holds

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from memagent import face
 
-if TYPE_CHECKING:  # the face: typed for mypy and editors, each loaded on first use
+if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
     from memagent.providers.meta.graph import (
         MEDIA_ORIGINS,
         OPTED_OUT_CODES,
