@@ -30,12 +30,15 @@ BARE = re.compile(r"(?<![\w.$/*<>{}-])([A-Za-z_][\w-]*\.(?:py|md))\b(?![\w/(])")
 # a module by its dotted name, "memagent.turn.keywords": its wing or basic module is checked (the
 # flat package's modules are gone since the wings); what follows may be a name in it
 DOTTED = re.compile(r"(?<![\w.])memagent\.(\w+)")
-# files of other projects our text names, each with whose they are
+# files our text names that this repository does not hold, each with whose they are: another
+# project's, or one the reader writes
 ELSEWHERE = {
     "tests/data/updates": "the pywa library's fixtures (tests/unit/test_meta.py)",
     "evaluate_qa.py": "LongMemEval's judge (bench/longmemeval.py)",
     "standard.py": "botocore's retries (memagent/model/tools.py)",
-    "functions/consumer/replies.toml": "an operator's own replies, put there to deploy them",
+    "functions/consumer/replies.toml": "an operator's own replies (docs/configuration.md)",
+    "functions/consumer/clinic.md": "an operator's own persona (docs/local-stack.md)",
+    "clinic.md": "the same persona, as PERSONA_FILE names it",
 }
 
 
