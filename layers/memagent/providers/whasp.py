@@ -68,6 +68,7 @@ from memagent.providers.seam import (  # noqa: F401 (split_text, idempotency_key
     header,
     idempotency_key,
     json_body,
+    post_with_fresh_key,
     split_text,
 )
 from memagent.providers.signing import SECRET_PREFIX
@@ -324,30 +325,21 @@ class WhaspClient:
 
     def send_text(self, *, sender: str, to: str, text: str, key: str) -> str:
         """Send one text part. Return whasp's message id; raise a typed error otherwise."""
-        import urllib3
-
         body = json.dumps({"from": sender, "to": to, "type": "text", "text": text})
-        for fresh in (False, True):  # a refused key is read again past the cache, once
-            try:
-                response = self._http.request(
-                    "POST",
-                    f"{self._api_url}/v1/messages",
-                    body=body.encode(),
-                    headers={
-                        "Authorization": f"Bearer {self._key(fresh=fresh)}",
-                        "Idempotency-Key": key,
-                        "Content-Type": "application/json",
-                    },
-                )
-            except urllib3.exceptions.HTTPError as error:
-                raise TransientError(
-                    f"whasp unreachable: {type(error).__name__}",
-                    dependency="whasp",
-                    error=type(error).__name__,
-                ) from None
-            if response.status not in AUTH_STATUSES:
-                break
-        else:
+        response = post_with_fresh_key(
+            self._http,
+            f"{self._api_url}/v1/messages",
+            body.encode(),
+            lambda fresh: {
+                "Authorization": f"Bearer {self._key(fresh=fresh)}",
+                "Idempotency-Key": key,
+                "Content-Type": "application/json",
+            },
+            refused=lambda response: response.status in AUTH_STATUSES,
+            name="whasp",
+            dependency="whasp",
+        )
+        if response.status in AUTH_STATUSES:  # refused twice: the key itself is wrong
             _count("ProviderAuthFailed")  # alarmed: the key needs fixing; the reply waits
             raise TransientError(
                 f"whasp refused the API key (HTTP {response.status})",
