@@ -14,7 +14,7 @@ help:
 	@echo "               the console in Chromium, the admin API fuzzed (Schemathesis)"
 	@echo "make test-all  both (CI runs both)"
 	@echo "make mutation  mutmut on the domain modules (MODULE=memory.facts: one), a score per module"
-	@echo "make lint      ruff lint and format check, import-linter's contracts"
+	@echo "make lint      ruff lint and format check, import-linter's contracts, mypy"
 	@echo "make validate  sam validate --lint (offline)"
 	@echo "make scan      checkov on template.yaml (its own virtualenv, .venv-scan)"
 	@echo "make build     sam build for python3.13/arm64, then check the artifacts"
@@ -71,6 +71,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
@@ -131,4 +132,4 @@ bench: $(STAMP)
 	$(PY) bench/run.py --out docs/benchmarks.md
 
 clean:
-	rm -rf .aws-sam .pytest_cache .ruff_cache .hypothesis .import_linter_cache
+	rm -rf .aws-sam .pytest_cache .ruff_cache .hypothesis .import_linter_cache .mypy_cache

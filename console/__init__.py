@@ -1,1 +1,2 @@
-"""The operator console (console/server.py, console/index.html): run with `make console`."""
+"""The operator console: console/server.py serves memagent/operator/console.html and forwards
+to the admin API; run with `make console`."""

@@ -10,6 +10,7 @@ second place to edit; an intrinsic this module cannot resolve raises `TemplateEr
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -214,6 +215,39 @@ def functions(template: dict[str, Any], resolver: Resolver, root: Path) -> dict[
             events=dict(props.get("Events") or {}),
         )
     return specs
+
+
+class _Recording(dict[str, str]):
+    """An environment that notes every name read from it."""
+
+    def __init__(self, values: Mapping[str, str]):
+        super().__init__(values)
+        self.read: set[str] = set()
+
+    def get(self, name: Any, default: Any = None) -> Any:
+        self.read.add(name)
+        return super().get(name, default)
+
+    def __getitem__(self, name: Any) -> Any:
+        self.read.add(name)
+        return super().__getitem__(name)
+
+    def __contains__(self, name: Any) -> bool:
+        self.read.add(name)
+        return super().__contains__(name)
+
+
+def variables_read(settings: Any, environment: Mapping[str, str]) -> set[str]:
+    """The names a function's settings class (`settings.from_env`) reads of `environment`,
+    whatever it makes of their values (a value it refuses was read all the same): what its
+    Environment in template.yaml may set (tests/infra/test_configuration.py) and which of its
+    secrets it reads (make smoke)."""
+    from memagent.errors import ConfigurationError
+
+    recording = _Recording(environment)
+    with contextlib.suppress(ConfigurationError):
+        settings.from_env(recording)
+    return recording.read
 
 
 def logical_id_of(value: Any) -> str:

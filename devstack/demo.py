@@ -481,6 +481,7 @@ class Demo:
             return
         self.stack.wait_idle(timeout=60)
         identifier = self.bsuid if self.meta else MAYA  # Meta: by her current BSUID
+        assert identifier  # Meta's run gave her a BSUID three weeks in
         receipt = forget(self.stack.store(), self.stack.agent_id, identifier)
         self.console.note(f"forget(): {receipt.removed} items removed at {receipt.at:%H:%M:%S}")
         self.stack.wait_idle(timeout=60)

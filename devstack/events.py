@@ -27,7 +27,8 @@ from memagent.providers.whasp import sign
 AGENT = "coach"
 BUSINESS = "+14155550100"
 EVENT_QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:whasp-agent-EventQueue.fifo"
-WHASP_SIDE = {"api_id": "api1234567", "source_ip": "203.0.113.10"}  # the API, whasp's address
+# the API, whasp's address
+WHASP_SIDE: dict[str, Any] = {"api_id": "api1234567", "source_ip": "203.0.113.10"}
 
 
 def http_event(

@@ -35,8 +35,8 @@ class FakeLambda(RecordingServer):
     ) -> None:
         super().__init__()
         self.functions = dict(functions or {})  # function name or ARN -> handler(event, context)
-        self._lost: list[str] = []  # tools whose next answers are lost, in order
-        self._slow: list[tuple[str, float]] = []  # (tool, seconds) for the next invocations
+        self._lost: list[str | None] = []  # tools whose next answers are lost, in order
+        self._slow: list[tuple[str | None, float]] = []  # (tool, seconds) for the next invocations
         self.time_scale = time_scale  # Lambda seconds per real second, for slow functions
         self.clock = clock
         self._running = 0

@@ -203,8 +203,8 @@ class FakeOpenAI(RecordingServer):
             issued = dict(self._call_ids)
         try:
             request_problems(body, issued)
-        except Refused as refused:
-            return refused.reply()
+        except Refused as problem:
+            return problem.reply()
         return self._respond(body)
 
     def _respond(self, body: dict[str, Any]) -> Reply:
@@ -449,7 +449,7 @@ def _multipart(request: Request) -> dict[str, tuple[str | None, str | None, byte
     head = f"Content-Type: {content_type}\r\n\r\n".encode()
     message = email.message_from_bytes(head + request.body, policy=email.policy.HTTP)
     return {
-        name: (part.get_filename(), part.get("content-type") and part.get_content_type(), data)
+        str(name): (part.get_filename(), part.get("content-type") and part.get_content_type(), data)
         for part in message.iter_parts()
         if (name := part.get_param("name", header="content-disposition"))
         and isinstance(data := part.get_payload(decode=True), bytes)
@@ -567,8 +567,8 @@ def _follow_up(request: dict[str, Any]) -> Any:
     built-in tool and asked "remind me tomorrow at 9 to ...", the call, then its confirmation."""
     notes = notes_of(request)
     if "A follow-up you scheduled is due now" in notes:
-        about = re.findall(r"never an order to you\): (\"[^\n]*\")", notes)
-        return f"{OFFLINE} Reminder, as you asked: {json.loads(about[0]) if about else 'this'}."
+        quoted = re.findall(r"never an order to you\): (\"[^\n]*\")", notes)
+        return f"{OFFLINE} Reminder, as you asked: {json.loads(quoted[0]) if quoted else 'this'}."
     offered = {tool.get("name") for tool in request.get("tools") or []}
     asked = _REMIND.search((_user_messages(request) or [""])[-1])
     if "schedule_follow_up" not in offered or asked is None:
@@ -716,7 +716,8 @@ def _structured(request: dict[str, Any], schema: dict[str, Any]) -> Any:
     messages = _user_messages(request, compaction=True)
     facts = _facts(messages, _dated_lines(request))
     notes = _numbered_notes(request)
-    outdated, confirmed = [], []
+    outdated: list[int] = []
+    confirmed: list[int] = []
     for number, note in notes.items():
         subject = _subject(note)
         if any(_subject(f) == subject for f in facts) or any(

@@ -202,10 +202,10 @@ def make_sqs_faithful() -> None:
 
     models.unix_time, models.unix_time_millis = unix_time, unix_time_millis
     backend = models.SQSBackend
-    backend.is_message_valid_based_on_retention_period = is_message_valid_based_on_retention_period
+    backend.is_message_valid_based_on_retention_period = is_message_valid_based_on_retention_period  # type: ignore[assignment]
     backend.receive_message = _in_group_order(backend.receive_message)
     models.Message.mark_received = _noting_receipt(models.Message.mark_received)
-    backend.change_message_visibility = _change_message_visibility
+    backend.change_message_visibility = _change_message_visibility  # type: ignore[assignment]
 
 
 def _noting_receipt(mark_received: Any) -> Any:
@@ -527,7 +527,7 @@ def make_scheduler_strict() -> None:
             raise ValidationException("; ".join(problems))
         return create(self, **kwargs)
 
-    EventBridgeSchedulerBackend.create_schedule = create_schedule
+    EventBridgeSchedulerBackend.create_schedule = create_schedule  # type: ignore[assignment]
 
 
 @_once
@@ -576,7 +576,7 @@ def make_iam_simulate() -> None:
                 )
         return ActionResult({"EvaluationResults": results, "IsTruncated": False})
 
-    IamResponse.simulate_principal_policy = simulate_principal_policy
+    IamResponse.simulate_principal_policy = simulate_principal_policy  # type: ignore[attr-defined]
 
 
 # the protocols whose endpoint's owner confirms a subscription (SNS's Subscribe reference)

@@ -156,7 +156,7 @@ def _client(service: str) -> Any:
 
 @functools.lru_cache(maxsize=16)
 def _cached_client(service: str, _endpoint: str | None) -> Any:
-    return boto3.client(service)
+    return boto3.client(service)  # type: ignore[call-overload]  # boto3-stubs: a literal name
 
 
 def max_receive_count(template: dict[str, Any], queue: str = "EventQueue") -> int:

@@ -129,6 +129,7 @@ class Environment:
         if ended is not None:  # Lambda ends an environment that timed out or crashed
             self.stop()
             return Outcome(False, None, *ended, _ms(started), cold)
+        assert reply is not None  # else it ended
         logs = tuple(reply.get("logs") or ())
         if "error" in reply:
             failure = reply["error"]

@@ -252,8 +252,10 @@ class SchedulerFiring:
             if decision.allowed:
                 return
             why = f"{role_arn} is not authorized to perform: {action} on resource: {queue}"
-        error = {"Code": "AccessDenied", "Message": why}
-        raise ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": 403}}, action)
+        # botocore-stubs want every ResponseMetadata key; botocore reads what is there
+        response: Any = {"Error": {"Code": "AccessDenied", "Message": why}}
+        response["ResponseMetadata"] = {"HTTPStatusCode": 403}
+        raise ClientError(response, action)
 
     def _queue_url(self, arn: str) -> str:
         account, name = arn.split(":")[4:6]

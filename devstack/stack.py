@@ -660,8 +660,8 @@ class DevStack(Started):
             if "Condition" in resource and not resolver.condition(resource["Condition"]):
                 continue
             props = resource.get("Properties") or {}
-            name = resolver.resolve(props["BucketName"]) if "BucketName" in props else None
-            name = str(name or f"{self.prefix}-{logical_id}".lower())
+            given = resolver.resolve(props["BucketName"]) if "BucketName" in props else None
+            name = str(given or f"{self.prefix}-{logical_id}".lower())
             boto3.client("s3").create_bucket(Bucket=name)
             resolver.refs[logical_id] = name
             resolver.attributes[(logical_id, "Arn")] = f"arn:aws:s3:::{name}"
@@ -1179,7 +1179,10 @@ class DevStack(Started):
         from devstack.events import meta_notification
 
         stamp = str(int((at or self.now()).timestamp()))
-        message = {"id": f"wamid.SYSTEM{uuid.uuid4().hex[:16].upper()}", "timestamp": stamp}
+        message: dict[str, Any] = {
+            "id": f"wamid.SYSTEM{uuid.uuid4().hex[:16].upper()}",
+            "timestamp": stamp,
+        }
         message |= {**sender, "type": "system", "system": {"type": kind, "body": kind, **system}}
         notification = meta_notification(messages=[message], number_id=self.business_number)
         self._expect_accepted(self.post_meta(notification))

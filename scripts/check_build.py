@@ -52,7 +52,7 @@ RUNTIME_PROVIDED = frozenset(
     for name in ("boto3", "botocore", "s3transfer", "jmespath", "urllib3", "python-dateutil", "six")
 )
 # what must never ship, and why: each costs every cold start and none is used
-NOT_SHIPPED = {
+NOT_SHIPPED: dict[str, str] = {
     canonicalize_name("aws-xray-sdk"): (
         "the X-Ray SDK (end of support 2027-02-25) comes with Powertools' `tracer` extra; "
         "keep Tracing: Active and add OpenTelemetry via the ADOT layer instead"

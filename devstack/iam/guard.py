@@ -184,7 +184,8 @@ def _client_error(service: str, operation: str, code: str, message: str, status:
     return ClientError(
         {
             "Error": {"Code": code, "Message": message},
-            "ResponseMetadata": {"HTTPStatusCode": status},
+            # botocore-stubs want every ResponseMetadata key; botocore reads what is there
+            "ResponseMetadata": {"HTTPStatusCode": status},  # type: ignore[typeddict-item]
         },
         operation,
     )

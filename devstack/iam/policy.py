@@ -230,21 +230,21 @@ def decide(
     principal: Principal | None = None,
 ) -> Decision:
     """IAM's answer for `principal` (holding the `identity` policies) asking for `request` on a
-    resource whose own policies are `resource` (same account)."""
-    identity_statements = statements(identity)
-    resource_statements = statements(resource)
-    for statement in identity_statements:
-        if statement.get("Effect") == DENY and _applies(statement, request, None):
-            return Decision(False, "explicit deny in an identity-based policy")
-    for statement in resource_statements:
-        if statement.get("Effect") == DENY and _applies(statement, request, principal):
-            return Decision(False, "explicit deny in a resource-based policy")
-    for statement in identity_statements:
-        if statement.get("Effect") == ALLOW and _applies(statement, request, None):
-            return Decision(True, "allowed")
-    for statement in resource_statements:
-        if statement.get("Effect") == ALLOW and _applies(statement, request, principal):
-            return Decision(True, "allowed by a resource-based policy")
+    resource whose own policies are `resource` (same account): IAM's order, an explicit deny in
+    either kind of policy first, then an allow in either."""
+    # (effect, the policies, whom their statements must name: a resource policy's Principal)
+    order = (
+        (DENY, identity, None, Decision(False, "explicit deny in an identity-based policy")),
+        (DENY, resource, principal, Decision(False, "explicit deny in a resource-based policy")),
+        (ALLOW, identity, None, Decision(True, "allowed")),
+        (ALLOW, resource, principal, Decision(True, "allowed by a resource-based policy")),
+    )
+    for effect, policies, named, decision in order:
+        if any(
+            statement.get("Effect") == effect and _applies(statement, request, named)
+            for statement in statements(policies)
+        ):
+            return decision
     return Decision(False, f"no identity-based policy allows the {request.action} action")
 
 

@@ -94,10 +94,10 @@ class StackIam:
         function_role = {}
         for logical_id, resource in resources.items():
             if resource.get("Type") == cfn.FUNCTION and _holds(resolver, resource):
-                role = (resource.get("Properties") or {}).get("Role")
-                if role is None:
+                named = (resource.get("Properties") or {}).get("Role")
+                if named is None:
                     raise cfn.TemplateError(f"{logical_id}: a function without an explicit Role")
-                function_role[logical_id] = cfn.logical_id_of(role)
+                function_role[logical_id] = cfn.logical_id_of(named)
         return cls(roles, function_role, policies)
 
     def resource_policies_for(self, resource: str) -> list[dict[str, Any]]:

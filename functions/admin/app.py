@@ -212,7 +212,7 @@ def _rights(call: Callable[..., Any], **media: Any) -> Callable[[str], Any]:
 
 
 @app.get("/")
-def console_page():
+def console_page() -> Response:
     """The console's page (ConsoleApi, OperatorConsole=true): no data in it; it signs in."""
     if not settings.console_client_id:
         return _error(404, "no console: OperatorConsole is false")
@@ -227,12 +227,12 @@ def console_page():
 
 
 @app.get("/people/<id>")
-def get_person(id: str):
+def get_person(id: str) -> Any:
     return _audited(actions.EXPORT, id, _rights(export, kept_media=media))
 
 
 @app.delete("/people/<id>")
-def delete_person(id: str):
+def delete_person(id: str) -> Any:
     erase = _rights(forget, media=media, schedules=operator.schedules)
     return _audited(actions.ERASE, id, lambda who: erase(who).as_dict())
 
@@ -298,7 +298,7 @@ for _method, _path, _action, _call in SEAT_ROUTES:
 
 
 @app.post("/people/<id>/messages")
-def reply(id: str):
+def reply(id: str) -> Any:
     key = app.current_event.headers.get("idempotency-key")
     # the reply's claim on its send holds until this invocation ends (a request that dies
     # holds it no longer: a retry then takes it over)
@@ -310,12 +310,12 @@ def reply(id: str):
 
 
 @app.get("/handoffs")
-def handoffs():
+def handoffs() -> Any:
     return _audited(actions.LIST_HANDOFFS, None, lambda _who: operator.waiting())
 
 
 @app.get("/conversations")
-def recent():
+def recent() -> Any:
     return _audited(actions.LIST_RECENT, None, lambda _who: operator.recent())
 
 

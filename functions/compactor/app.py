@@ -6,11 +6,14 @@ DynamoDB stream can name only the record's dynamodb key, not its userIdentity). 
 CompactionFailureQueue, where the stream's mapping sends what failed all its retries: those
 jobs are done again later, on a backoff (memagent.compaction.retry)."""
 
+from typing import Any
+
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
     EventType,
     process_partial_response,
 )
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -87,7 +90,7 @@ failed = FailedCompactions(StreamReader(), failure_queue, run, delay=settings.re
 
 def _person(record: DynamoDBRecord) -> str:
     key = (record.dynamodb.keys if record.dynamodb else None) or {}
-    pk = key.get("pk")
+    pk: Any = key.get("pk")  # the table's key: in every stream record
     return pk["S"] if isinstance(pk, dict) else pk  # plain or DynamoDB-JSON, across versions
 
 
@@ -107,7 +110,7 @@ def retry_handler(record: SQSRecord) -> str:
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
-def handler(event: dict, context: LambdaContext) -> dict:
+def handler(event: dict, context: LambdaContext) -> PartialItemFailureResponse:
     if (event.get("Records") or [{}])[0].get("eventSource") == "aws:sqs":
         return process_partial_response(
             event=event, record_handler=retry_handler, processor=retry_processor, context=context

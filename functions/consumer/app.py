@@ -7,6 +7,7 @@ come back after our backoff, not the queue's visibility timeout (memagent.turn.c
 """
 
 from aws_lambda_powertools.utilities.batch import process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -37,7 +38,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
-def handler(event: dict, context: LambdaContext) -> dict:
+def handler(event: dict, context: LambdaContext) -> PartialItemFailureResponse:
     records = event.get("Records") or []
     consumer.look_ahead(records)  # which records end a burst
     watchdog = settings.watchdog_seconds and context is not None

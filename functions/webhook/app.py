@@ -8,6 +8,7 @@ Bedrock, VPC Lattice...), about a third of this function's cold start, to dispat
 
 import base64
 import json
+from collections.abc import Callable
 
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -104,7 +105,11 @@ def subscription_check(event: dict) -> dict:
     return _response(200, answer, "text/plain")
 
 
-ROUTES = {("POST", PATH): webhook, ("GET", PATH): subscription_check}
+# (method, path): a request may lack either
+ROUTES: dict[tuple[str | None, str | None], Callable[[dict], dict]] = {
+    ("POST", PATH): webhook,
+    ("GET", PATH): subscription_check,
+}
 
 
 def respond(event: dict) -> dict:

@@ -19,9 +19,12 @@ import hashlib
 import os
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from memagent.errors import ConfigurationError, SecretUnavailable
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.parameters.base import BaseProvider
 
 _T = TypeVar("_T")
 
@@ -85,14 +88,15 @@ class Secret:
         parameter: str | None,
         check: Callable[..., object] | None = None,
         secrets_manager: bool = False,
-        config: Mapping[str, object] = SSM_CONFIG,
+        config: Mapping[str, Any] = SSM_CONFIG,
     ):
         self.name = name
         self._value = value
         self._parameter = parameter
         self._secrets_manager = secrets_manager
         self._config = config
-        self._provider = None  # Powertools' provider: caches for SECRET_MAX_AGE_SECONDS
+        # Powertools' provider: caches for SECRET_MAX_AGE_SECONDS
+        self._provider: BaseProvider | None = None
         # check(value, setting=name) raises ConfigurationError: a plain value is checked now
         # (cold start), a stored one each time it is read (a 503, naming the parameter)
         self._check = check
@@ -133,7 +137,9 @@ class Secret:
                 # fail fast: a webhook must answer within whasp's deadline, a 503 beats a timeout.
                 # boto3's default session, shared with the function's other clients, has loaded
                 # botocore's data files already; a session of its own would load them again.
-                kind = "secretsmanager" if self._secrets_manager else "ssm"
+                kind: Literal["secretsmanager", "ssm"] = (
+                    "secretsmanager" if self._secrets_manager else "ssm"
+                )
                 provider = (
                     parameters.SecretsProvider
                     if self._secrets_manager
@@ -142,7 +148,8 @@ class Secret:
                 self._provider = provider(
                     boto3_client=boto3.client(kind, config=Config(**self._config))
                 )
-            options = {} if self._secrets_manager else {"decrypt": True}
+            options: dict[str, Any] = {} if self._secrets_manager else {"decrypt": True}
+            assert self._parameter is not None  # from_env gives a value or a parameter
             value = self._provider.get(
                 self._parameter, max_age=SECRET_MAX_AGE_SECONDS, force_fetch=fresh, **options
             )

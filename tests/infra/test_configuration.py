@@ -4,15 +4,13 @@ deploy with the default), and every setting has its row in the configuration tab
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
+from devstack.cfn import variables_read
 from memagent.compaction import CompactorSettings
-from memagent.errors import ConfigurationError
 from memagent.operator import AdminSettings
 from memagent.turn import ConsumerSettings
 from memagent.webhook import WebhookSettings
@@ -42,26 +40,6 @@ LIBRARY_VARIABLES = {
 }
 # set by Lambda itself (or the SAM CLI's local runs), never by the template or an operator
 RUNTIME_VARIABLES = {"AWS_REGION", "AWS_DEFAULT_REGION", "LAMBDA_TASK_ROOT", "AWS_SAM_LOCAL"}
-
-
-class Recording(dict):
-    """An environment that notes every name read from it."""
-
-    def __init__(self, values: Mapping[str, str]):
-        super().__init__(values)
-        self.read: set[str] = set()
-
-    def get(self, name: Any, default: Any = None) -> Any:
-        self.read.add(name)
-        return super().get(name, default)
-
-    def __getitem__(self, name: Any) -> Any:
-        self.read.add(name)
-        return super().__getitem__(name)
-
-    def __contains__(self, name: Any) -> bool:
-        self.read.add(name)
-        return super().__contains__(name)
 
 
 def environment(function: dict[str, Any], cfn: Template, parameters: dict) -> dict[str, str]:
@@ -94,11 +72,9 @@ def test_every_variable_the_template_sets_is_read_by_its_functions_settings(shap
             set_by_template[function_id] |= set(values)
             # the function's code, where its TOOLS_FILE is read from
             code = ROOT / "functions" / function_id.removesuffix("Function").lower()
-            env = Recording({**values, "LAMBDA_TASK_ROOT": str(code)})
+            env = {**values, "LAMBDA_TASK_ROOT": str(code)}
             # a stand-in value refused: its name was read all the same
-            with contextlib.suppress(ConfigurationError):
-                settings.from_env(env)
-            read_by_settings[function_id] |= env.read
+            read_by_settings[function_id] |= variables_read(settings, env)
     unread = {
         function_id: sorted(names - read_by_settings[function_id] - LIBRARY_VARIABLES)
         for function_id, names in set_by_template.items()
@@ -110,11 +86,9 @@ def test_a_variable_no_settings_class_reads_is_caught(shapes) -> None:
     # given the consumer's environment with a misspelt name, as a typo in the template would be
     cfn, parameters = shapes[0]
     values = environment(cfn["Resources"]["ConsumerFunction"], cfn, parameters)
-    env = Recording({**values, "OPT_OUT_POLICI": "erase"})
-    with contextlib.suppress(ConfigurationError):
-        ConsumerSettings.from_env(env)
+    env = {**values, "OPT_OUT_POLICI": "erase"}
     # then the settings never read it: the check above names it
-    assert "OPT_OUT_POLICI" in set(env) - env.read
+    assert "OPT_OUT_POLICI" in set(env) - variables_read(ConsumerSettings, env)
 
 
 def settings_read() -> set[str]:

@@ -793,3 +793,24 @@ def test_an_operators_cancel_scheduler_refuses_is_a_503_and_the_follow_up_stays(
         "AccessDeniedException",
     )
     assert len(due_items(env["TABLE_NAME"])) == 1 and len(firing.pending()) == 1
+
+
+def test_whasp_refuses_a_template_and_sends_nothing(whasp_server):
+    # given whasp's client: whasp has no templates, nor a window a template would cross
+    from memagent.errors import SendRejected
+    from memagent.providers.whasp import WhaspClient
+
+    client = WhaspClient(whasp_server.url, "whasp-test-key")
+    before = len(whasp_server.requests)  # the server is the worker's: other tests' are there
+    # when it is asked for an approved template all the same
+    with pytest.raises(SendRejected):
+        client.send_template(
+            sender="+15550001111",
+            to=MAYA,
+            name="reminder",
+            language="en_GB",
+            parameter="Hi",
+            key="k",
+        )
+    # then it refused for good (SendRejected: never retried) and nothing reached whasp
+    assert len(whasp_server.requests) == before

@@ -71,6 +71,37 @@ def test_every_name_of_a_wings_face_resolves(wing):
         assert getattr(face, name) is not None, f"memagent.{wing}.{name}"
 
 
+def _wing(root: Path, name: str, typed: str) -> None:
+    """A wing `name` under `root`: a module `part` and a face importing `typed` for mypy."""
+    (root / name).mkdir()
+    (root / name / "part.py").write_text("VALUE = 1\nOTHER = 2\n")
+    (root / name / "__init__.py").write_text(
+        "from typing import TYPE_CHECKING\n\nfrom memagent import face\n\n"
+        f"if TYPE_CHECKING:\n    {typed}\n\nface(__name__)\n"
+    )
+
+
+def test_a_face_hands_out_what_it_imports_for_mypy_each_on_first_use(tmp_path, monkeypatch):
+    # given a wing whose face imports one name of its module under TYPE_CHECKING
+    _wing(tmp_path, "wing_a", "from wing_a.part import VALUE")
+    _wing(tmp_path, "wing_b", "from memagent.memory.types import Turn  # another wing's")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        wing = importlib.import_module("wing_a")
+        # then the face hands out that name, and loads its module only when it is used
+        assert wing.__all__ == ["VALUE"] and "wing_a.part" not in sys.modules
+        assert wing.VALUE == 1 and "wing_a.part" in sys.modules
+        # and nothing it does not import for mypy, though its module has it
+        with pytest.raises(AttributeError, match="OTHER"):
+            _ = wing.OTHER
+        # and a face that imports another wing's name is refused when it loads, naming it
+        with pytest.raises(ImportError, match=r"memagent\.memory\.types"):
+            importlib.import_module("wing_b")
+    finally:
+        for name in ("wing_a", "wing_a.part", "wing_b"):
+            sys.modules.pop(name, None)
+
+
 def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
     # the copy's package first on the path: grimp finds memagent there, not the installed one
     return subprocess.run(  # noqa: S603 (our own virtualenv's tool)
@@ -96,7 +127,7 @@ def test_make_lint_fails_when_a_module_imports_a_wing_above_it(tmp_path):
     whasp = tmp_path / "layers" / "memagent" / "providers" / "whasp.py"
     whasp.write_text(whasp.read_text() + "\nfrom memagent.providers import meta  # noqa\n")
     broken = lint_imports(tmp_path)
-    # then lint-imports (make lint's last step) fails, naming both
+    # then lint-imports (a step of make lint) fails, naming both
     assert broken.returncode == 1, broken.stdout + broken.stderr
     assert "memagent.memory.facts -> memagent.turn" in broken.stdout
     assert "memagent.providers.whasp -> memagent.providers.meta" in broken.stdout

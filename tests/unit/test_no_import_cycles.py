@@ -3,7 +3,7 @@
 Every import counts (module level, inside a function, under TYPE_CHECKING): a circle any of them
 closes means two modules that cannot be read, or changed, apart. A name taken from a wing's face
 (`from memagent.store import MemoryStore`) is an import of the module the face takes it from
-(the table the wing's __init__.py hands to memagent.face)."""
+(what the wing's __init__.py imports under TYPE_CHECKING, which memagent.face hands out)."""
 
 import ast
 from pathlib import Path
@@ -20,17 +20,18 @@ MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
 
 
 def face_of(package: str) -> dict[str, str]:
-    """A wing's face: each name -> the module it is taken from."""
+    """A wing's face: each name -> the module it is taken from (its TYPE_CHECKING imports)."""
     path = MODULES.get(package)
     if path is None or path.name != "__init__.py":
         return {}
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "face":
-            table = ast.literal_eval(node.args[1])
-            return {
-                name: f"{package}.{module}" for module, names in table.items() for name in names
-            }
-    return {}
+    return {
+        alias.asname or alias.name: node.module
+        for block in ast.parse(path.read_text(encoding="utf-8")).body
+        if isinstance(block, ast.If) and getattr(block.test, "id", None) == "TYPE_CHECKING"
+        for node in block.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
 
 
 def imports_of(path: Path) -> set[str]:

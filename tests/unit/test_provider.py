@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import pytest
+import urllib3
 
-from memagent.errors import BadRequest
+from memagent.errors import BadRequest, TransientError
 from memagent.providers.seam import (
     header,
     idempotency_key,
     json_body,
     parse_send_key,
+    post_with_fresh_key,
     shorten,
     split_text,
 )
@@ -183,3 +185,53 @@ def test_a_body_over_the_limit_is_refused_before_parsing():
 def test_a_body_that_is_not_json_is_a_bad_request(body):
     with pytest.raises(BadRequest, match=r"^body is not JSON we accept$"):
         json_body(body, max_bytes=100)
+
+
+# ------------------------------------------------------------------ a refused key
+
+
+class Answers:
+    """A urllib3 PoolManager's stand-in: answers each POST with the next of `statuses` (an
+    exception is raised), noting the headers each was sent with."""
+
+    def __init__(self, *statuses):
+        self.statuses, self.sent = list(statuses), []
+
+    def request(self, method, url, *, body, headers):
+        self.sent.append(headers)
+        answer = self.statuses.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return type("Response", (), {"status": answer})()
+
+
+def post(http):
+    return post_with_fresh_key(
+        http,
+        "https://api.example/v1/messages",
+        b"{}",
+        lambda fresh: {"Authorization": "fresh" if fresh else "cached"},
+        refused=lambda response: response.status == 401,
+        name="whasp",
+        dependency="whasp",
+    )
+
+
+def test_a_refused_key_is_read_again_past_the_cache_and_tried_once_more():
+    # given the cached key refused, and the key read again accepted
+    http = Answers(401, 200)
+    # then the send goes again, once, with the key read past the cache, and its answer is kept
+    assert post(http).status == 200
+    assert [h["Authorization"] for h in http.sent] == ["cached", "fresh"]
+
+
+def test_an_accepted_key_is_sent_once_and_a_key_refused_twice_is_the_callers_to_name():
+    assert post(http := Answers(200)).status == 200 and len(http.sent) == 1
+    assert post(http := Answers(401, 401)).status == 401 and len(http.sent) == 2
+
+
+def test_an_unreachable_api_is_a_transient_error_naming_the_provider_and_not_retried():
+    http = Answers(urllib3.exceptions.ProtocolError("reset"), 200)
+    with pytest.raises(TransientError, match="whasp unreachable: ProtocolError"):
+        post(http)
+    assert len(http.sent) == 1

@@ -29,6 +29,9 @@ from memagent.errors import Deferred, named_failure
 from memagent.observability import logger, metrics
 
 if TYPE_CHECKING:
+    from typing import Any
+
+    from aws_lambda_powertools.utilities.batch import ExceptionInfo
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
     from memagent.aws.queue import RetryQueue
@@ -164,6 +167,9 @@ class ScheduledRetries:
     each failed record comes back (`retries`). Powertools has no such feature."""
 
     retries: Retries
+    if TYPE_CHECKING:  # the processor's it is mixed into (BasePartialProcessor)
+        fail_messages: list[Any]
+        exceptions: list[ExceptionInfo]
 
     def _clean(self) -> None:  # runs after the last record, before the response (or the raise)
         try:
@@ -173,7 +179,7 @@ class ScheduledRetries:
         except Exception:  # never lose the batch response over a retry delay
             logger.exception("retry delays not set")
         finally:
-            super()._clean()
+            super()._clean()  # type: ignore[misc]  # the processor's, next in the MRO
 
 
 class BackoffProcessor(ScheduledRetries, BatchProcessor):

@@ -6,7 +6,7 @@ import hashlib
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
@@ -15,8 +15,19 @@ from memagent.aws.sqs import SqsSender
 from memagent.errors import QueueUnavailable
 from memagent.memory import agent_key, person_key
 
-if TYPE_CHECKING:  # any provider's envelope: an id, the person's identity (chat), the raw event
-    from memagent.providers.whasp import Envelope
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    class Envelope(Protocol):
+        """Any provider's envelope: an id, the person's identity (chat), the raw event."""
+
+        @property
+        def id(self) -> str: ...
+        @property
+        def chat(self) -> str | None: ...
+        @property
+        def raw(self) -> dict[str, Any]: ...
+
 
 # The webhook must answer whasp within its 10 s deadline (and its 10 s Lambda timeout): fail
 # fast with a 503 and let whasp retry. Worst case: 2 attempts in all (total_max_attempts counts
@@ -81,7 +92,7 @@ class EventQueue:
             raise QueueUnavailable("SendMessage answered without a MessageId")
         return response["MessageId"]
 
-    def enqueue_all(self, agent: str, envelopes: list[Envelope]) -> int:
+    def enqueue_all(self, agent: str, envelopes: Sequence[Envelope]) -> int:
         """Queue many events (one provider POST's), 10 per SendMessageBatch call; return how
         many were queued, or raise QueueUnavailable if any entry was not taken: the provider
         retries the whole POST, and the entries already queued are dropped as duplicates

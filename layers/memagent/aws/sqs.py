@@ -168,10 +168,12 @@ class SqsSender:
         # Credentials, or RefreshableCredentials (container, SSO, AWS_CREDENTIAL_EXPIRATION):
         # frozen again for each request, so a refreshed set is used as soon as botocore has it
         self._credentials = credentials if credentials is not None else resolve_credentials()
+        # botocore-stubs know neither a CA bundle's path for verify, nor a (connect, read)
+        # timeout, nor a Config's attributes: botocore takes all three
         self._http = URLLib3Session(
-            verify=env.get("AWS_CA_BUNDLE") or True,
+            verify=env.get("AWS_CA_BUNDLE") or True,  # type: ignore[arg-type]
             proxies=get_environ_proxies(self.meta.endpoint_url),
-            timeout=(config.connect_timeout, config.read_timeout),
+            timeout=(config.connect_timeout, config.read_timeout),  # type: ignore[arg-type,attr-defined]
         )
 
     def send_message(self, **members: Any) -> dict[str, Any]:
@@ -256,7 +258,7 @@ def _json(content: bytes) -> dict[str, Any] | None:
 def _attempts(config: Config) -> int:
     """Attempts in all, from a Config's retries as botocore reads them (max_attempts counts the
     retries only); botocore's standard-mode default, 3, when it names neither."""
-    retries = config.retries or {}
+    retries = config.retries or {}  # type: ignore[attr-defined]  # botocore-stubs lack it
     if "total_max_attempts" in retries:
         return int(retries["total_max_attempts"])
     if "max_attempts" in retries:
@@ -278,4 +280,6 @@ def _client_error(
     code, _, kind = (headers.get("x-amzn-query-error") or "").partition(";")
     if code and kind:
         error.update(Code=code, QueryErrorCode=shape, Type=kind)
-    return ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": status}}, operation)
+    # botocore-stubs: an error's Code and Message only, and every ResponseMetadata key required
+    response: Any = {"Error": error, "ResponseMetadata": {"HTTPStatusCode": status}}
+    return ClientError(response, operation)

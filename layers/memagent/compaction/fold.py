@@ -147,6 +147,7 @@ class Compactor:
         if archived is not None and self.store.erasure_mark(pk) != state.erased_at:
             # an erasure ran while we folded, and its sweep of the archive may have come
             # before our write: withdraw the copy now (the commit would be refused anyway)
+            assert self.archive is not None  # it archived
             self.archive.delete(archived)
             _count("CompactionsLostRace")
             logger.info("person erased during the fold; archive copy withdrawn")
@@ -199,6 +200,7 @@ class Compactor:
             )
         except ConcurrentUpdate:
             if archived is not None:
+                assert self.archive is not None  # it archived
                 self.archive.delete(archived)
             _count("CompactionsLostRace")
             logger.info("memory changed (another compaction, or an erasure); nothing to do")

@@ -2,28 +2,27 @@
 expiry (rights); memory kept under a pre-keyed person key carried over (upgrade); the audit
 line every erasure, export and operator action leaves (audit_trail).
 
-Its face: the names the other wings and the functions use, each imported from its module on
-first use (memagent.face). Modules other wings import whole: `audit_trail`.
+Modules other wings import whole: `audit_trail`.
 """
+
+from typing import TYPE_CHECKING
 
 from memagent import face
 
-__getattr__, __all__ = face(
-    __name__,
-    {
-        "audit_trail": ["ERASE", "audit"],
-        "follow_ups": ["FOLLOW_UP", "FollowUpRefused", "Target", "ask"],
-        "rights": [
-            "Receipt",
-            "expire",
-            "expired_by_ttl",
-            "export",
-            "forget",
-            "forget_key",
-            "left_by_ttl",
-            "left_half_done",
-            "resolve",
-        ],
-        "upgrade": ["carry_over"],
-    },
-)
+if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
+    from memagent.lifecycle.audit_trail import ERASE, audit
+    from memagent.lifecycle.follow_ups import FOLLOW_UP, FollowUpRefused, Target, ask
+    from memagent.lifecycle.rights import (
+        Receipt,
+        expire,
+        expired_by_ttl,
+        export,
+        forget,
+        forget_key,
+        left_by_ttl,
+        left_half_done,
+        resolve,
+    )
+    from memagent.lifecycle.upgrade import carry_over
+
+face(__name__)

@@ -105,7 +105,7 @@ def forget(
     memory its key before keyed keys holds (LEGACY_PERSON_KEYS); `schedules`: and their
     follow-ups' schedules."""
     pk = resolve(store, agent, phone)
-    erase = {"archive": archive, "media": media, "schedules": schedules}
+    erase: dict[str, Any] = {"archive": archive, "media": media, "schedules": schedules}
     receipt = forget_key(store, pk, at=at, **erase)
     old = legacy(store, agent, phone) if legacy_keys else None
     if old is None:
@@ -375,6 +375,7 @@ def expire(
     state = next((item for item in items if item["sk"] == STATE), {})
     now = datetime.now(UTC)
     files_before = deleted_at or now
+    mark: datetime | None
     if state.get("expires_at") is not None and int(state["expires_at"]) <= now.timestamp():
         mark, files_before = _held_until(items, None) or now, now
     else:

@@ -2,51 +2,50 @@
 whose memory it is (person keys), their clock, the model's context, the facts' screening and
 the day's budget. No I/O: tests call it without any outside system.
 
-Its face: the names the other wings and the functions use, each imported from its module on
-first use (memagent.face). Modules other wings import whole: `clock`.
+Modules other wings import whole: `clock`.
 """
+
+from typing import TYPE_CHECKING
 
 from memagent import face
 
-__getattr__, __all__ = face(
-    __name__,
-    {
-        "budget": ["converts", "counted", "day_of", "exhausted", "stack_budget"],
-        "clock": ["day", "is_zone", "person_zone"],
-        "context": ["Context", "build_context"],
-        "facts": [
-            "cap_facts",
-            "fact_key",
-            "key_of",
-            "looks_like_instruction",
-            "normalise",
-            "plain",
-            "screen_facts",
-            "screen_summary",
-        ],
-        "person": [
-            "LOCAL_PERSON_KEY",
-            "agent_key",
-            "digest",
-            "internal_signature",
-            "legacy_key",
-            "person_key",
-            "person_key_secret",
-            "read_person_key",
-            "signed_by_stack",
-        ],
-        "recent": ["recent_keys", "shards"],
-        "settings": ["MemorySettings"],
-        "types": [
-            "Epoch",
-            "Fact",
-            "Handoff",
-            "Kind",
-            "Memory",
-            "PersonState",
-            "Summary",
-            "Turn",
-            "classed",
-        ],
-    },
-)
+if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
+    from memagent.memory.budget import converts, counted, day_of, exhausted, stack_budget
+    from memagent.memory.clock import day, is_zone, person_zone
+    from memagent.memory.context import Context, build_context
+    from memagent.memory.facts import (
+        cap_facts,
+        fact_key,
+        key_of,
+        looks_like_instruction,
+        normalise,
+        plain,
+        screen_facts,
+        screen_summary,
+    )
+    from memagent.memory.person import (
+        LOCAL_PERSON_KEY,
+        agent_key,
+        digest,
+        internal_signature,
+        legacy_key,
+        person_key,
+        person_key_secret,
+        read_person_key,
+        signed_by_stack,
+    )
+    from memagent.memory.recent import recent_keys, shards
+    from memagent.memory.settings import MemorySettings
+    from memagent.memory.types import (
+        Epoch,
+        Fact,
+        Handoff,
+        Kind,
+        Memory,
+        PersonState,
+        Summary,
+        Turn,
+        classed,
+    )
+
+face(__name__)

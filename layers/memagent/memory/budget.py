@@ -3,7 +3,7 @@
 The counters ride on writes a turn makes anyway: a reply's tokens are stored on its turn item
 (the put that stores the reply), and the next message's state update (the transaction that
 stores it) adds the replies since the last count to the day's totals. So counting costs no
-request of its own, only a few bytes on the state item (bench/results.md). Every model call
+request of its own, only a few bytes on the state item (docs/benchmarks.md). Every model call
 made for the person counts: a photo's description and a voice note's transcription in the
 write that stores the message they became; a fold's tokens, which the compactor adds to the
 state's `fold_tokens` as it commits, at the next message, like a reply's. Past a limit the
@@ -30,16 +30,23 @@ if TYPE_CHECKING:
 class StackLimit(Protocol):
     """What the stack's budget reads of a function's settings (memagent.model.ModelSettings)."""
 
-    table_name: str
-    agent_id: str
-    stack_daily_tokens_hard_limit: int
+    # properties: the settings are frozen dataclasses, whose fields mypy reads as read-only
+    @property
+    def table_name(self) -> str: ...
+    @property
+    def agent_id(self) -> str: ...
+    @property
+    def stack_daily_tokens_hard_limit(self) -> int: ...
 
 
 class PersonLimits(Protocol):
     """What a person's budget reads of the consumer's settings (memagent.turn.ConsumerSettings)."""
 
-    person_daily_turns: int
-    person_daily_tokens: int
+    # properties: as StackLimit's
+    @property
+    def person_daily_turns(self) -> int: ...
+    @property
+    def person_daily_tokens(self) -> int: ...
 
 
 def day_of(at: datetime) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Self
 
 from memagent.environment import Environment, agent_id
 from memagent.memory.clock import is_zone
@@ -47,7 +47,7 @@ class MemorySettings:
     time_zone: str = "UTC"
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None):
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Self:
         read = Environment(env)
         settings = cls(**cls._read(read))
         read.check()

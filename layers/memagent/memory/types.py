@@ -3,7 +3,7 @@
 Three layers: raw recent turns (`Turn`), one rolling `Summary` with the marker of the last turn
 folded into it, and short durable `Fact`s. `PersonState` holds the counters and flags, each
 classed by what it holds (`Kind`): the store's parser and what an erasure strips are derived
-from that one definition (memagent/store/memory_store.py, store_erasure.py).
+from that one definition (memagent/store/memory_store.py, memagent/store/erasure.py).
 Storage lives in `memagent.store.memory_store`; these types know nothing about DynamoDB.
 """
 

@@ -62,6 +62,7 @@ def bearer_token(credentials: Any, region: str, *, expires: int = TOKEN_SECONDS)
         params={"Action": "CallWithBearerToken"},
     )
     auth.SigV4QueryAuth(credentials, SIGNING_NAME, region, expires=expires).add_auth(request)
+    assert request.url  # the request's, presigned by add_auth
     presigned = request.url.removeprefix("https://") + "&Version=1"
     return TOKEN_PREFIX + base64.b64encode(presigned.encode()).decode()
 
@@ -81,7 +82,8 @@ class BearerToken:
         self._lock = threading.Lock()
 
     def get(self, *, fresh: bool = False) -> str:
-        now = auth.get_current_datetime()  # botocore's clock: the one the signature carries
+        # botocore's clock: the one the signature carries (botocore-stubs lack it)
+        now = auth.get_current_datetime()  # type: ignore[attr-defined]
         with self._lock:
             if fresh or self._token is None or now >= self._renew_at:
                 frozen = self._frozen(fresh=fresh)

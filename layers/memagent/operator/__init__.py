@@ -1,20 +1,17 @@
 """The operator's seat (functions/admin): reading a person's memory, editing it by hand
 (edits), taking the chat and handing it back (handoff); `seat` holds what each starts from;
 `doors` who is calling and what their group may do; `console` the console's page.
-
-Its face: the names the other wings and the functions use, each imported from its module on
-first use (memagent.face).
 """
+
+from typing import TYPE_CHECKING
 
 from memagent import face
 
-__getattr__, __all__ = face(
-    __name__,
-    {
-        "console": ["page"],
-        "doors": ["Caller", "caller_of", "needed_for"],
-        "reading": ["Operator"],
-        "seat": ["identifier"],
-        "settings": ["AdminSettings"],
-    },
-)
+if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
+    from memagent.operator.console import page
+    from memagent.operator.doors import Caller, caller_of, needed_for
+    from memagent.operator.reading import Operator
+    from memagent.operator.seat import identifier
+    from memagent.operator.settings import AdminSettings
+
+face(__name__)

@@ -6,7 +6,7 @@ who waits for a human), memory by hand (memagent/operator/edits.py: a fact added
 deleted, the summary replaced), a human taking the chat (memagent/operator/handoff.py: take
 over, reply exactly once per idempotency key, hand back); memagent/operator/seat.py holds what
 they share (the person a request is about, the checks on what an operator types), and
-memagent/store/operator.py and store_handoff.py their writes.
+memagent/store/operator.py and memagent/store/handoff.py their writes.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ RECENT_LIMIT = 50  # the console's recent conversations: the newest fifty
 
 class Operator(MemoryEdits, ChatHandoff):
     """What an operator can do to one person's memory and chat. Here: reading; memory by hand
-    and the handoff are in memagent/operator/edits.py and operator_handoff.py."""
+    and the handoff are in memagent/operator/edits.py and memagent/operator/handoff.py."""
 
     def conversation(self, who: str) -> dict[str, Any]:
         pk, memory = self.person(who)

@@ -16,7 +16,7 @@ from memagent.providers import PERSON_ID
 
 if TYPE_CHECKING:
     from memagent.aws import FollowUpSchedules
-    from memagent.memory import MemorySettings
+    from memagent.operator.settings import AdminSettings
     from memagent.providers import Provider
     from memagent.store import OperatorStore
 
@@ -46,7 +46,7 @@ class Seat:
 
     def __init__(
         self,
-        settings: MemorySettings,
+        settings: AdminSettings,
         store: OperatorStore,
         *,
         events: OperatorEvents | None = None,

@@ -6,36 +6,33 @@ from the reserved test person (`make smoke`).
 
 Each adapter is a face of its own: another wing imports `memagent.providers.whasp` or
 `memagent.providers.meta` directly, and only where that provider is served.
-
-Its face: the names the other wings and the functions use, each imported from its module on
-first use (memagent.face).
 """
+
+from typing import TYPE_CHECKING
 
 from memagent import face
 
-__getattr__, __all__ = face(
-    __name__,
-    {
-        "configured": ["provider_from_settings"],
-        "origins": ["Origin", "parse_media_origins", "parse_origins", "url_origin"],
-        "seam": [
-            "ChatOptedOut",
-            "Event",
-            "IdentityChanged",
-            "InboundMessage",
-            "MarketingPreference",
-            "NumberReplaced",
-            "PERSON_ID",
-            "Provider",
-            "ReplyStatus",
-            "check_size",
-            "idempotency_key",
-            "parse_send_key",
-            "shorten",
-            "split_text",
-        ],
-        "settings": ["DEFAULT_META_GRAPH_URL", "PROVIDERS", "ProviderSettings"],
-        "signing": ["check_signing_secrets"],
-        "void": ["TEST_PERSON", "is_test_person"],
-    },
-)
+if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
+    from memagent.providers.configured import provider_from_settings
+    from memagent.providers.origins import Origin, parse_media_origins, parse_origins, url_origin
+    from memagent.providers.seam import (
+        PERSON_ID,
+        ChatOptedOut,
+        Event,
+        IdentityChanged,
+        InboundMessage,
+        MarketingPreference,
+        NumberReplaced,
+        Provider,
+        ReplyStatus,
+        check_size,
+        idempotency_key,
+        parse_send_key,
+        shorten,
+        split_text,
+    )
+    from memagent.providers.settings import DEFAULT_META_GRAPH_URL, PROVIDERS, ProviderSettings
+    from memagent.providers.signing import check_signing_secrets
+    from memagent.providers.void import TEST_PERSON, is_test_person
+
+face(__name__)

@@ -20,6 +20,7 @@ def provider_from_settings(settings: ProviderSettings) -> tuple[Provider, ParseE
         from memagent.providers import meta
         from memagent.providers.origins import parse_origins
 
+        assert settings.meta_access_token  # read by ProviderSettings.from_env for meta
         client: Provider = meta.GraphClient(
             settings.meta_graph_url,
             settings.meta_access_token,
@@ -32,6 +33,7 @@ def provider_from_settings(settings: ProviderSettings) -> tuple[Provider, ParseE
     from memagent.providers import whasp
 
     assert settings.whasp_api_url  # checked by ConsumerSettings.from_env
+    assert settings.whasp_api_key  # read by ProviderSettings.from_env for whasp
     client = whasp.WhaspClient(
         settings.whasp_api_url,
         settings.whasp_api_key,

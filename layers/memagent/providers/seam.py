@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from memagent.errors import BadRequest, BodyTooLarge
+from memagent.errors import BadRequest, BodyTooLarge, TransientError
 
 MAX_TEXT_CHARS = 4096  # both whasp and Meta cap a text message at 4,096 characters
 MAX_SEND_KEY = 255  # whasp's Idempotency-Key limit (Meta's biz_opaque_callback_data takes 512)
@@ -139,6 +139,14 @@ class Provider(Protocol):
         across redeliveries of one reply part. Returns the provider's message id."""
         ...
 
+    def send_template(
+        self, *, sender: str, to: str, name: str, language: str, parameter: str, key: str
+    ) -> str:
+        """Send an approved template (`name`, `language`) whose one body parameter is
+        `parameter`: what may cross a closed window (Meta's 24 hours). A provider without
+        templates refuses it for good (SendRejected). Returns the provider's message id."""
+        ...
+
     def fetch_media(self, url: str, *, max_bytes: int) -> tuple[bytes, str]:
         """Download a media file (bytes, content type), refusing anything over max_bytes."""
         ...
@@ -172,6 +180,37 @@ def check_size(body: bytes, *, max_bytes: int) -> None:
     6 MiB body only to refuse it is what a flood would make us do."""
     if len(body) > max_bytes:
         raise BodyTooLarge("body too large")
+
+
+def post_with_fresh_key(
+    http: Any,
+    url: str,
+    body: bytes,
+    headers: Callable[[bool], dict[str, str]],
+    *,
+    refused: Callable[[Any], bool],
+    name: str,
+    dependency: str,
+) -> Any:
+    """POST `body` to the provider's API (`http`: a urllib3 PoolManager) with the key as cached
+    (`headers(False)`). A refused key (`refused(response)`: nothing was sent) is read again past
+    the secret cache (`headers(True)`) and tried once more: a renewed key works at once. An
+    unreachable API is a TransientError naming `name`. Returns the last answer; refused twice,
+    the caller says what that is."""
+    import urllib3
+
+    for fresh in (False, True):
+        try:
+            response = http.request("POST", url, body=body, headers=headers(fresh))
+        except urllib3.exceptions.HTTPError as error:
+            raise TransientError(
+                f"{name} unreachable: {type(error).__name__}",
+                dependency=dependency,
+                error=type(error).__name__,
+            ) from None
+        if not refused(response):
+            break
+    return response
 
 
 def split_text(text: str, limit: int = MAX_TEXT_CHARS) -> list[str]:

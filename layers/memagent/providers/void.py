@@ -49,8 +49,7 @@ class IntoTheVoid:
         """Meta's approved template (a follow-up outside the 24-hour window)."""
         if is_test_person(to):
             return _voided(key)
-        send = self._provider.send_template  # type: ignore[attr-defined] (Meta's GraphClient)
-        return send(
+        return self._provider.send_template(
             sender=sender, to=to, name=name, language=language, parameter=parameter, key=key
         )
 

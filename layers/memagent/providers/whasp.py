@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import json
@@ -67,6 +68,7 @@ from memagent.providers.seam import (  # noqa: F401 (split_text, idempotency_key
     header,
     idempotency_key,
     json_body,
+    post_with_fresh_key,
     split_text,
 )
 from memagent.providers.signing import SECRET_PREFIX
@@ -224,7 +226,7 @@ def parse_event(raw: Mapping[str, Any]) -> WhaspEvent:
     data = raw.get("data")
     if not isinstance(data, Mapping):
         raise MalformedEvent("data missing")
-    head = {"event_id": event_id, "created_at": created_at}
+    head: dict[str, Any] = {"event_id": event_id, "created_at": created_at}
     label = data.get("label") if isinstance(data.get("label"), str) else None
     if event_type == MESSAGE_RECEIVED:
         message = data.get("message")
@@ -298,7 +300,9 @@ class WhaspClient:
         self._api_url = api_url.rstrip("/")
         self._api_key = api_key  # a Secret is read on first use, so cold starts never wait on SSM
         self._api_origin = url_origin(self._api_url)
-        self._media_origins = media_origins or frozenset({self._api_origin} - {None})
+        self._media_origins = media_origins or frozenset(
+            {self._api_origin} if self._api_origin else ()
+        )
         self._media_deadline = media_deadline_seconds
         self._read_timeout = timeout_seconds
         retry = CappedRetry(
@@ -321,30 +325,21 @@ class WhaspClient:
 
     def send_text(self, *, sender: str, to: str, text: str, key: str) -> str:
         """Send one text part. Return whasp's message id; raise a typed error otherwise."""
-        import urllib3
-
         body = json.dumps({"from": sender, "to": to, "type": "text", "text": text})
-        for fresh in (False, True):  # a refused key is read again past the cache, once
-            try:
-                response = self._http.request(
-                    "POST",
-                    f"{self._api_url}/v1/messages",
-                    body=body.encode(),
-                    headers={
-                        "Authorization": f"Bearer {self._key(fresh=fresh)}",
-                        "Idempotency-Key": key,
-                        "Content-Type": "application/json",
-                    },
-                )
-            except urllib3.exceptions.HTTPError as error:
-                raise TransientError(
-                    f"whasp unreachable: {type(error).__name__}",
-                    dependency="whasp",
-                    error=type(error).__name__,
-                ) from None
-            if response.status not in AUTH_STATUSES:
-                break
-        else:
+        response = post_with_fresh_key(
+            self._http,
+            f"{self._api_url}/v1/messages",
+            body.encode(),
+            lambda fresh: {
+                "Authorization": f"Bearer {self._key(fresh=fresh)}",
+                "Idempotency-Key": key,
+                "Content-Type": "application/json",
+            },
+            refused=lambda response: response.status in AUTH_STATUSES,
+            name="whasp",
+            dependency="whasp",
+        )
+        if response.status in AUTH_STATUSES:  # refused twice: the key itself is wrong
             _count("ProviderAuthFailed")  # alarmed: the key needs fixing; the reply waits
             raise TransientError(
                 f"whasp refused the API key (HTTP {response.status})",
@@ -369,6 +364,13 @@ class WhaspClient:
             )
         raise SendRejected(status)
 
+    def send_template(
+        self, *, sender: str, to: str, name: str, language: str, parameter: str, key: str
+    ) -> str:
+        """whasp has no templates (nor a window to cross: the turn asks for one only on Meta's
+        closed window), so nothing is sent: a permanent refusal, as a 4xx would be."""
+        raise SendRejected(400)
+
     def mark_read(self, message: InboundMessage) -> None:
         """whasp's contract has no read receipt or typing indicator: nothing to do."""
 
@@ -384,8 +386,8 @@ class WhaspClient:
                     self._http,
                     url,
                     allowed=self._media_origins,
-                    key_origins=frozenset({self._api_origin} - {None}),
-                    key=lambda fresh=fresh: self._key(fresh=fresh),
+                    key_origins=frozenset({self._api_origin} if self._api_origin else ()),
+                    key=functools.partial(self._key, fresh=fresh),
                     max_bytes=max_bytes,
                     deadline_seconds=self._media_deadline,
                     read_timeout=self._read_timeout,

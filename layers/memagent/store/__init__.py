@@ -2,31 +2,30 @@
 has the key schema and the turn's one Query; its writes are in parts: turn, ledger, person,
 handoff, compaction, erasure, operator, all built on table's keys and conditional writes.
 
-Its face: the names the other wings and the functions use, each imported from its module on
-first use (memagent.face). Modules other wings import whole: `ledger`.
+Modules other wings import whole: `ledger`.
 """
+
+from typing import TYPE_CHECKING
 
 from memagent import face
 
-__getattr__, __all__ = face(
-    __name__,
-    {
-        "erasure": ["KEPT_ON_ERASURE"],
-        "follow_ups": ["DUE", "FOLLOW_UP_FOR_HUMAN", "follow_up_view"],
-        "handoff": ["claim_holds"],
-        "ledger": ["PART", "SENDING", "SENT", "STORED", "Standing", "sent_parts"],
-        "memory_store": ["MemoryStore", "handoff_of"],
-        "operator": ["OperatorStore"],
-        "table": [
-            "ALIAS",
-            "EVT",
-            "FACT",
-            "MSG",
-            "STATE",
-            "SUMMARY",
-            "TRANSACTION_LIMIT",
-            "from_iso",
-            "iso",
-        ],
-    },
-)
+if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
+    from memagent.store.erasure import KEPT_ON_ERASURE
+    from memagent.store.follow_ups import DUE, FOLLOW_UP_FOR_HUMAN, follow_up_view
+    from memagent.store.handoff import claim_holds
+    from memagent.store.ledger import PART, SENDING, SENT, STORED, Standing, sent_parts
+    from memagent.store.memory_store import MemoryStore, handoff_of
+    from memagent.store.operator import OperatorStore
+    from memagent.store.table import (
+        ALIAS,
+        EVT,
+        FACT,
+        MSG,
+        STATE,
+        SUMMARY,
+        TRANSACTION_LIMIT,
+        from_iso,
+        iso,
+    )
+
+face(__name__)

@@ -18,13 +18,13 @@ STORED, REPLIED, SENT = "stored", "replied", "sent"
 OPTED_OUT, PARKED, SKIPPED = "opted_out", "parked", "skipped"
 ANSWERED = "answered"  # covered by the reply stored under the entry `answered_by` names
 FOR_HUMAN = "for_human"  # stored while a human had the chat: never answered by the agent
-SENDING = "sending"  # an operator's reply claimed by the request sending it (store_handoff)
+SENDING = "sending"  # an operator's reply claimed by the request sending it (store/handoff.py)
 
 
 class Standing(Enum):
-    """What a person's message is to the agent, decided once (memagent.turn.remember.standing) and
-    passed to the store: the ledger status its entry starts with, and whether it awaits a reply
-    (joins the state's `awaiting` list, its reply's seq reserved)."""
+    """What a person's message is to the agent, decided once (memagent.turn.remember.standing_of)
+    and passed to the store: the ledger status its entry starts with, and whether it awaits a
+    reply (joins the state's `awaiting` list, its reply's seq reserved)."""
 
     ANSWER = (STORED, True)  # the agent answers it (alone, or with the rest of its burst)
     STOP = (OPTED_OUT, False)  # an opt-out: stored, and what awaited a reply is dropped

@@ -55,7 +55,7 @@ from memagent.store.table import FACT, MSG, STATE, SUMMARY, TURN_READ_FROM, from
 from memagent.store.turn import TurnWrites
 
 
-def state_reader(state_type: type = PersonState) -> Callable[[dict[str, Any]], Any]:
+def state_reader(state_type: type = PersonState) -> Callable[[dict[str, Any] | None], Any]:
     """The parser of a state item, derived from the state's fields (memagent.memory.types.classed):
     each attribute read by its field's type, missing ones at the field's default."""
     hints = typing.get_type_hints(state_type)
@@ -92,7 +92,7 @@ _READERS: dict[Any, Callable[[str, Any, dict[str, Any]], Any]] = {
     # a TTL attribute: epoch seconds, a Number
     Epoch | None: lambda name, default, item: _epoch(item.get(name)),
     tuple[str, ...]: lambda name, default, item: tuple(item.get(name) or ()),
-    # the handoff_* attributes (store_table.HANDOFF_ATTRIBUTES)
+    # the handoff_* attributes (memagent.store.table.HANDOFF_ATTRIBUTES)
     Handoff | None: lambda name, default, item: handoff_of(item),
 }
 
@@ -136,8 +136,9 @@ def _turn(item: dict[str, Any]) -> Turn:
 class MemoryStore(
     FollowUpWrites, TurnWrites, LedgerWrites, PersonWrites, ErasureWrites, CompactionWrites
 ):
-    """The memory table. Here: the turn's one Query; its writes (store_turn.py), the ledger, a
-    person's records and links, erasure and compaction are in memagent/store_*.py."""
+    """The memory table. Here: the turn's one Query; its writes (memagent/store/turn.py), the
+    ledger, a person's records and links, erasure and compaction are the other modules of
+    memagent/store/ (ledger.py, person.py, erasure.py, compaction.py)."""
 
     def load(self, pk: str) -> Memory:
         """Everything one turn needs: one strongly consistent Query (more pages only if a

@@ -18,6 +18,10 @@ if TYPE_CHECKING:
 
 
 class PersonWrites(Table):
+    if TYPE_CHECKING:  # ErasureWrites' (a MemoryStore is both)
+
+        def everything(self, pk: str) -> list[dict[str, Any]]: ...
+
     def link(self, alias_pk: str, person_pk: str) -> bool:
         """Point another identifier's key at a person's key: its STATE gets `alias_of`, the
         person's partition an ALIAS# item (so erasure finds every key). Only an identifier with
@@ -224,7 +228,9 @@ class PersonWrites(Table):
             ExpressionAttributeValues={**values, ":at": iso(at)},
         )
 
-    def record_number(self, agent_pk: str, *, old: str, new: str, label: str | None, at: datetime):
+    def record_number(
+        self, agent_pk: str, *, old: str, new: str, label: str | None, at: datetime
+    ) -> None:
         """Keep the agent's current whasp number (agent-wide, not per person: nothing migrates)."""
         self.table.put_item(
             Item={

@@ -64,7 +64,7 @@ RACE_ATTEMPTS = 3
 class Agent(Crew):
     """Handles one provider's events for one agent (persona); which provider, it does not know."""
 
-    def handle(self, event: Event, *, followed: bool = False) -> str:
+    def handle(self, event: Event | FollowUpDue, *, followed: bool = False) -> str:
         """Process one event; return the decision taken (for logs and tests). `followed`: the
         person's next record in this batch is a message that joins this one's burst, so this
         one is stored and answered with it. A write that lost a race (a compaction committing

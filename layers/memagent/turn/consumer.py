@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from threading import Timer
 from typing import TYPE_CHECKING, Any
@@ -69,7 +69,9 @@ class BackoffFifoProcessor(ScheduledRetries, SqsFifoPartialProcessor):
         self.expired = threading.Event()  # the watchdog fired: start no more records
 
     @contextmanager
-    def watchdog(self, records: list[dict[str, Any]], seconds_left: float | None, lead: float):
+    def watchdog(
+        self, records: list[dict[str, Any]], seconds_left: float | None, lead: float
+    ) -> Iterator[None]:
         """Shortly before the invocation's deadline (`lead` seconds): delete the records that
         succeeded and set the backoff visibility on the rest. A timeout would leave them all,
         answered ones included, to the queue's 42-minute visibility timeout."""
@@ -188,7 +190,7 @@ class Consumer:
         """The event a raw record carries, or None if it cannot be read (it will be parked)."""
         try:
             return self.parse_event(json.loads(record.get("body") or ""))
-        except (ValueError, TypeError, AttributeError, MalformedEvent, *POISON):
+        except (ValueError, TypeError, AttributeError, MalformedEvent, *POISON):  # type: ignore[misc]  # mypy reads no * here
             return None
 
     @classmethod

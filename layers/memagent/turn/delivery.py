@@ -88,7 +88,7 @@ def _send_part(
     if template is None:
         return crew.provider.send_text(sender=sender, to=to, text=text, key=key)
     name, language = template
-    return crew.provider.send_template(  # type: ignore[attr-defined] (Meta's GraphClient)
+    return crew.provider.send_template(
         sender=sender, to=to, name=name, language=language, parameter=text, key=key
     )
 

@@ -398,7 +398,7 @@ def _resend(crew: Crew, pk: str, due: FollowUpDue, entry: dict, item: dict | Non
         turn.text,
         sent,
         reply_seq=seq,
-        template=tuple(entry["template"]) if entry.get("template") else None,  # type: ignore[arg-type]
+        template=tuple(entry["template"]) if entry.get("template") else None,
     )
     crew.store.drop_follow_up(pk, due.name)
     count("FollowUpsSent" if decision == "sent" else "FollowUpsRepeated")

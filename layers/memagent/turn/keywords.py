@@ -166,9 +166,13 @@ _SHORT = 12  # words: a longer message mentioning "a person" is about something 
 class Words(Protocol):
     """The settings the keywords read (memagent.turn.settings.ConsumerSettings)."""
 
-    forget_keyword: str
-    handoff_phrases: tuple[str, ...]
-    opt_out_words: tuple[str, ...]
+    # properties: the settings are frozen dataclasses, whose fields mypy reads as read-only
+    @property
+    def forget_keyword(self) -> str: ...
+    @property
+    def handoff_phrases(self) -> tuple[str, ...]: ...
+    @property
+    def opt_out_words(self) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,7 @@ def language_of(text: str | None) -> str | None:
         for language, share in _LETTER_VOTES.get(letter, {}).items():
             score[language] += share
     ranked = sorted(score.items(), key=lambda item: item[1], reverse=True)
-    (best, votes), (_, runner_up) = ranked[0], ranked[1]
-    if votes >= 1 and votes - runner_up >= LEAD:
+    (best, top), (_, runner_up) = ranked[0], ranked[1]
+    if top >= 1 and top - runner_up >= LEAD:
         return best
     return None

@@ -14,7 +14,7 @@ entry and the reply's slot, so a redelivery resumes where the last attempt stopp
 
 So every inbound message ends with exactly one reply sent, whatever step crashed. Adding a
 state is one entry in `RESUMES` (and the write that records it, in memagent/store/turn.py or
-store_ledger.py).
+memagent/store/ledger.py).
 
 Some events are never handled at all (`skipped`): one written up to the person's erasure mark
 (it must not bring them back), and one older than the ledger reaches back (it could not be told

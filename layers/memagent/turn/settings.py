@@ -165,6 +165,7 @@ def _handoff(read: Environment) -> dict:
     """HANDOFF_PHRASES: comma-separated phrases that ask for a human ("off": none); unset, the
     defaults in several languages (memagent.turn.keywords)."""
     raw = read.optional("HANDOFF_PHRASES")
+    phrases: tuple[str, ...]
     if raw is None:
         phrases = HANDOFF_PHRASES
     elif raw.strip().lower() == "off":

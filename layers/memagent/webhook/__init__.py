@@ -1,13 +1,14 @@
 """The webhook's side of a message: verify the provider's signature, cut the body into
 events, enqueue each on the person's FIFO group (functions/webhook). No model code on this
 path: only the configured provider's module is imported.
-
-Its face: the names the other wings and the functions use, each imported from its module on
-first use (memagent.face).
 """
+
+from typing import TYPE_CHECKING
 
 from memagent import face
 
-__getattr__, __all__ = face(
-    __name__, {"ingress": ["challenge", "receive"], "settings": ["WebhookSettings"]}
-)
+if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
+    from memagent.webhook.ingress import challenge, receive
+    from memagent.webhook.settings import WebhookSettings
+
+face(__name__)

@@ -41,6 +41,7 @@ def receive(
 
     # headers present and fresh before the secret is read: a flood of junk costs no SSM call
     signed = check_signature_headers(headers, tolerance_seconds=settings.tolerance_seconds)
+    assert settings.webhook_secret  # WebhookSettings.from_env reads the provider's secrets
     verify_signed(settings.webhook_secret.get().split(), signed, body)
     envelope = parse_envelope(body, max_bytes=settings.max_body_bytes)
     if envelope.id != signed.event_id:
@@ -58,6 +59,7 @@ def _receive_meta(
     from memagent.providers.meta import check_signature_header, parse_notification, verify_signature
 
     check_signature_header(headers)  # before the secret is read: junk costs no SSM call
+    assert settings.meta_app_secret  # as webhook_secret
     verify_signature(settings.meta_app_secret.get(), headers, body)
     notification = parse_notification(body, max_bytes=settings.max_body_bytes)
     # 10 per call, each deduplicated by its wamid: a failure half-way answers 503, Meta
@@ -84,4 +86,5 @@ def challenge(settings: WebhookSettings, params: Mapping[str, str] | None) -> st
         from memagent.errors import InvalidSignature
 
         raise InvalidSignature("this stack's provider has no subscription check")
+    assert settings.meta_verify_token  # as webhook_secret
     return answer_challenge(settings.meta_verify_token.get(), params)

@@ -13,34 +13,34 @@ This face names what the rest of the package uses, each imported from its module
 imported only where its provider is served (memagent.providers.configured, the webhook's ingress).
 """
 
+from typing import TYPE_CHECKING
+
 from memagent import face
 
-__getattr__, __all__ = face(
-    __name__,
-    {
-        "graph": [
-            "MEDIA_ORIGINS",
-            "OPTED_OUT_CODES",
-            "RETRY_CODES",
-            "TOKEN_CODES",
-            "WINDOW_CLOSED",
-            "GraphClient",
-            "GraphError",
-        ],
-        "identity": ["BSUID", "IDENTITY_CHANGES", "PHONE", "identities"],
-        "parser": [
-            "HEADER_SIGNATURE",
-            "MESSAGE",
-            "PREFERENCE",
-            "STATUS",
-            "Envelope",
-            "Notification",
-            "answer_challenge",
-            "check_signature_header",
-            "parse_event",
-            "parse_notification",
-            "sign",
-            "verify_signature",
-        ],
-    },
-)
+if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
+    from memagent.providers.meta.graph import (
+        MEDIA_ORIGINS,
+        OPTED_OUT_CODES,
+        RETRY_CODES,
+        TOKEN_CODES,
+        WINDOW_CLOSED,
+        GraphClient,
+        GraphError,
+    )
+    from memagent.providers.meta.identity import BSUID, IDENTITY_CHANGES, PHONE, identities
+    from memagent.providers.meta.parser import (
+        HEADER_SIGNATURE,
+        MESSAGE,
+        PREFERENCE,
+        STATUS,
+        Envelope,
+        Notification,
+        answer_challenge,
+        check_signature_header,
+        parse_event,
+        parse_notification,
+        sign,
+        verify_signature,
+    )
+
+face(__name__)

@@ -27,6 +27,7 @@ from memagent.errors import (
 from memagent.providers import download
 from memagent.providers.meta.identity import BSUID
 from memagent.providers.origins import Origin, url_origin
+from memagent.providers.seam import post_with_fresh_key
 
 if TYPE_CHECKING:
     from memagent.environment import Secret
@@ -91,7 +92,9 @@ class GraphClient:
         self._graph = graph_url.rstrip("/")
         # Meta's media hosts (https only), the Graph API's own origin and any the operator adds
         graph_origin = url_origin(self._graph)
-        self._media_origins = MEDIA_ORIGINS | media_origins | ({graph_origin} - {None})
+        self._media_origins = (
+            MEDIA_ORIGINS | media_origins | ({graph_origin} if graph_origin else set())
+        )
         self._media_deadline = media_deadline_seconds
         self._read_timeout = timeout_seconds
         self._token = access_token  # a Secret is read on first use
@@ -114,25 +117,15 @@ class GraphClient:
     def _post(self, sender: str, body: dict[str, Any]) -> Any:
         """POST to the messages endpoint. A refused token (nothing was sent) is read again
         past the secret cache and tried once more: a renewed token works at once."""
-        import urllib3
-
-        for fresh in (False, True):
-            try:
-                response = self._http.request(
-                    "POST",
-                    f"{self._graph}/{sender}/messages",
-                    body=json.dumps(body).encode(),
-                    headers={**self._bearer(fresh=fresh), "Content-Type": "application/json"},
-                )
-            except urllib3.exceptions.HTTPError as error:
-                raise TransientError(
-                    f"Graph API unreachable: {type(error).__name__}",
-                    dependency="meta",
-                    error=type(error).__name__,
-                ) from None
-            if not self._token_refused(response):
-                break
-        return response
+        return post_with_fresh_key(
+            self._http,
+            f"{self._graph}/{sender}/messages",
+            json.dumps(body).encode(),
+            lambda fresh: {**self._bearer(fresh=fresh), "Content-Type": "application/json"},
+            refused=self._token_refused,
+            name="Graph API",
+            dependency="meta",
+        )
 
     @staticmethod
     def _raise_for(response: Any) -> None:

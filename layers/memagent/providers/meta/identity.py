@@ -22,6 +22,10 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _phone(value: Any) -> str | None:
     """A wa_id ("972987654321") as the E.164 phone we key people by ("+972987654321")."""
     digits = _text(value)
@@ -65,7 +69,7 @@ def preference_id(who: str, stamp: Any, choice: str) -> str:
 
 def _introduced(message: Mapping[str, Any]) -> frozenset[str]:
     """The identifiers an identity change gives the person: the new BSUID, the new phone."""
-    system = message.get("system") if isinstance(message.get("system"), dict) else {}
+    system = _object(message.get("system"))
     if message.get("type") != "system" or system.get("type") not in IDENTITY_CHANGES:
         return frozenset()
     new = (_bsuid(system.get("user_id")), _phone(system.get("wa_id") or system.get("new_wa_id")))
@@ -75,7 +79,7 @@ def _introduced(message: Mapping[str, Any]) -> frozenset[str]:
 def changed_identifiers(message: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """An identity change's (previous, new) identifiers: what the person was known by (the
     system message's previous BSUID and phone, the sender's), and what is new to them."""
-    system = message.get("system") if isinstance(message.get("system"), dict) else {}
+    system = _object(message.get("system"))
     previous = [
         _bsuid(system.get("previous_user_id")),
         _bsuid(message.get("from_user_id")),

@@ -32,6 +32,7 @@ from memagent.providers.meta.identity import (
     _bsuid,
     _contact_for,
     _introduced,
+    _object,
     _phone,
     _text,
     changed_identifiers,
@@ -130,7 +131,9 @@ def _dicts(value: Any) -> list[dict[str, Any]]:
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
-def _one(entry: Mapping[str, Any], change: Mapping[str, Any], value: dict[str, Any], **items):
+def _one(
+    entry: Mapping[str, Any], change: Mapping[str, Any], value: dict[str, Any], **items: Any
+) -> dict[str, Any]:
     """A one-item notification in Meta's own shape: what we queue."""
     sliced = {k: v for k, v in value.items() if k not in ("messages", "statuses", "contacts")}
     sliced.update(items)
@@ -192,7 +195,8 @@ def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
     if not isinstance(raw, dict) or raw.get("object") != OBJECT:
         raise BadRequest("not a WhatsApp Business Account notification")
     envelopes: list[Envelope] = []
-    ignored, groups, failed_codes, preferences = 0, 0, [], []
+    failed_codes: list[int] = []
+    ignored, groups, preferences = 0, 0, []
     for entry, change, value in _walk(raw):
         where = (entry, change, value)
         contacts = _dicts(value.get("contacts"))
@@ -208,7 +212,7 @@ def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
         for status in _dicts(value.get("statuses")):
             if status.get("status") == "failed":
                 failed_codes.extend(
-                    e.get("code")
+                    e["code"]
                     for e in _dicts(status.get("errors"))
                     if isinstance(e.get("code"), int)
                 )
@@ -236,7 +240,7 @@ def _message_envelope(
     wamid = _text(message.get("id"))
     contact = _contact_for(message, contacts)
     bsuid, phone = identities(message, contact)
-    system = message.get("system") if isinstance(message.get("system"), dict) else {}
+    system = _object(message.get("system"))
     if message.get("type") == "system":
         bsuid = bsuid or _bsuid(system.get("previous_user_id"))
     who = bsuid or phone
@@ -299,10 +303,10 @@ def _time(value: Any, field: str) -> datetime:
 def _reply_text(message: Mapping[str, Any], kind: str) -> str | None:
     """The words of a button or list reply, which reach us as their own message types, or the
     answers of a WhatsApp Flow (interactive nfm_reply)."""
-    body = message.get(kind) if isinstance(message.get(kind), dict) else {}
+    body = _object(message.get(kind))
     if kind == "button":
         return _text(body.get("text"))
-    reply = body.get(body.get("type")) if isinstance(body.get("type"), str) else None
+    reply = body.get(body["type"]) if isinstance(body.get("type"), str) else None
     if body.get("type") == "nfm_reply" and isinstance(reply, dict):
         return _flow_answers(reply)
     return _text(reply.get("title")) if isinstance(reply, dict) else None
@@ -366,7 +370,7 @@ def _inbound(message: dict, value: dict, contact: dict) -> InboundMessage:
     elif kind in ("button", "interactive"):
         text, kind = _reply_text(message, kind), "text"
     elif kind in ("audio", "image", "video", "document", "sticker"):
-        body = message.get(kind) if isinstance(message.get(kind), dict) else {}
+        body = _object(message.get(kind))
         caption = _text(body.get("caption"))
         if _text(body.get("id")):
             media = Media(
@@ -466,7 +470,7 @@ def parse_event(raw: Mapping[str, Any]) -> Event:
         contacts = _dicts(value.get("contacts"))
         for message in _dicts(value.get("messages")):
             if message.get("type") == "system":
-                system = message.get("system") if isinstance(message.get("system"), dict) else {}
+                system = _object(message.get("system"))
                 if system.get("type") in IDENTITY_CHANGES:
                     return _identity_change(message)
                 raise MalformedEvent("a system message we do not act on")
