@@ -87,6 +87,10 @@ def operator_tools(template: Template) -> set[str]:
     }
 
 
+# what with_a_tool gives the consumer: read by the operator's own tools file, not in this repo
+OPERATOR_TOOL_VARIABLES = {"LOOKUP_TOOL_ARN"}
+
+
 def with_a_tool(template: Template) -> Template:
     """A copy of the template with the operator's tool function added, and its ARN given to the
     consumer (the tools file then names it "${LOOKUP_TOOL_ARN}")."""

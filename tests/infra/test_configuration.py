@@ -14,6 +14,7 @@ from memagent.compaction import CompactorSettings
 from memagent.operator import AdminSettings
 from memagent.turn import ConsumerSettings
 from memagent.webhook import WebhookSettings
+from tests.infra.conftest import OPERATOR_TOOL_VARIABLES
 from tests.infra.test_iam import SHAPES
 from tests.infra.test_template import PARAMETERS, ROOT, Template, resolve_all, sam_transform
 
@@ -76,7 +77,9 @@ def test_every_variable_the_template_sets_is_read_by_its_functions_settings(shap
             # a stand-in value refused: its name was read all the same
             read_by_settings[function_id] |= variables_read(settings, env)
     unread = {
-        function_id: sorted(names - read_by_settings[function_id] - LIBRARY_VARIABLES)
+        function_id: sorted(
+            names - read_by_settings[function_id] - LIBRARY_VARIABLES - OPERATOR_TOOL_VARIABLES
+        )
         for function_id, names in set_by_template.items()
     }
     assert {f: names for f, names in unread.items() if names} == {}
