@@ -37,8 +37,10 @@ def prepare(module: str, tests: list[str]) -> Path:
     (work / "src").mkdir(parents=True)
     (work / "src" / "memagent").symlink_to(ROOT / "layers" / "memagent")
     (work / "tests").symlink_to(ROOT / "tests")
+    (work / "examples").symlink_to(ROOT / "examples")  # tests import the booking example
     selection = (
         f"only_mutate = {json.dumps([f'src/memagent/{path}.py'])}\n"
+        'also_copy = ["examples"]\n'
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
     )
     config = (ROOT / "pyproject.toml").read_text()

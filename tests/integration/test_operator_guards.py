@@ -123,6 +123,31 @@ def test_a_body_nested_deeper_than_the_parser_goes_is_a_400(stack, lambda_contex
     assert status == 400 and "JSON" in answer["error"]
 
 
+def test_the_operator_is_told_in_words_what_is_wrong_with_a_person_or_a_text(stack, lambda_context):
+    consumer, admin, _firing, _env = stack
+    # given Maya wrote yesterday, and nobody has written from +447700900999
+    writes(consumer, lambda_context, "I run on Tuesdays", datetime.now(UTC) - timedelta(days=1))
+    # when an operator opens someone by a name that is no phone, or a phone we hold nothing for
+    bad = call(admin, lambda_context, "GET", "/people/maya/conversation")
+    unknown = call(admin, lambda_context, "GET", person("+447700900999") + "/conversation")
+    # then each answer says, in so many words, what to give instead or that nothing is held
+    assert bad == (
+        400,
+        {
+            "error": "the person must be a phone in E.164, e.g. +447700900123 (URL-encode the "
+            "+), or a Meta business-scoped user id, e.g. US.13491208655302741918"
+        },
+    )
+    assert unknown == (404, {"error": "no memory is held for this person"})
+    # and a summary of exactly the 2,000 characters allowed is kept, one more is refused
+    sentence = "Maya runs on Tuesdays and swims on Fridays. "
+    longest = (sentence * 50)[:1999] + "."
+    kept = call(admin, lambda_context, "PUT", person() + "/summary", {"text": longest})
+    over = call(admin, lambda_context, "PUT", person() + "/summary", {"text": longest + "."})
+    assert kept[0] == 200 and kept[1]["summary"]["text"] == longest
+    assert over == (400, {"error": '"text" is 2001 characters; at most 2000'})
+
+
 # ------------------------------------------------------------------ the screen, in her languages
 
 ORDERS = [

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from memagent.aws import OperatorEvents
 from memagent.errors import InvalidEdit, UnknownPerson
 from memagent.lifecycle import left_by_ttl, left_half_done, resolve
 from memagent.memory import Memory
@@ -15,7 +14,7 @@ from memagent.observability import logger
 from memagent.providers import PERSON_ID
 
 if TYPE_CHECKING:
-    from memagent.aws import FollowUpSchedules
+    from memagent.aws import FollowUpSchedules, OperatorEvents
     from memagent.operator.settings import AdminSettings
     from memagent.providers import Provider
     from memagent.store import OperatorStore
@@ -49,15 +48,15 @@ class Seat:
         settings: AdminSettings,
         store: OperatorStore,
         *,
-        events: OperatorEvents | None = None,
+        events: OperatorEvents,
         provider: Callable[[], Provider] | None = None,
-        meta: bool = False,
+        meta: bool,
         schedules: FollowUpSchedules | None = None,
     ):
         self.settings = settings
         self.schedules = schedules  # follow-ups' schedules (memagent.aws.scheduler), if any
         self.store = store
-        self.events = events or OperatorEvents(None, settings.agent_id)
+        self.events = events  # its bus, if any, is the admin function's (functions/admin)
         self._provider = provider  # built on the first reply: reads need no provider secret
         self._client: Provider | None = None
         self.meta = meta  # Meta's 24-hour window applies to what the operator sends
