@@ -298,7 +298,8 @@ def test_every_path_on_a_stack_with_every_part_on_is_granted_what_it_calls(tmp_p
         status, _ = stack.admin("POST", f"/people/{MAYA}/facts", {"text": "Has a dog"})
         step("add a fact", status == 200)
         step("take over", stack.admin("POST", f"/people/{MAYA}/handoff")[0] == 200)
-        stack.send_message(MAYA, "Is anyone there?")
+        stack.send_message(MAYA, "Is anyone there?")  # stored for the human; operators told
+        stack.wait_idle(timeout=60)  # before the hand-back, or the agent would answer it
         status, _ = stack.admin(
             "POST", f"/people/{MAYA}/messages", {"text": "Sam here."}, **{"Idempotency-Key": "k1"}
         )
