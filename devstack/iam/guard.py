@@ -29,13 +29,13 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from devstack.iam.actions import Place, UnknownOperation, requests_for
-from devstack.iam.policy import Principal, Request, decide, may_assume
+from devstack.iam.roles import Role, StackIam
 
 ENV = "DEVSTACK_IAM"
 
@@ -48,9 +48,8 @@ SCHEDULER = "scheduler.amazonaws.com"
 @dataclass
 class Guard:
     function: str  # the function's name (the assumed role's session name)
-    role: dict[str, Any]  # {"logical_id", "arn", "trust", "policies"}
-    roles: list[dict[str, Any]]  # every role of the stack (for PassRole targets' trust)
-    resource_policies: Mapping[str, list[dict[str, Any]]]
+    role: Role  # the function's own
+    iam: StackIam  # every role of the stack (PassRole targets' trust), the resources' policies
     record: str | None  # a file to append each decision to
     place: Place
     enforce: bool = True  # False: record what IAM would refuse, and let the call through
@@ -60,11 +59,12 @@ class Guard:
     @classmethod
     def load(cls, path: str) -> Guard:
         config = json.loads(Path(path).read_text())
+        roles = {r["logical_id"]: Role(**r) for r in config["roles"]}
+        iam = StackIam(roles, {}, config["resource_policies"], account=config["account"])
         return cls(
             function=config["function"],
-            role=config["role"],
-            roles=config["roles"],
-            resource_policies=config["resource_policies"],
+            role=roles[config["role"]["logical_id"]],
+            iam=iam,
             record=config.get("record"),
             place=Place(region=config["region"], account=config["account"]),
             enforce=config.get("enforce", True),
@@ -72,13 +72,8 @@ class Guard:
 
     @property
     def caller(self) -> str:
-        name = self.role["arn"].rsplit("/", 1)[-1]
+        name = self.role.arn.rsplit("/", 1)[-1]
         return f"arn:aws:sts::{self.place.account}:assumed-role/{name}/{self.function}"
-
-    def _resource_policies(self, resource: str) -> Sequence[Mapping[str, Any]]:
-        if resource.startswith("arn:aws:s3:::"):
-            resource = resource.split("/", 1)[0]
-        return self.resource_policies.get(resource, [])
 
     def check(self, service: str, operation: str, params: Mapping[str, Any]) -> None:
         """Raise ClientError as AWS would when the role may not make this call."""
@@ -94,19 +89,8 @@ class Guard:
                 "devstack/iam/actions.py",
                 403,
             ) from None
-        principal = Principal(arn=self.role["arn"], account=self.place.account)
         for request in wanted:
-            context = {
-                "aws:PrincipalArn": self.role["arn"],
-                "aws:PrincipalAccount": self.place.account,
-                **request.context,
-            }
-            decision = decide(
-                Request(request.action, request.resource, context),
-                identity=self.role["policies"],
-                resource=self._resource_policies(request.resource),
-                principal=principal,
-            )
+            decision = self.iam.decide(self.role.logical_id, request)
             self._note(
                 service,
                 operation,
@@ -136,9 +120,9 @@ class Guard:
             "aws:SourceArn": self.place.arn("scheduler", f"schedule-group/{group}"),
             "aws:SourceAccount": self.place.account,
         }
-        role = next((r for r in self.roles if r["arn"] == role_arn), None)
-        trusted = role is not None and may_assume(
-            role["trust"], Principal(service=SCHEDULER, account=self.place.account), context
+        role = self.iam.role_by_arn(role_arn)
+        trusted = role is not None and self.iam.service_may_assume(
+            role.logical_id, SCHEDULER, context
         )
         self._note(
             "scheduler",
@@ -166,7 +150,7 @@ class Guard:
         line = json.dumps(
             {
                 "function": self.function,
-                "role": self.role["logical_id"],
+                "role": self.role.logical_id,
                 "operation": f"{service}:{operation}",
                 "action": action,
                 "resource": resource,

@@ -63,6 +63,25 @@ def probe(stack: DevStack, function: str, service: str, operation: str, **params
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def consumer_schedules(stack: DevStack, role_arn: str) -> dict:
+    """The consumer's process creates a schedule in the stack's group with `role_arn`."""
+    return probe(
+        stack,
+        "ConsumerFunction",
+        "scheduler",
+        "create_schedule",
+        Name="fu-probe",
+        GroupName=stack.schedule_group,
+        ScheduleExpression="at(2030-01-01T09:00:00)",
+        FlexibleTimeWindow={"Mode": "OFF"},
+        Target={
+            "Arn": "arn:aws:scheduler:::aws-sdk:sqs:sendMessage",
+            "RoleArn": role_arn,
+            "Input": "{}",
+        },
+    )
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory) -> Any:
     with DevStack(
@@ -135,21 +154,7 @@ def test_the_admin_querying_another_table_is_refused(stack):
 def test_passing_a_role_scheduler_may_not_be_given_is_refused(stack):
     # given the consumer passes its own role (not the scheduler's) as a schedule's target role
     consumer_role = stack.iam.roles["ConsumerRole"].arn
-    answer = probe(
-        stack,
-        "ConsumerFunction",
-        "scheduler",
-        "create_schedule",
-        Name="fu-probe",
-        GroupName=stack.schedule_group,
-        ScheduleExpression="at(2030-01-01T09:00:00)",
-        FlexibleTimeWindow={"Mode": "OFF"},
-        Target={
-            "Arn": "arn:aws:scheduler:::aws-sdk:sqs:sendMessage",
-            "RoleArn": consumer_role,
-            "Input": "{}",
-        },
-    )
+    answer = consumer_schedules(stack, consumer_role)
     # then iam:PassRole is refused: the consumer may pass the scheduler's role only
     assert answer["ok"] is False and answer["code"] == "AccessDeniedException"
     assert "iam:PassRole" in answer["message"] and consumer_role in answer["message"]
@@ -187,21 +192,7 @@ def test_a_scheduler_role_trusting_the_wrong_source_is_refused_by_scheduler(tmp_
         log_path=tmp_path / "stack.log",
     ) as stack:
         # when the consumer creates a schedule with it (its own calls allowed)
-        answer = probe(
-            stack,
-            "ConsumerFunction",
-            "scheduler",
-            "create_schedule",
-            Name="fu-probe",
-            GroupName=stack.schedule_group,
-            ScheduleExpression="at(2030-01-01T09:00:00)",
-            FlexibleTimeWindow={"Mode": "OFF"},
-            Target={
-                "Arn": "arn:aws:scheduler:::aws-sdk:sqs:sendMessage",
-                "RoleArn": stack.iam.roles["FollowUpSchedulerRole"].arn,
-                "Input": "{}",
-            },
-        )
+        answer = consumer_schedules(stack, stack.iam.roles["FollowUpSchedulerRole"].arn)
         # then Scheduler's ValidationException: it cannot assume the role; nothing scheduled
         assert answer == {
             "ok": False,
