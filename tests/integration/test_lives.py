@@ -215,7 +215,7 @@ class Lives(RuleBasedStateMachine):
 
     def _begin_step(self, kind: str) -> datetime:
         self.step_kind, self.writers = kind, set()
-        self.step_faulted, self.fault_pending = self.fault_pending, False
+        self.step_faulted = self.fault_pending  # until a message meets it (_post)
         self.answers = []
         return self.stack.now()
 
@@ -260,11 +260,7 @@ class Lives(RuleBasedStateMachine):
     def _post(self, person: Person, text: str) -> None:
         """`person` writes `text` from their phone (whasp) or phone and BSUID (Meta)."""
         stack, now = self.stack, self.stack.now()
-        end = person.expires()
-        if end is not None and abs(now - end) <= SLACK:
-            person.unsure_until = now  # did the turn find them expired? a coin's toss here
-        if end is not None and now > end + SLACK:
-            person.expiries.setdefault(end, now)  # the turn expires the old memory first
+        self._turn_meets(person, now)
         if self.provider == "meta":
             event_id = self._id("wamid.LIFE")
             payload = stack.meta_text(text, phone=person.phone, bsuid=person.bsuid, wamid=event_id)
@@ -275,6 +271,7 @@ class Lives(RuleBasedStateMachine):
             stack.whasp_post(payload)
             whasp_opt_out(stack, person.phone, opted_out=text == "STOP")
         person.events.append((event_id, payload, now))
+        self.fault_pending = False
         person.last_inbound = now
         person.opted_out = text == "STOP"
         if text == "yes" and person.forget_asked:
@@ -283,6 +280,16 @@ class Lives(RuleBasedStateMachine):
                 person.erased_through_a_crash.add(now)
         person.forget_asked = text == "forget me"
         self.writers.add(person.n)
+
+    def _turn_meets(self, person: Person, now: datetime) -> None:
+        """A turn of `person`'s (their message, or one redelivered) finds their retention
+        ended: it expires the old memory itself, before the TTL's late deletion."""
+        end = person.expires()
+        if end is not None and abs(now - end) <= SLACK:
+            person.unsure_until = now  # did the turn find them expired? a coin's toss here
+        if end is not None and now > end + SLACK:
+            person.expiries.setdefault(end, now)
+            person.expiries[end] = min(person.expiries[end], now)
 
     def _erased(self, person: Person, at: datetime) -> None:
         person.erasures.append(at)
@@ -303,6 +310,7 @@ class Lives(RuleBasedStateMachine):
         if not person.events:
             return
         _event_id, payload, _at = person.events[len(person.events) // 2]
+        self._turn_meets(person, self.stack.now())
         if self.provider == "meta":
             self.stack.meta_post(payload)
         else:
@@ -504,7 +512,7 @@ class Lives(RuleBasedStateMachine):
         if any(written <= erased <= at for erased in owner.erasures):
             return "erased"
         for end, table_from in owner.expiries.items():
-            if written <= end and end + SLACK < at and (not in_table or table_from + SLACK < at):
+            if written <= end and end + SLACK < at and (not in_table or table_from <= at):
                 return "expired"
         return None
 
@@ -514,7 +522,8 @@ class Lives(RuleBasedStateMachine):
         for person in self.people:
             end = person.expires()
             if end is not None and end + SLACK < now:
-                person.expiries.setdefault(end, end + timedelta(seconds=self.stack.ttl.lag))
+                lag = timedelta(seconds=self.stack.ttl.lag)
+                person.expiries.setdefault(end, end + lag + SLACK)
 
     def _cause(self, tags: set[str], recipient: Person | None, *, follow_up: bool) -> str | None:
         """Which known finding explains content `tags` where it should not be."""
@@ -577,12 +586,12 @@ class Lives(RuleBasedStateMachine):
             dead = {t: why for t in tags if (why := self._dead(t, in_table=False, at=at))}
             if dead:
                 self._violated(f"sent after they were gone: {dead} in {sent['text']!r}", cause)
-            if recipient is None or recipient.n in self.writers or self.step_kind == "handoff":
-                continue
+            if recipient is None or recipient.n in self.writers:
+                continue  # a reply to what they just wrote
             if recipient.opted_out or recipient.erased(at) or recipient.expired(at):
                 why = "opted out" if recipient.opted_out else "erased or expired"
-                if recipient.opted_out and self.provider == "meta" and follow_up:
-                    cause = cause or self._cause(tags | {"-r"}, recipient, follow_up=True)
+                if self.step_kind == "operator" and recipient.expired(at):
+                    cause = cause or "seat-ignores-expiry"  # an operator's reply
                 self._violated(
                     f"sent to person {recipient.n}, {why}, unprompted: {sent['text']!r}", cause
                 )
