@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -34,6 +35,7 @@ import boto3
 import pytest
 import urllib3.util.retry
 
+from devstack import RecordingServer, Reply
 from devstack.apigw import http_api_event
 from devstack.clock import next_visible_at
 from devstack.events import (
@@ -97,6 +99,8 @@ def model(request: dict[str, Any]) -> str | dict[str, Any]:
         local = datetime.now(UTC).astimezone(LONDON) + timedelta(days=int(asked.group(1)))
         when = f"{local.date().isoformat()}T{int(asked.group(2)):02d}:00"
         return _call("schedule_follow_up", {"when": when, "about": asked.group(3).strip()})
+    if "log my run" in said and "log_run" in offered:
+        return _call("log_run", {"note": said.split(" ", 1)[0]})
     pending = re.findall(r"id (fu-[0-9a-f]+)", notes)
     if "cancel the reminder" in said and "cancel_follow_up" in offered and pending:
         return _call("cancel_follow_up", {"id": pending[0]})
@@ -109,6 +113,39 @@ def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"output": [{**item, "arguments": json.dumps(arguments), "status": "completed"}]}
 
 
+class RunLog(RecordingServer):
+    """An operator's HTTPS tool (plain HTTP on loopback, as the local stack allows): it logs a
+    run for the person who asks (the webhook's caller, never the model's word)."""
+
+    def read(self, request: Any) -> dict[str, Any]:
+        return {"json": request.json() if request.body else None}
+
+    def answer(self, request: Any, record: dict[str, Any]) -> Reply:
+        return Reply.json(200, {"output": {"logged": True}, "summary": "run logged"})
+
+    def calls(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [r["json"] for r in self.requests if r["path"] == "/tools/log-run"]
+
+
+def declare_tools(folder: Path, run_log: RunLog) -> Path:
+    """tools.json: one HTTPS tool, told the caller's phone."""
+    tool = {
+        "name": "log_run",
+        "description": "Log a run in the person's training diary",
+        "parameters": {
+            "type": "object",
+            "properties": {"note": {"type": "string"}},
+            "required": ["note"],
+        },
+        "https": {"url": f"{run_log.url}/tools/log-run", "timeout_seconds": 2},
+        "caller": "phone",
+    }
+    path = folder / "tools.json"
+    path.write_text(json.dumps({"tools": [tool]}))
+    return path
+
+
 @dataclass
 class Servers:
     """What the module starts once: moto, the stand-ins, the console's door, the clock."""
@@ -116,8 +153,10 @@ class Servers:
     openai: Any
     whasp: Any
     graph: Any
-    door: Any  # tests.integration.test_lives.ConsoleDoor
+    door: Any  # tests.integration.test_console_door.Door
     clock: Any  # time_machine's traveller
+    run_log: RunLog
+    tools_file: Path
     stack: Stack | None = None  # the example's, which the console's door invokes
 
 
@@ -141,6 +180,7 @@ class Stack:
         servers = self.servers
         for server in (servers.openai, servers.whasp, servers.graph):
             server.reset()
+        servers.run_log.requests.clear()
         servers.openai.responder = model
         servers.graph.templates["reminder"] = {"languages": {"en_GB"}, "parameters": 1}
         self.monkeypatch.setattr(logger.registered_handler, "stream", self.logs)
@@ -187,6 +227,8 @@ class Stack:
                 "MEDIA_BUCKET": self.media,
                 "LEDGER_TTL_DAYS": "3650",
                 "INACTIVE_RETENTION_DAYS": str(RETENTION_DAYS),
+                "TOOLS_FILE": str(servers.tools_file),
+                "TOOL_HOSTS": servers.run_log.url,
             },
         )
         self.compactor = self._load(

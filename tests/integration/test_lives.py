@@ -53,9 +53,11 @@ from tests.integration.lives_world import (
     RETENTION_DAYS,
     START,
     TAG,
+    RunLog,
     Servers,
     Stack,
     console_door,
+    declare_tools,
     whasp_opt_out,
 )
 from tests.integration.test_meta import graph_server  # noqa: F401 (fixture)
@@ -170,7 +172,8 @@ class Lives(RuleBasedStateMachine):
         self.holders: dict[str, Person] = {}  # phone or BSUID -> who has it now
         self.known_seen: dict[str, str] = {}
         self.ids = 0
-        self.seen = {"sends": 0, "requests": 0, "logs": 0}
+        self.seen = {"sends": 0, "requests": 0, "logs": 0, "tools": 0}
+        self.tool_keys: dict[str, str] = {}  # the message a tool call logged -> its key
         self.answers: list[tuple[datetime, Person, Any]] = []
         self.writers: set[int] = set()  # who wrote in this step
         self.step_kind = ""
@@ -221,7 +224,7 @@ class Lives(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ people write
 
-    WRITES = ["chat", "chat", "remind", "remind", "remind", "cancel", "recall", "human"]
+    WRITES = ["chat", "chat", "remind", "remind", "remind", "cancel", "recall", "human", "tool"]
     WRITES += ["burst", "stop", "forget me", "forget me, yes", "yes"]
 
     @rule(slot=st.sampled_from(PHONES), what=st.sampled_from(WRITES), days=st.integers(1, 3))
@@ -253,6 +256,7 @@ class Lives(RuleBasedStateMachine):
                     "remind": f"{said} remind me in {days} days at 9 to "
                     f"{person.tag('r', now)} book the physio",
                     "cancel": f"{said} oh, cancel the reminder please",
+                    "tool": f"{said} log my run please",
                 }[what],
             )
         self._settle()
@@ -556,6 +560,7 @@ class Lives(RuleBasedStateMachine):
         if self.stopped:
             return
         self._judge_answers()
+        self._judge_tools()
         self._judge_logs()
 
     def _judge_sends(self, now: datetime) -> None:
@@ -641,6 +646,23 @@ class Lives(RuleBasedStateMachine):
                 )
         self.answers = []
 
+    def _judge_tools(self) -> None:
+        """A tool call carries only the words of the person it is told is asking (the caller,
+        from the provider's webhook), and one message's call has one idempotency key, however
+        often a crash makes the turn run again."""
+        calls = self.servers.run_log.calls()[self.seen["tools"] :]
+        self.seen["tools"] += len(calls)
+        for call in calls:
+            caller = self.holders.get(str((call.get("caller") or {}).get("phone")))
+            tags = {t.group(0) for t in TAG.finditer(json.dumps(call["arguments"]))}
+            if foreign := {t for t in tags if self._owner(t) is not caller}:
+                who = caller and caller.n
+                self._violated(f"a tool call for person {who} carried {sorted(foreign)}")
+            for tag in tags:
+                key = self.tool_keys.setdefault(tag.lower(), call["idempotency_key"])
+                if key != call["idempotency_key"]:
+                    self._violated(f"{tag}'s tool call made twice, under {key} and another key")
+
     def _judge_logs(self) -> None:
         logs = self.stack.logs.getvalue()
         fresh = logs[self.seen["logs"] :]
@@ -703,12 +725,18 @@ def _turns(request: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def servers(moto_server, openai_server, whasp_server, request) -> Any:
+def servers(moto_server, openai_server, whasp_server, request, tmp_path_factory) -> Any:
     """The module's servers and the console's door; the whole process on the model's clock."""
     global SERVERS
     graph = request.getfixturevalue("graph_server")
-    with time_machine.travel(START, tick=True) as clock, console_door(lambda: SERVERS) as door:
-        SERVERS = Servers(openai_server, whasp_server, graph, door, clock)
+    folder = tmp_path_factory.mktemp("lives")
+    with (
+        time_machine.travel(START, tick=True) as clock,
+        console_door(lambda: SERVERS) as door,
+        RunLog() as run_log,
+    ):
+        tools = declare_tools(folder, run_log)
+        SERVERS = Servers(openai_server, whasp_server, graph, door, clock, run_log, tools)
         yield SERVERS
         SERVERS = None
 
