@@ -217,6 +217,9 @@ class Lives(RuleBasedStateMachine):
         return bool(self.known_seen)
 
     def _begin_step(self, kind: str) -> datetime:
+        # people and operators take a moment between steps (Meta dates a message to the
+        # second: a message in the same second as an erasure's mark counts as before it)
+        self.stack.let_pass(2)
         self.step_kind, self.writers = kind, set()
         self.step_faulted = self.fault_pending  # until a message meets it (_post)
         self.answers = []
