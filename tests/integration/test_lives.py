@@ -17,9 +17,10 @@ known time: what an erasure or expiry made dead is dead everywhere after it.
 
 `make test` runs a short seeded run; the `slow` variant a long one. A failure prints the
 steps (Hypothesis) and the seed: LIVES_SEED=<seed> replays it (LIVES_EXAMPLES, LIVES_STEPS
-size a run). KNOWN_DEFECTS names the findings of issue 39 the model finds on the code before
-their fixes: an invariant that one of them trips ends that example's checks (recorded, not
-failed). Empty it once the fixes land; LIVES_KNOWN_DEFECTS=none runs as if it were empty."""
+size a run). KNOWN_DEFECTS names the findings the model finds on the code before their fixes:
+a violation that the model attributes to one of them (by what leaked, whose it was, and what
+happened to that person) is recorded, not failed; every other violation fails. Empty it once
+the fixes land; LIVES_KNOWN_DEFECTS=none runs as if it were empty (or name the ones to keep)."""
 
 from __future__ import annotations
 
@@ -212,10 +213,6 @@ class Lives(RuleBasedStateMachine):
         self.ids += 1
         return f"{prefix}{self.ids:05d}"
 
-    @property
-    def stopped(self) -> bool:
-        return bool(self.known_seen)
-
     def _begin_step(self, kind: str) -> datetime:
         # people and operators take a moment between steps (Meta dates a message to the
         # second: a message in the same second as an erasure's mark counts as before it)
@@ -235,8 +232,6 @@ class Lives(RuleBasedStateMachine):
         """The phone's holder writes: a message, a burst of three, a reminder asked for in
         `days` days at 9, its cancelling, a keyword (STOP, "forget me" and its "yes", "what
         do you remember about me", a human)."""
-        if self.stopped:
-            return
         now = self._begin_step("writes")
         person = self.holders[slot]
         if what == "burst":
@@ -252,16 +247,16 @@ class Lives(RuleBasedStateMachine):
             self._post(person, said.get(what, {"human": "talk to a human"}.get(what, what)))
         else:
             said = person.tag("m", now)
-            self._post(
-                person,
-                {
+            if what == "remind":
+                about = f"{person.tag('r', now)} book the physio"
+                text = f"{said} remind me in {days} days at 9 to {about}"
+            else:
+                text = {
                     "chat": f"{said} I ran {person.counters['m']} km today",
-                    "remind": f"{said} remind me in {days} days at 9 to "
-                    f"{person.tag('r', now)} book the physio",
                     "cancel": f"{said} oh, cancel the reminder please",
                     "tool": f"{said} log my run please",
-                }[what],
-            )
+                }[what]
+            self._post(person, text)
         self._settle()
 
     def _post(self, person: Person, text: str) -> None:
@@ -310,8 +305,6 @@ class Lives(RuleBasedStateMachine):
     @rule(slot=st.sampled_from(PHONES))
     def redelivers_an_old_message(self, slot: str) -> None:
         """whasp or Meta delivers one of the person's messages again, however late."""
-        if self.stopped:
-            return
         self._begin_step("redelivery")
         person = self.holders[slot]
         if not person.events:
@@ -336,8 +329,6 @@ class Lives(RuleBasedStateMachine):
         newcomer has a BSUID of their own. Meta: the holder's BSUID changes
         (user_changed_user_id), then they write. whasp: chat.opted_out for the holder; the
         business number replaced (number.replaced)."""
-        if self.stopped:
-            return
         now = self._begin_step(what)
         stack, person = self.stack, self.holders[slot]
         if what == "recycled":
@@ -404,8 +395,6 @@ class Lives(RuleBasedStateMachine):
         an operator otherwise), erases, exports or reads the holder of the phone, adds a
         fact, replaces the summary, schedules or cancels a follow-up, takes the chat over,
         replies, hands it back."""
-        if self.stopped:
-            return
         now = self._begin_step("operator")
         person = self.holders[slot]
         admins = action in ("erase", "export")
@@ -448,8 +437,6 @@ class Lives(RuleBasedStateMachine):
         """7 minutes, ~3 hours, ~20 hours, a day and an hour, two days and two hours, 45 days
         (odd sizes, so that no sum of a few lands on a retention's end to the minute); what
         is due meanwhile happens (follow-ups fire, the TTL deletes)."""
-        if self.stopped:
-            return
         self._begin_step("time")
         self.stack.let_pass(minutes * 60)
         self._settle()
@@ -462,8 +449,6 @@ class Lives(RuleBasedStateMachine):
         """The next call to the model or the provider fails `times` times (5xx), or the turn
         crashes right after storing the message, sending, or getting the model's reply: the
         record fails, and the queue brings it back."""
-        if self.stopped:
-            return
         self._begin_step("fault")
         self.fault_pending = True
         servers, agent = self.servers, self.stack.consumer.consumer.agent
@@ -552,16 +537,12 @@ class Lives(RuleBasedStateMachine):
 
     @invariant()
     def nothing_of_anyone_reaches_anyone_else(self) -> None:
-        if self.stack is None or self.stopped:
+        if self.stack is None:
             return
         now = self.stack.now()
         self._record_expiries(now)
         self._judge_sends(now)
-        if self.stopped:
-            return
         self._judge_requests()
-        if self.stopped:
-            return
         self._judge_answers()
         self._judge_tools()
         self._judge_logs()
@@ -676,7 +657,7 @@ class Lives(RuleBasedStateMachine):
 
     @invariant()
     def nothing_of_the_gone_remains(self) -> None:
-        if self.stack is None or self.stopped:
+        if self.stack is None:
             return
         now = self.stack.now()
         items = self.stack.items()
