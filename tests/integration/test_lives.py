@@ -81,7 +81,8 @@ KNOWN_DEFECTS = {
         "found by this model (not in issue 39's list): when a crash follows the storing of "
         '"forget me", its redelivery answers it together with the "yes" written after it, by '
         "the model, as one burst: the person is not forgotten, and is answered from the memory "
-        "they asked to erase"
+        "they asked to erase; while a human has the chat, it is left awaiting a reply, with "
+        "no reason recorded"
     ),
     "seat-ignores-expiry": (
         "issue 39, Medium: the operator's seat reads, edits, answers and schedules for a person "
@@ -181,6 +182,7 @@ class Lives(RuleBasedStateMachine):
         self.follow_up_owner: dict[str, tuple[Person, str]] = {}
         self.sent_keys: Counter = Counter()
         self.fault_pending = self.step_faulted = False  # a failure struck into this step
+        self.keywords_through_a_crash: set[str] = set()  # "forget me", "yes" after a failure
 
     # ------------------------------------------------------------------ the world
 
@@ -273,6 +275,8 @@ class Lives(RuleBasedStateMachine):
             stack.whasp_post(payload)
             whasp_opt_out(stack, person.phone, opted_out=text == "STOP")
         person.events.append((event_id, payload, now))
+        if self.step_faulted and text in ("forget me", "yes"):
+            self.keywords_through_a_crash.add(event_id)
         self.fault_pending = False
         person.last_inbound = now
         person.opted_out = text == "STOP"
@@ -679,8 +683,10 @@ class Lives(RuleBasedStateMachine):
             if str(item["sk"]).startswith("EVT#") and item.get("status") not in FINAL | {None}:
                 if item.get("event_id", "").startswith("follow_up:"):
                     continue  # the words stored, sent by the repeat: judged by the sends
+                crashed = item.get("event_id") in self.keywords_through_a_crash
                 self._violated(
-                    f"an inbound message left {item.get('status')!r}: {item.get('event_id')}"
+                    f"an inbound message left {item.get('status')!r}: {item.get('event_id')}",
+                    "forget-me-lost-on-redelivery" if crashed else None,
                 )
         ledger = {str(i.get("event_id")) for i in items if str(i["sk"]).startswith("EVT#")}
         for person in self.people:
