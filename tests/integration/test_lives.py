@@ -100,6 +100,7 @@ TRIPPED: Counter = Counter()  # known findings tripped, by name: examples
 
 SEED = int(os.environ.get("LIVES_SEED", "39"))
 PHONES = ("+447700900201", "+447700900202")
+PROVIDERS = os.environ.get("LIVES_PROVIDERS", "whasp,meta").split(",")  # one, to look closer
 RETENTION = timedelta(days=RETENTION_DAYS)
 SLACK = timedelta(minutes=5)  # around an expiry, what the turn decides is the model's guess
 FINAL = {"replied", "sent", "opted_out", "parked", "skipped", "answered", "for_human"}
@@ -186,7 +187,7 @@ class Lives(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ the world
 
-    @initialize(provider=st.sampled_from(["whasp", "meta"]), lag=st.sampled_from([0, 6, 48]))
+    @initialize(provider=st.sampled_from(PROVIDERS), lag=st.sampled_from([0, 6, 48]))
     def begin(self, provider: str, lag: int) -> None:
         """A new stack on `provider`; DynamoDB's TTL `lag` hours late."""
         self.servers.clock.move_to(START)
@@ -757,20 +758,25 @@ def run_lives(*, examples: int, steps: int, seed: int = SEED) -> None:
 
 def test_lives_short_run(servers):
     run_lives(
-        examples=int(os.environ.get("LIVES_EXAMPLES", "8")),
-        steps=int(os.environ.get("LIVES_STEPS", "30")),
+        examples=int(os.environ.get("LIVES_EXAMPLES", "3")),
+        steps=int(os.environ.get("LIVES_STEPS", "25")),
     )
 
 
 @pytest.mark.slow
 def test_lives_long_run(servers):
-    run_lives(examples=int(os.environ.get("LIVES_EXAMPLES", "60")), steps=60, seed=SEED + 1)
+    run_lives(
+        examples=int(os.environ.get("LIVES_EXAMPLES", "40")),
+        steps=int(os.environ.get("LIVES_STEPS", "60")),
+        seed=SEED + 1,
+    )
 
 
 # ------------------------------------------------------------------ the findings it made
 
-# The steps with which the model found issue 39's two High findings on the code before their
-# fixes (shrunk by Hypothesis from LIVES_SEED runs; see the note in the issue).
+# The steps with which the model finds issue 39's two High findings on the code before their
+# fixes. Meta's is the shortest path through the model's own rules (a random run reaches it
+# rarely: it needs a reminder for tomorrow, the number recycled, then the day passing).
 FOUND = {
     "meta-recycled-follow-up": [
         ("begin", {"provider": "meta", "lag": 0}),
@@ -779,10 +785,12 @@ FOUND = {
         ("writes", {"slot": PHONES[0], "what": "stop", "days": 1}),
         ("time_passes", {"minutes": 1507}),
     ],
+    # Hypothesis, shrunk: LIVES_PROVIDERS=whasp LIVES_SEED=45 LIVES_EXAMPLES=200 LIVES_STEPS=12
     "retention-keeps-follow-ups": [
         ("begin", {"provider": "whasp", "lag": 0}),
         ("writes", {"slot": PHONES[0], "what": "remind", "days": 3}),
-        ("time_passes", {"minutes": 3001}),
+        ("time_passes", {"minutes": 1507}),
+        ("time_passes", {"minutes": 1507}),
     ],
 }
 
