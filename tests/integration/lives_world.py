@@ -205,6 +205,7 @@ class Stack:
             "FOLLOW_UP_SCHEDULE_GROUP": self.group,
             "FOLLOW_UP_ROLE_ARN": ROLE,
             "FOLLOW_UP_MAX_PENDING": "3",
+            "FOLLOW_UP_DEAD_LETTER_ARN": res.queue_arns["FollowUpDeadLetterQueue"],
         }
         model_env = {
             "OPENAI_API_KEY": "sk-test",
@@ -238,6 +239,7 @@ class Stack:
                 **model_env,
                 "MEDIA_BUCKET": self.media,
                 "FAILURE_QUEUE_URL": res.queue_urls["CompactionFailureQueue"],
+                "FOLLOW_UP_SCHEDULE_GROUP": self.group,  # an expiry deletes the schedules
             },
         )
         self.admin = self._load(
@@ -460,6 +462,7 @@ def console_door(servers: Callable[[], Servers | None]) -> Iterator[Any]:
     """The console's API (ConsoleApi) as tests.integration.test_console_door builds it: moto's
     Cognito pool from template.yaml, its managed login, API Gateway's JWT authorizer, in front
     of the admin function of the example's stack (`servers().stack.admin`)."""
+    from devstack import cfn
     from devstack.apigw import LocalHttpApi, Route
     from devstack.aws import REGION
     from devstack.cognito import JwtAuthorizer, LocalUserPool
@@ -473,16 +476,9 @@ def console_door(servers: Callable[[], Servers | None]) -> Iterator[Any]:
     }
     api = LocalHttpApi("ConsoleApi", []).start()
 
-    def resolve(value: Any) -> Any:  # the few intrinsics the pool's properties use
-        if isinstance(value, dict) and "Fn::Sub" in value:
-            return value["Fn::Sub"].replace("${AWS::StackName}", "lives")
-        if isinstance(value, dict):
-            return {k: resolve(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [resolve(v) for v in value]
-        return value
-
-    pool = LocalUserPool.create(cognito, resolve, api.url + "/")
+    # the intrinsics the pool's properties use, resolved as the local stack resolves them
+    resolver = cfn.Resolver(template, cfn.parameter_values(template, {}))
+    pool = LocalUserPool.create(cognito, resolver.resolve, api.url + "/")
     moto = boto3.client("cognito-idp")._endpoint.host
     jwks = f"{moto}/{pool.pool_id}/.well-known/jwks.json"
     api.authorizer = JwtAuthorizer(
