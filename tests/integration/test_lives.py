@@ -105,6 +105,9 @@ KNOWN = (
 )
 TRIPPED: Counter = Counter()  # known findings tripped, by name: examples
 
+# one worker runs them all (make test's --dist loadgroup): the module's servers start once
+pytestmark = pytest.mark.xdist_group("lives")
+
 SEED = int(os.environ.get("LIVES_SEED", "39"))
 PHONES = ("+447700900201", "+447700900202")
 PROVIDERS = os.environ.get("LIVES_PROVIDERS", "whasp,meta").split(",")  # one, to look closer
@@ -791,6 +794,14 @@ FOUND = {
         ("identity_moves", {"slot": PHONES[0], "what": "recycled"}),
         ("writes", {"slot": PHONES[0], "what": "stop", "days": 1}),
         ("time_passes", {"minutes": 1507}),
+    ],
+    # a crash after "forget me" is stored (found by a LIVES_SEED=39 run; these steps are its core)
+    "forget-me-lost-on-redelivery": [
+        ("begin", {"provider": "whasp", "lag": 0}),
+        ("writes", {"slot": PHONES[0], "what": "chat", "days": 1}),
+        ("writes", {"slot": PHONES[0], "what": "forget me", "days": 1}),
+        ("a_dependency_fails", {"where": "store", "times": 1}),
+        ("writes", {"slot": PHONES[0], "what": "forget me, yes", "days": 1}),
     ],
     # Hypothesis, shrunk: LIVES_PROVIDERS=whasp LIVES_SEED=45 LIVES_EXAMPLES=200 LIVES_STEPS=12
     "retention-keeps-follow-ups": [
