@@ -15,10 +15,12 @@ its path, and a dozen typed environment variables do not need a validation frame
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from memagent.errors import ConfigurationError, SecretUnavailable
@@ -172,6 +174,80 @@ class Secret:
         return f"Secret({self.name})"
 
 
+KINDS = ("text", "integer", "number", "flag", "choice", "optional", "url")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable a settings class reads, declared once: its default and bounds
+    (the read refuses what they refuse), and the template Parameter that sets it, if any.
+    tests/infra/test_settings_table.py holds template.yaml's parameters and the docs' rows to
+    these declarations. `deployed`: the Parameter's default where the template's differs from
+    the code's (a limit the code leaves off, say). `custom`: read by the class's own code
+    (conditionally, or checked against another setting), still with this default and bounds."""
+
+    name: str
+    default: Any = _REQUIRED
+    kind: str = "text"
+    minimum: float | None = None
+    maximum: float | None = None
+    above: bool = False  # a number strictly above the minimum
+    below: bool = False  # and strictly below the maximum
+    choices: tuple[str, ...] = ()
+    parameter: str | None = None
+    deployed: Any = None
+    custom: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"{self.name}: kind {self.kind!r} is not one of {KINDS}")
+        if self.kind in ("integer", "number") and self.minimum is None:
+            raise ValueError(f"{self.name}: a number needs its minimum")
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED
+
+
+_SETTING = "setting"
+
+
+def _kind_of(default: object, choices: tuple[str, ...]) -> str:
+    if choices:
+        return "choice"
+    for kind, types in (
+        ("flag", bool),
+        ("integer", int),
+        ("number", float),
+        ("optional", type(None)),
+    ):
+        if isinstance(default, types):
+            return kind
+    return "text"
+
+
+def setting(name: str, default: Any = _REQUIRED, *, kind: str | None = None, **rules: Any) -> Any:
+    """A settings dataclass's field declared with its environment variable: its default is the
+    field's, its kind (unless given) follows the default's type (bool: flag, int: integer, float:
+    number, None: optional, str: text, with `choices`: choice)."""
+    choices = tuple(rules.pop("choices", ()))
+    declared = Setting(name, default, kind or _kind_of(default, choices), choices=choices, **rules)
+    return declare(declared)
+
+
+def declare(declared: Setting) -> Any:
+    """A field for a Setting declared elsewhere (one read by several functions' classes)."""
+    metadata = {_SETTING: declared}
+    if declared.required:
+        return dataclasses.field(metadata=metadata)
+    return dataclasses.field(default=declared.default, metadata=metadata)
+
+
+def table_of(cls: type) -> dict[str, Setting]:
+    """A settings class's table: each field declared with its Setting, by field name."""
+    return {f.name: f.metadata[_SETTING] for f in dataclasses.fields(cls) if _SETTING in f.metadata}
+
+
 class Environment:
     """Typed reads of environment variables. Each bad or missing value is noted under its name;
     `check()` raises one ConfigurationError listing them all. An empty value counts as unset."""
@@ -229,7 +305,9 @@ class Environment:
             self.problems.append(f"{name}: must be an http(s) URL")
         return value.rstrip("/")
 
-    def integer(self, name: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
+    def integer(
+        self, name: str, default: int, *, minimum: float, maximum: float | None = None
+    ) -> int:
         value = self._parsed(name, int, "a whole number")
         if value is None:
             return default
@@ -272,6 +350,40 @@ class Environment:
             return False
         self.problems.append(f"{name}: must be true or false")
         return default
+
+    def value(self, declared: Setting) -> Any:
+        """A declared setting's value, read with its default and bounds."""
+        name, default = declared.name, declared.default
+        if declared.kind == "text":
+            return self.text(name, default)
+        if declared.kind == "optional":
+            return self.optional(name)
+        if declared.kind == "flag":
+            return self.flag(name, default)
+        if declared.kind == "choice":
+            return self.choice(name, declared.choices, default)
+        if declared.kind == "url":
+            return self.url(name) if declared.required or self._raw(name) else default
+        minimum, maximum = declared.minimum, declared.maximum
+        assert minimum is not None  # Setting requires it of a number
+        if declared.kind == "integer":
+            return self.integer(name, default, minimum=minimum, maximum=maximum)
+        return self.number(
+            name,
+            default,
+            minimum=minimum,
+            above=declared.above,
+            maximum=maximum,
+            below=declared.below,
+        )
+
+    def values(self, cls: type) -> dict[str, Any]:
+        """Every field of a settings class its table declares, read (but the custom ones)."""
+        return {
+            field: self.value(declared)
+            for field, declared in table_of(cls).items()
+            if not declared.custom
+        }
 
     def secret(self, name: str, check: Callable[..., object] | None = None) -> Secret:
         try:

@@ -11,6 +11,7 @@ import pytest
 
 from devstack.cfn import variables_read
 from memagent.compaction import CompactorSettings
+from memagent.environment import table_of
 from memagent.operator import AdminSettings
 from memagent.turn import ConsumerSettings
 from memagent.webhook import WebhookSettings
@@ -95,10 +96,11 @@ def test_a_variable_no_settings_class_reads_is_caught(shapes) -> None:
 
 
 def settings_read() -> set[str]:
-    """Every environment variable named in the settings' reads."""
+    """Every environment variable the settings' tables declare, or their code names."""
     pattern = r'"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|PROVIDER)"'
     names = {name for path in SETTINGS_SOURCES for name in re.findall(pattern, path.read_text())}
-    return names - RUNTIME_VARIABLES
+    declared = {s.name for cls in FUNCTION_SETTINGS.values() for s in table_of(cls).values()}
+    return (names | declared) - RUNTIME_VARIABLES
 
 
 def documented() -> set[str]:

@@ -25,6 +25,7 @@ from aws_lambda_powertools.utilities.batch.exceptions import (
     SQSFifoMessageGroupCircuitBreakerError,
 )
 
+from memagent.environment import Setting
 from memagent.errors import Deferred, named_failure
 from memagent.observability import logger, metrics
 
@@ -61,6 +62,12 @@ class RetrySchedule:
         """The least delay jitter can give (for the outage budget, which must hold in the worst
         case): the schedule's lower bound."""
         return max(1, round(self.nominal(receive_count) * (1 - self.jitter)))
+
+
+# each delay is cut by up to this share, the consumer's and the compactor's alike
+RETRY_JITTER = Setting(
+    "RETRY_JITTER", RetrySchedule.jitter, kind="number", minimum=0, maximum=1, below=True
+)
 
 
 def outage_survived_seconds(

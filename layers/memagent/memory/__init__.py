@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # the face (memagent.face): what other wings and the function
         signed_by_stack,
     )
     from memagent.memory.recent import recent_keys, shards
-    from memagent.memory.settings import MemorySettings
+    from memagent.memory.settings import FOLLOW_UP_MAX_PENDING, RECENT_CONVERSATIONS, MemorySettings
     from memagent.memory.types import (
         Epoch,
         Fact,

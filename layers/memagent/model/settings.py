@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memagent.environment import Environment, Secret, is_local_stack, off
+from memagent.environment import Environment, Secret, is_local_stack, off, setting, table_of
 from memagent.errors import ConfigurationError
 from memagent.memory import MemorySettings
 
@@ -23,25 +23,43 @@ DEFAULT_TRANSCRIPTION_MODEL = "gpt-transcribe"
 class ModelSettings(MemorySettings):
     """Settings of the functions that call the model (consumer, compactor)."""
 
-    openai_model: str
-    model_provider: str = "openai"
-    openai_base_url: str | None = None  # with bedrock: the region's bedrock-runtime by default
-    openai_timeout_seconds: float = 25.0
-    openai_max_retries: int = 2
+    openai_model: str = setting("OPENAI_MODEL", parameter="OpenAIModel", custom=True)
+    model_provider: str = setting(
+        "MODEL_PROVIDER",
+        "openai",
+        choices=MODEL_PROVIDERS,
+        parameter="ModelProvider",
+        custom=True,  # decides the others' reads
+    )
+    # with bedrock: the region's bedrock-runtime by default
+    openai_base_url: str | None = setting(
+        "OPENAI_BASE_URL", None, parameter="OpenAIBaseUrl", custom=True
+    )
+    openai_timeout_seconds: float = setting("OPENAI_TIMEOUT_SECONDS", 25.0, minimum=0, above=True)
+    openai_max_retries: int = setting("OPENAI_MAX_RETRIES", 2, minimum=0)
     openai_api_key: Secret | None = field(default=None, repr=False)  # never read with bedrock
     bedrock_region: str | None = None  # with bedrock: the region the bearer token is signed for
-    max_reply_tokens: int = 1024  # sent as max_output_tokens with every reply
+    # sent as max_output_tokens with every reply
+    max_reply_tokens: int = setting(
+        "MAX_REPLY_TOKENS", 1024, minimum=16, parameter="MaxReplyTokens"
+    )
     # prompt_cache_key, safety_identifier and the cache retention: off for a server that
     # rejects fields it does not know
-    openai_cache_fields: bool = True
-    openai_cache_retention: str | None = "24h"
+    openai_cache_fields: bool = setting("OPENAI_CACHE_FIELDS", True, parameter="OpenAICacheFields")
+    # "off" sends none (None)
+    openai_cache_retention: str | None = setting(
+        "OPENAI_CACHE_RETENTION", "24h", choices=("24h", "in_memory", "off"), custom=True
+    )
     # the stack's model tokens a day, replies, descriptions, transcriptions and folds alike
     # (memagent.memory.budget.StackBudget): 0, none (StackTokenBudgetAlarm still watches)
-    stack_daily_tokens_hard_limit: int = 0
+    stack_daily_tokens_hard_limit: int = setting(
+        "STACK_DAILY_TOKENS_HARD_LIMIT", 0, minimum=0, parameter="StackDailyTokensHardLimit"
+    )
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
-        provider = read.choice("MODEL_PROVIDER", MODEL_PROVIDERS, "openai")
+        table = table_of(cls)
+        provider = read.value(table["model_provider"])
         model = read.text("OPENAI_MODEL")
         base_url = read.optional("OPENAI_BASE_URL")
         region = None
@@ -72,20 +90,9 @@ class ModelSettings(MemorySettings):
             "openai_model": model,
             "model_provider": provider,
             "openai_base_url": base_url,
-            "openai_timeout_seconds": read.number(
-                "OPENAI_TIMEOUT_SECONDS", 25.0, minimum=0, above=True
-            ),
-            "openai_max_retries": read.integer("OPENAI_MAX_RETRIES", 2, minimum=0),
-            "stack_daily_tokens_hard_limit": read.integer(
-                "STACK_DAILY_TOKENS_HARD_LIMIT", 0, minimum=0
-            ),
             "openai_api_key": None if provider == "bedrock" else read.secret("OPENAI_API_KEY"),
             "bedrock_region": region,
-            "max_reply_tokens": read.integer("MAX_REPLY_TOKENS", 1024, minimum=16),
-            "openai_cache_fields": read.flag("OPENAI_CACHE_FIELDS", True),
-            "openai_cache_retention": off(
-                read.choice("OPENAI_CACHE_RETENTION", ("24h", "in_memory", "off"), "24h")
-            ),
+            "openai_cache_retention": off(read.value(table["openai_cache_retention"])),
         }
 
 
@@ -114,15 +121,4 @@ def tools_settings(read: Environment) -> dict:
     except ConfigurationError as error:
         read.problems.append(str(error))
         return {}
-    return {
-        "tools": tools,
-        "tool_max_rounds": read.integer("TOOL_MAX_ROUNDS", 3, minimum=1, maximum=10),
-        "tool_max_calls": read.integer("TOOL_MAX_CALLS", 6, minimum=1, maximum=50),
-        "tool_output_max_chars": read.integer(
-            "TOOL_OUTPUT_MAX_CHARS", 4000, minimum=200, maximum=100_000
-        ),
-        # longer than the tool functions' own Timeout, so their timeout is what answers
-        "tool_timeout_seconds": read.number(
-            "TOOL_TIMEOUT_SECONDS", 30, minimum=0, above=True, maximum=900
-        ),
-    }
+    return {"tools": tools}

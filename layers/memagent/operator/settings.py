@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memagent.aws import DEAD_LETTER_ARN
-from memagent.environment import Environment
-from memagent.memory import MemorySettings
+from memagent.environment import Environment, declare, setting
+from memagent.memory import FOLLOW_UP_MAX_PENDING, RECENT_CONVERSATIONS, MemorySettings
 from memagent.providers import ProviderSettings
 
 
@@ -19,34 +19,26 @@ class AdminSettings(MemorySettings, ProviderSettings):
 
     sends: bool = True
     # follow-ups: an operator schedules them as the model does, and a cancel deletes the schedule
-    follow_up_group: str | None = None
-    follow_up_role_arn: str | None = None
-    follow_up_queue_url: str | None = None
-    follow_up_dead_letter_arn: str | None = None
-    follow_up_max_pending: int = 3
+    follow_up_role_arn: str | None = setting("FOLLOW_UP_ROLE_ARN", None, custom=True)
+    follow_up_queue_url: str | None = setting("FOLLOW_UP_QUEUE_URL", None, custom=True)
+    follow_up_dead_letter_arn: str | None = setting("FOLLOW_UP_DEAD_LETTER_ARN", None, custom=True)
+    follow_up_max_pending: int = declare(FOLLOW_UP_MAX_PENDING)
     # OperatorConsole=true: the page's sign-in (the user pool's client and managed login)
-    console_client_id: str | None = None
-    console_login_url: str | None = None
-    recent_conversations: bool = False  # RecentIndex exists (GET /conversations)
+    console_client_id: str | None = setting("CONSOLE_CLIENT_ID", None)
+    console_login_url: str | None = setting("CONSOLE_LOGIN_URL", None)
+    recent_conversations: bool = declare(RECENT_CONVERSATIONS)  # GET /conversations
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
-        group: dict = {
-            "follow_up_group": read.optional("FOLLOW_UP_SCHEDULE_GROUP"),
-            "console_client_id": read.optional("CONSOLE_CLIENT_ID"),
-            "console_login_url": read.optional("CONSOLE_LOGIN_URL"),
-            "recent_conversations": read.flag("RECENT_CONVERSATIONS", False),
-        }
-        if group["follow_up_group"]:
+        group: dict = {}
+        if read.optional("FOLLOW_UP_SCHEDULE_GROUP"):
             group.update(
                 follow_up_role_arn=read.text("FOLLOW_UP_ROLE_ARN"),
                 follow_up_queue_url=read.text("FOLLOW_UP_QUEUE_URL"),
                 follow_up_dead_letter_arn=read.matching(
                     "FOLLOW_UP_DEAD_LETTER_ARN", DEAD_LETTER_ARN, "a standard SQS queue's ARN"
                 ),
-                follow_up_max_pending=read.integer(
-                    "FOLLOW_UP_MAX_PENDING", 3, minimum=1, maximum=20
-                ),
+                follow_up_max_pending=read.value(FOLLOW_UP_MAX_PENDING),
             )
         if read.optional("PROVIDER") is None:
             return {**super()._read(read), **group, "sends": False}

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # the face (memagent.face): what other wings and the function
         shorten,
         split_text,
     )
-    from memagent.providers.settings import DEFAULT_META_GRAPH_URL, PROVIDERS, ProviderSettings
+    from memagent.providers.settings import PROVIDERS, ProviderSettings
     from memagent.providers.signing import check_signing_secrets
     from memagent.providers.void import TEST_PERSON, is_test_person
 

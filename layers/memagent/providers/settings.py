@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memagent.environment import Environment, Secret
+from memagent.environment import Environment, Secret, setting, table_of
 from memagent.providers.origins import parse_media_origins, parse_origins
 
 PROVIDERS = ("whasp", "meta")
-DEFAULT_META_GRAPH_URL = "https://graph.facebook.com/v26.0"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -17,44 +16,40 @@ class ProviderSettings:
     """What a function that sends through the provider needs (the consumer, the admin API's
     operator replies)."""
 
-    provider: str = "whasp"
-    whasp_api_url: str | None = None
-    meta_graph_url: str = DEFAULT_META_GRAPH_URL
-    typing_indicator: bool = True
+    provider: str = setting(
+        "PROVIDER", "whasp", choices=PROVIDERS, parameter="Provider", custom=True
+    )
+    whasp_api_url: str | None = setting(
+        "WHASP_API_URL", None, kind="url", parameter="WhaspApiUrl", custom=True
+    )
+    meta_graph_url: str = setting(
+        "META_GRAPH_URL", "https://graph.facebook.com/v26.0", kind="url", parameter="MetaGraphUrl"
+    )
+    typing_indicator: bool = setting("TYPING_INDICATOR", True, parameter="TypingIndicator")
     # Where media may be fetched from (origins, space- or comma-separated); empty = the origin
     # of WHASP_API_URL. The API key is only ever sent to WHASP_API_URL's origin.
-    whasp_media_origins: str | None = None
+    whasp_media_origins: str | None = setting("WHASP_MEDIA_ORIGINS", None, custom=True)
     # Provider meta: media hosts besides Meta's own (lookaside.fbsbx.com), https only
-    meta_media_origins: str | None = None
+    meta_media_origins: str | None = setting("META_MEDIA_ORIGINS", None, custom=True)
     # One download, redirects included, however slowly the host sends
-    media_deadline_seconds: float = 30.0
-    whasp_timeout_seconds: float = 10.0
+    media_deadline_seconds: float = setting("MEDIA_DEADLINE_SECONDS", 30.0, minimum=0, above=True)
+    whasp_timeout_seconds: float = setting("WHASP_TIMEOUT_SECONDS", 10.0, minimum=0, above=True)
     whasp_api_key: Secret | None = field(default=None, repr=False)
     meta_access_token: Secret | None = field(default=None, repr=False)
 
-    @staticmethod
-    def _provider(read: Environment) -> dict:
-        provider = read.choice("PROVIDER", PROVIDERS, "whasp")
+    @classmethod
+    def _provider(cls, read: Environment) -> dict:
+        """The provider and its secrets (the custom reads; Environment.values reads the rest)."""
+        provider = read.value(table_of(cls)["provider"])
         meta = provider == "meta"
-        meta_graph_url = DEFAULT_META_GRAPH_URL
-        if read.optional("META_GRAPH_URL"):
-            meta_graph_url = read.url("META_GRAPH_URL")
         return {
             "provider": provider,
             # whasp needs its API's URL and key; Meta an access token (the Graph URL defaults)
             "whasp_api_url": None if meta else _whasp_api_url(read),
             "whasp_api_key": None if meta else read.secret("WHASP_API_KEY"),
-            "meta_graph_url": meta_graph_url,
             "meta_access_token": read.secret("META_ACCESS_TOKEN") if meta else None,
-            "typing_indicator": read.flag("TYPING_INDICATOR", True),
             "whasp_media_origins": _media_origins(read),
             "meta_media_origins": _media_origins(read, "META_MEDIA_ORIGINS", https_only=True),
-            "media_deadline_seconds": read.number(
-                "MEDIA_DEADLINE_SECONDS", 30.0, minimum=0, above=True
-            ),
-            "whasp_timeout_seconds": read.number(
-                "WHASP_TIMEOUT_SECONDS", 10.0, minimum=0, above=True
-            ),
         }
 
     @property

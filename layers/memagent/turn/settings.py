@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from memagent.aws import DEAD_LETTER_ARN
-from memagent.environment import Environment, Secret
+from memagent.aws import DEAD_LETTER_ARN, RETRY_JITTER, RetrySchedule
+from memagent.environment import Environment, Secret, Setting, declare, setting, table_of
 from memagent.errors import ConfigurationError
+from memagent.memory import FOLLOW_UP_MAX_PENDING, RECENT_CONVERSATIONS
 from memagent.model import DEFAULT_TRANSCRIPTION_MODEL, ModelSettings, tools_settings
 from memagent.providers import ProviderSettings
 from memagent.turn.keywords import HANDOFF_PHRASES, OPT_OUT_WORDS, STOP_WORDS, normalised
@@ -27,97 +28,113 @@ SYSTEM_PROMPT_MAX_CHARS = 100_000
 
 @dataclass(frozen=True, kw_only=True)
 class ConsumerSettings(ModelSettings, ProviderSettings):
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    transcription_model: str = DEFAULT_TRANSCRIPTION_MODEL
+    # SYSTEM_PROMPT_FILE (the template's) or SYSTEM_PROMPT (local runs): _system_prompt
+    system_prompt: str = setting("SYSTEM_PROMPT", DEFAULT_SYSTEM_PROMPT, custom=True)
+    transcription_model: str = setting(
+        "TRANSCRIPTION_MODEL", DEFAULT_TRANSCRIPTION_MODEL, parameter="TranscriptionModel"
+    )
     # Voice notes go to an OpenAI-compatible /audio/transcriptions: by default the model's own
     # endpoint with ModelProvider=openai; with bedrock, only this one if set (else not transcribed)
-    transcription_base_url: str | None = None
+    transcription_base_url: str | None = setting(
+        "TRANSCRIPTION_BASE_URL", None, kind="url", parameter="TranscriptionBaseUrl", custom=True
+    )
     transcription_api_key: Secret | None = field(default=None, repr=False)
-    context_max_messages: int = 60
-    context_max_chars: int = 12_000
-    context_max_facts: int = 30
-    media_max_bytes: int = 10 * 1024 * 1024
-    opt_out_policy: str = "keep"
-    forget_keyword: str = "forget me"
-    handoff_phrases: tuple[str, ...] = ()  # memagent.turn.keywords.HANDOFF_PHRASES unless set
-    opt_out_words: tuple[str, ...] = ()  # memagent.turn.keywords.OPT_OUT_WORDS unless set
-    parking_queue_url: str | None = None
-    record_time_budget_seconds: float = 0
+    context_max_messages: int = setting("CONTEXT_MAX_MESSAGES", 60, minimum=1)
+    context_max_chars: int = setting("CONTEXT_MAX_CHARS", 12_000, minimum=100)
+    context_max_facts: int = setting("CONTEXT_MAX_FACTS", 30, minimum=0)
+    media_max_bytes: int = setting("MEDIA_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
+    opt_out_policy: str = setting(
+        "OPT_OUT_POLICY", "keep", choices=("keep", "erase"), parameter="OptOutPolicy"
+    )
+    forget_keyword: str = setting("FORGET_KEYWORD", "forget me")
+    # memagent.turn.keywords.HANDOFF_PHRASES and OPT_OUT_WORDS unless set: _handoff
+    handoff_phrases: tuple[str, ...] = setting(
+        "HANDOFF_PHRASES", (), parameter="HandoffPhrases", custom=True
+    )
+    opt_out_words: tuple[str, ...] = setting(
+        "OPT_OUT_WORDS", (), parameter="OptOutWords", custom=True
+    )
+    parking_queue_url: str | None = setting("PARKING_QUEUE_URL", None)
+    record_time_budget_seconds: float = setting("RECORD_TIME_BUDGET_SECONDS", 0.0, minimum=0)
     # retries: a failed record comes back after a backoff we set on the event queue (QUEUE_URL);
-    # without it, after the queue's visibility timeout
-    queue_url: str | None = None
-    retry_base_seconds: float = 10
-    retry_max_seconds: float = 900
-    retry_jitter: float = 0.2
-    defer_seconds: int = 2
+    # without it, after the queue's visibility timeout (memagent.aws.backoff's schedule)
+    queue_url: str | None = setting("QUEUE_URL", None)
+    retry_base_seconds: float = setting("RETRY_BASE_SECONDS", RetrySchedule.base_seconds, minimum=1)
+    retry_max_seconds: float = setting(
+        "RETRY_MAX_SECONDS", RetrySchedule.cap_seconds, minimum=1, maximum=43_200
+    )
+    retry_jitter: float = declare(RETRY_JITTER)
+    defer_seconds: int = setting("DEFER_SECONDS", 2, minimum=0, maximum=900)
     # this long before the invocation's deadline, handled records are deleted and the rest
     # postponed on the backoff (0: no watchdog)
-    watchdog_seconds: float = 0
+    watchdog_seconds: float = setting("WATCHDOG_SECONDS", 0.0, minimum=0)
     # one reply to a burst of lines a person sent while their previous turn was answered
-    coalesce_bursts: bool = True
-    recent_conversations: bool = False  # OperatorConsole=true: mark who wrote (RecentIndex)
+    coalesce_bursts: bool = setting("COALESCE_BURSTS", True)
+    # OperatorConsole=true: mark who wrote (RecentIndex)
+    recent_conversations: bool = declare(RECENT_CONVERSATIONS)
     whasp_api_key: Secret | None = field(default=None, repr=False)
     meta_access_token: Secret | None = field(default=None, repr=False)
     # the operator's tools (TOOLS_FILE, memagent/model/tools.py) and the bounds of a turn with them
     tools: tuple = ()
-    tool_max_rounds: int = 3
-    tool_max_calls: int = 6
-    tool_output_max_chars: int = 4000
-    tool_timeout_seconds: float = 30.0  # a Lambda tool's answer (the SDK's read timeout)
+    tool_max_rounds: int = setting("TOOL_MAX_ROUNDS", 3, minimum=1, maximum=10)
+    tool_max_calls: int = setting("TOOL_MAX_CALLS", 6, minimum=1, maximum=50)
+    tool_output_max_chars: int = setting(
+        "TOOL_OUTPUT_MAX_CHARS", 4000, minimum=200, maximum=100_000
+    )
+    # a Lambda tool's answer (the SDK's read timeout): longer than the tool functions' own
+    # Timeout, so their timeout is what answers
+    tool_timeout_seconds: float = setting(
+        "TOOL_TIMEOUT_SECONDS", 30.0, minimum=0, above=True, maximum=900
+    )
     # budgets (memagent/memory/budget.py): a longer reply is shortened to this many messages, longer
     # voice notes are not transcribed, and past a daily limit a person gets one notice a day
-    max_reply_parts: int = 3
-    max_audio_seconds: int = 300
-    person_daily_turns: int = 0  # 0: no limit
-    person_daily_tokens: int = 0  # 0: no limit
+    max_reply_parts: int = setting(
+        "MAX_REPLY_PARTS", 3, minimum=1, maximum=100, parameter="MaxReplyParts"
+    )
+    max_audio_seconds: int = setting(
+        "MAX_AUDIO_SECONDS", 300, minimum=1, parameter="MaxAudioSeconds"
+    )
+    # 0: no limit
+    person_daily_turns: int = setting(
+        "PERSON_DAILY_TURNS", 0, minimum=0, parameter="PersonDailyTurns", deployed=150
+    )
+    person_daily_tokens: int = setting(
+        "PERSON_DAILY_TOKENS", 0, minimum=0, parameter="PersonDailyTokens", deployed=750_000
+    )
     # every fixed text sent to a person, per language, with the operator's changes
     # (memagent/turn/replies.py: REPLIES_FILE, BUDGET_NOTICE, HANDOFF_NOTICE)
     replies: Replies = field(default_factory=built_in)
     # the built-in request_human tool: a request for a human by meaning (HANDOFF_TOOL)
-    handoff_tool: bool = True
+    handoff_tool: bool = setting("HANDOFF_TOOL", True)
     # follow-ups (memagent/turn/follow_ups.py): on where the stack's schedule group is set
-    follow_up_group: str | None = None
-    follow_up_role_arn: str | None = None
-    follow_up_dead_letter_arn: str | None = None  # where a delivery that failed for good goes
-    follow_up_max_pending: int = 3
+    follow_up_role_arn: str | None = setting("FOLLOW_UP_ROLE_ARN", None, custom=True)
+    # where a delivery that failed for good goes
+    follow_up_dead_letter_arn: str | None = setting("FOLLOW_UP_DEAD_LETTER_ARN", None, custom=True)
+    follow_up_max_pending: int = declare(FOLLOW_UP_MAX_PENDING)
     # Meta, outside the 24-hour window: an approved template with one body parameter (the
     # follow-up's message); without one, such a follow-up is dropped with a count
-    follow_up_template: str | None = None
-    follow_up_template_language: str = "en_US"
+    follow_up_template: str | None = setting(
+        "FOLLOW_UP_TEMPLATE", None, parameter="FollowUpTemplate", custom=True
+    )
+    follow_up_template_language: str = setting(
+        "FOLLOW_UP_TEMPLATE_LANGUAGE",
+        "en_US",
+        parameter="FollowUpTemplateLanguage",
+        custom=True,
+    )
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
+        """The custom reads (Setting.custom); Environment.values reads the others."""
         return {
             **super()._read(read),
             **cls._provider(read),
             "system_prompt": _system_prompt(read),
-            "transcription_model": read.text("TRANSCRIPTION_MODEL", DEFAULT_TRANSCRIPTION_MODEL),
             **_transcription_endpoint(read),
-            "context_max_messages": read.integer("CONTEXT_MAX_MESSAGES", 60, minimum=1),
-            "context_max_chars": read.integer("CONTEXT_MAX_CHARS", 12_000, minimum=100),
-            "context_max_facts": read.integer("CONTEXT_MAX_FACTS", 30, minimum=0),
-            "media_max_bytes": read.integer("MEDIA_MAX_BYTES", 10 * 1024 * 1024, minimum=1),
-            "opt_out_policy": read.choice("OPT_OUT_POLICY", ("keep", "erase"), "keep"),
-            "forget_keyword": read.text("FORGET_KEYWORD", "forget me"),
             **_handoff(read),
-            "parking_queue_url": read.optional("PARKING_QUEUE_URL"),
-            "record_time_budget_seconds": read.number("RECORD_TIME_BUDGET_SECONDS", 0, minimum=0),
-            "queue_url": read.optional("QUEUE_URL"),
-            "retry_base_seconds": read.number("RETRY_BASE_SECONDS", 10, minimum=1),
-            "retry_max_seconds": read.number("RETRY_MAX_SECONDS", 900, minimum=1, maximum=43_200),
-            "retry_jitter": read.number("RETRY_JITTER", 0.2, minimum=0, maximum=1, below=True),
-            "defer_seconds": read.integer("DEFER_SECONDS", 2, minimum=0, maximum=900),
-            "watchdog_seconds": read.number("WATCHDOG_SECONDS", 0, minimum=0),
-            "coalesce_bursts": read.flag("COALESCE_BURSTS", True),
-            "recent_conversations": read.flag("RECENT_CONVERSATIONS", False),
             **tools_settings(read),
-            "max_reply_parts": read.integer("MAX_REPLY_PARTS", 3, minimum=1, maximum=100),
-            "max_audio_seconds": read.integer("MAX_AUDIO_SECONDS", 300, minimum=1),
-            "person_daily_turns": read.integer("PERSON_DAILY_TURNS", 0, minimum=0),
-            "person_daily_tokens": read.integer("PERSON_DAILY_TOKENS", 0, minimum=0),
             "replies": _replies(read),
-            "handoff_tool": read.flag("HANDOFF_TOOL", True),
-            **_follow_ups(read),
+            **_follow_ups(read, table_of(cls)),
         }
 
     @property
@@ -217,7 +234,7 @@ def _transcription_endpoint(read: Environment) -> dict:
     }
 
 
-def _follow_ups(read: Environment) -> dict:
+def _follow_ups(read: Environment, table: dict[str, Setting]) -> dict:
     """FOLLOW_UP_SCHEDULE_GROUP (the stack's schedule group) turns follow-ups on; Scheduler
     assumes FOLLOW_UP_ROLE_ARN to put them into the event queue (QUEUE_URL), and one it could
     not put there into FOLLOW_UP_DEAD_LETTER_ARN."""
@@ -228,12 +245,11 @@ def _follow_ups(read: Environment) -> dict:
     if not read.optional("QUEUE_URL"):
         read.problems.append("QUEUE_URL: required with FOLLOW_UP_SCHEDULE_GROUP")
     return {
-        "follow_up_group": group,
         "follow_up_role_arn": role,
         "follow_up_dead_letter_arn": read.matching(
             "FOLLOW_UP_DEAD_LETTER_ARN", DEAD_LETTER_ARN, "a standard SQS queue's ARN"
         ),
-        "follow_up_max_pending": read.integer("FOLLOW_UP_MAX_PENDING", 3, minimum=1, maximum=20),
-        "follow_up_template": read.optional("FOLLOW_UP_TEMPLATE"),
-        "follow_up_template_language": read.text("FOLLOW_UP_TEMPLATE_LANGUAGE", "en_US"),
+        "follow_up_max_pending": read.value(table["follow_up_max_pending"]),
+        "follow_up_template": read.value(table["follow_up_template"]),
+        "follow_up_template_language": read.value(table["follow_up_template_language"]),
     }
