@@ -372,10 +372,8 @@ def test_budgets_reach_the_consumer_and_the_stack_token_budget_is_alarmed(cfn: T
         "MAX_AUDIO_SECONDS": "MaxAudioSeconds",
         "PERSON_DAILY_TURNS": "PersonDailyTurns",
         "PERSON_DAILY_TOKENS": "PersonDailyTokens",
-        "BUDGET_NOTICE": "BudgetNotice",
         "STACK_DAILY_TOKENS_HARD_LIMIT": "StackDailyTokensHardLimit",
     }
-    # (BUDGET_NOTICE only when set: empty is the built-in notice)
     chosen = {name: references(variables[name]) - {"AWS::NoValue"} for name in budgets}
     assert chosen == {name: {parameter} for name, parameter in budgets.items()}
     [alarm] = [

@@ -179,6 +179,39 @@ def test_an_operators_replies_file_replaces_a_fixed_reply(
     assert whasp.texts_to(SAM) == [built_in().text("handoff_notice", "en")]
 
 
+def test_an_operators_replies_file_gives_the_handoff_phrases_and_the_opt_out_words(
+    consumer_env, resources, openai, whasp, monkeypatch, tmp_path, lambda_context
+):
+    # given a clinic's replies file with its own words: one phrase that asks for the front
+    # desk, and its own opt-out (the template passes this file, not the lists: 4 KB of variables)
+    (tmp_path / "replies.toml").write_text(
+        'handoff_phrases = ["front desk please"]\nopt_out_words = ["no more reminders"]\n',
+        encoding="utf-8",
+    )
+    env = {**consumer_env, "LAMBDA_TASK_ROOT": str(tmp_path), "REPLIES_FILE": "replies.toml"}
+    agent = load_function("consumer", env, monkeypatch)
+    # when Maya writes the clinic's phrase, Sam its opt-out, and Ana "humano" (a default phrase
+    # the clinic's list leaves out)
+    ana = "+447700900777"
+    batch = sqs_batch(
+        message("Front desk, please!", 0),
+        message("No more reminders.", 0, chat=SAM),
+        message("humano", 0, chat=ana),
+    )
+    assert failures(agent.handler(batch, lambda_context)) == []
+    # then Maya is handed over, Sam is opted out and gets nothing, Ana is answered by the model
+    assert whasp.texts_to(MAYA) == [built_in().text("handoff_notice", "en")]
+    assert whasp.texts_to(SAM) == []
+    [maya], [sam] = (
+        rows(resources.table_name, MAYA, "STATE"),
+        rows(resources.table_name, SAM, "STATE"),
+    )
+    assert maya["handoff_reason"] == "person" and sam["opted_out"] is True
+    [ana_state] = rows(resources.table_name, ana, "STATE")
+    assert not ana_state.get("handoff_reason") and ana_state["opted_out"] is False
+    assert len(whasp.texts_to(ana)) == 1 and len(openai.calls()) == 1
+
+
 # ------------------------------------------------------------------ a handoff the person means
 
 

@@ -162,3 +162,31 @@ def test_opt_out_words_are_a_setting_that_always_keeps_stop():
     assert custom.opt_out_words == ("stop", "unsubscribe", "Halt", "no more messages")
     with pytest.raises(ConfigurationError, match="OPT_OUT_WORDS"):
         ConsumerSettings.from_env({**BASE, "OPT_OUT_WORDS": " , !"})
+
+
+@pytest.mark.parametrize(
+    ("written", "named"),
+    [
+        ('handoff_phrases = "humano"\n', "handoff_phrases"),
+        ("handoff_phrases = [1]\n", "handoff_phrases"),
+        ('opt_out_words = ["!!"]\n', "opt_out_words"),
+        ("opt_out_words = []\n", "opt_out_words"),
+    ],
+)
+def test_the_replies_files_lists_are_words_or_the_cold_start_stops(tmp_path, written, named):
+    # given a replies file whose list is not a list of words (or opts nobody out but by STOP)
+    (tmp_path / "replies.toml").write_text(written)
+    env = {**BASE, "REPLIES_FILE": str(tmp_path / "replies.toml")}
+    # then the cold start stops, naming the file's entry
+    with pytest.raises(ConfigurationError, match=f"REPLIES_FILE .*{named}"):
+        ConsumerSettings.from_env(env)
+
+
+def test_the_replies_files_lists_come_before_the_variables(tmp_path):
+    # given a file with no handoff phrases and its own opt-out, and the variables set as well
+    (tmp_path / "replies.toml").write_text('handoff_phrases = []\nopt_out_words = ["baja"]\n')
+    env = {**BASE, "REPLIES_FILE": str(tmp_path / "replies.toml"), "HANDOFF_PHRASES": "human"}
+    settings = ConsumerSettings.from_env({**env, "OPT_OUT_WORDS": "halt"})
+    # then the file's lists are the ones read ("stop" and "unsubscribe" still count)
+    assert settings.handoff_phrases == ()
+    assert settings.opt_out_words == ("stop", "unsubscribe", "baja")

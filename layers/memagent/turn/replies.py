@@ -21,6 +21,13 @@ A text or language the agent does not have, an empty text, or a placeholder its 
 does not hold is refused, naming the file and the entry. BUDGET_NOTICE and HANDOFF_NOTICE (older
 settings) still set their one text in every language; REPLIES_FILE's entries come after them
 (memagent/turn/settings.py reads all three).
+
+The same file may hold the words the agent recognises, the lists of WORD_LISTS, which
+memagent/turn/settings.py reads in place of HANDOFF_PHRASES and OPT_OUT_WORDS (there is no
+room for long lists in the function's environment: Lambda allows 4 KB for all its variables):
+
+    handoff_phrases = ["talk to a person", "humano"]     # [] = none
+    opt_out_words = ["stop", "baja", "no more messages"]
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ if TYPE_CHECKING:
     from memagent.memory import PersonState
 
 BUILT_IN = Path(__file__).with_name("replies.toml")
+# lists an operator's replies file may hold besides the texts (memagent/turn/settings.py)
+WORD_LISTS = ("handoff_phrases", "opt_out_words")
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
 
@@ -91,12 +100,16 @@ class Replies:
 
     def from_file(self, path: Path, where: str) -> Replies:
         """These texts with the changes of the TOML file at `path`, checked."""
-        try:
-            with path.open("rb") as file:
-                changes = tomllib.load(file)
-        except (OSError, tomllib.TOMLDecodeError) as error:
-            raise ConfigurationError(f"{where}: not a readable TOML file ({error})") from None
-        return self.changed(changes, where)
+        return self.changed(load(path, where), where)
+
+
+def load(path: Path, where: str) -> dict[str, Any]:
+    """An operator's replies file, parsed (ConfigurationError names `where`)."""
+    try:
+        with path.open("rb") as file:
+            return tomllib.load(file)
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ConfigurationError(f"{where}: not a readable TOML file ({error})") from None
 
 
 def _checked(text: Any, entry: str, language: str, built_in: Mapping[str, str]) -> str:

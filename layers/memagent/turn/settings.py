@@ -4,9 +4,11 @@ tools' bounds, budgets."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from memagent.aws import DEAD_LETTER_ARN, RETRY_JITTER, RetrySchedule
 from memagent.environment import Environment, Secret, Setting, declare, setting, table_of
@@ -15,7 +17,7 @@ from memagent.memory import FOLLOW_UP_MAX_PENDING, RECENT_CONVERSATIONS
 from memagent.model import DEFAULT_TRANSCRIPTION_MODEL, ModelSettings, tools_settings
 from memagent.providers import ProviderSettings
 from memagent.turn.keywords import HANDOFF_PHRASES, OPT_OUT_WORDS, STOP_WORDS, normalised
-from memagent.turn.replies import Replies, built_in
+from memagent.turn.replies import WORD_LISTS, Replies, built_in, load
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a warm, concise companion who chats with people on WhatsApp. "
@@ -47,13 +49,10 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
         "OPT_OUT_POLICY", "keep", choices=("keep", "erase"), parameter="OptOutPolicy"
     )
     forget_keyword: str = setting("FORGET_KEYWORD", "forget me")
-    # memagent.turn.keywords.HANDOFF_PHRASES and OPT_OUT_WORDS unless set: _handoff
-    handoff_phrases: tuple[str, ...] = setting(
-        "HANDOFF_PHRASES", (), parameter="HandoffPhrases", custom=True
-    )
-    opt_out_words: tuple[str, ...] = setting(
-        "OPT_OUT_WORDS", (), parameter="OptOutWords", custom=True
-    )
+    # memagent.turn.keywords.HANDOFF_PHRASES and OPT_OUT_WORDS unless the replies file's lists
+    # (or, outside the template, these variables) say otherwise: _handoff
+    handoff_phrases: tuple[str, ...] = setting("HANDOFF_PHRASES", (), custom=True)
+    opt_out_words: tuple[str, ...] = setting("OPT_OUT_WORDS", (), custom=True)
     parking_queue_url: str | None = setting("PARKING_QUEUE_URL", None)
     record_time_budget_seconds: float = setting("RECORD_TIME_BUDGET_SECONDS", 0.0, minimum=0)
     # retries: a failed record comes back after a backoff we set on the event queue (QUEUE_URL);
@@ -131,9 +130,8 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
             **cls._provider(read),
             "system_prompt": _system_prompt(read),
             **_transcription_endpoint(read),
-            **_handoff(read),
             **tools_settings(read),
-            "replies": _replies(read),
+            **_replies(read),
             **_follow_ups(read, table_of(cls)),
         }
 
@@ -178,11 +176,15 @@ def _system_prompt(read: Environment) -> str:
     return text
 
 
-def _handoff(read: Environment) -> dict:
-    """HANDOFF_PHRASES: comma-separated phrases that ask for a human ("off": none); unset, the
+def _handoff(read: Environment, words: Mapping[str, Any], where: str) -> dict:
+    """The phrases that ask for a human, the replies file's `handoff_phrases` ([]: none), else
+    HANDOFF_PHRASES (comma-separated, "off": none; for runs outside the template); unset, the
     defaults in several languages (memagent.turn.keywords)."""
-    raw = read.optional("HANDOFF_PHRASES")
     phrases: tuple[str, ...]
+    if "handoff_phrases" in words:
+        phrases = _listed(read, words["handoff_phrases"], f"{where}: handoff_phrases")
+        return {"handoff_phrases": phrases, "opt_out_words": _opt_out_words(read, words, where)}
+    raw = read.optional("HANDOFF_PHRASES")
     if raw is None:
         phrases = HANDOFF_PHRASES
     elif raw.strip().lower() == "off":
@@ -191,13 +193,29 @@ def _handoff(read: Environment) -> dict:
         phrases = tuple(p.strip() for p in raw.split(",") if p.strip())
         if not phrases:
             read.problems.append('HANDOFF_PHRASES: comma-separated phrases, or "off"')
-    return {"handoff_phrases": phrases, "opt_out_words": _opt_out_words(read)}
+    return {"handoff_phrases": phrases, "opt_out_words": _opt_out_words(read, words, where)}
 
 
-def _opt_out_words(read: Environment) -> tuple[str, ...]:
-    """OPT_OUT_WORDS: comma-separated messages that opt the person out, each a whole message
-    (never a word inside a sentence); unset, the defaults in the languages of the handoff
-    phrases (memagent.turn.keywords.OPT_OUT_WORDS). "stop" and "unsubscribe" always count."""
+def _listed(read: Environment, listed: object, entry: str) -> tuple[str, ...]:
+    """A list of phrases from the replies file, each a text with a letter."""
+    if not isinstance(listed, list) or not all(
+        isinstance(p, str) and normalised(p) for p in listed
+    ):
+        read.problems.append(f"{entry}: a list of words or phrases, each with a letter")
+        return ()
+    return tuple(p.strip() for p in listed)
+
+
+def _opt_out_words(read: Environment, words: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    """The messages that opt the person out, each a whole message (never a word inside a
+    sentence): the replies file's `opt_out_words`, else OPT_OUT_WORDS (comma-separated); unset,
+    the defaults in the languages of the handoff phrases (memagent.turn.keywords.OPT_OUT_WORDS).
+    "stop" and "unsubscribe" always count."""
+    if "opt_out_words" in words:
+        chosen = _listed(read, words["opt_out_words"], f"{where}: opt_out_words")
+        if not chosen:
+            read.problems.append(f"{where}: opt_out_words: at least one word or phrase")
+        return tuple(dict.fromkeys((*STOP_WORDS, *chosen)))
     raw = read.optional("OPT_OUT_WORDS")
     if raw is None:
         return OPT_OUT_WORDS
@@ -207,11 +225,14 @@ def _opt_out_words(read: Environment) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*STOP_WORDS, *chosen)))
 
 
-def _replies(read: Environment) -> Replies:
+def _replies(read: Environment) -> dict:
     """The fixed replies (memagent/turn/replies.py) with the operator's changes: BUDGET_NOTICE
     and HANDOFF_NOTICE (older settings: one text for every language), then REPLIES_FILE (a TOML
-    file relative to the function's code, LAMBDA_TASK_ROOT, like TOOLS_FILE)."""
+    file relative to the function's code, LAMBDA_TASK_ROOT, like TOOLS_FILE), whose lists of
+    words (handoff_phrases, opt_out_words) stand in for HANDOFF_PHRASES and OPT_OUT_WORDS."""
     replies = built_in()
+    words: dict[str, Any] = {}
+    where = "REPLIES_FILE"
     try:
         if budget := read.optional("BUDGET_NOTICE"):
             replies = replies.everywhere("budget_notice", budget, "BUDGET_NOTICE")
@@ -219,10 +240,13 @@ def _replies(read: Environment) -> Replies:
             replies = replies.everywhere("handoff_notice", handoff, "HANDOFF_NOTICE")
         if path := read.optional("REPLIES_FILE"):
             root = Path(read.optional("LAMBDA_TASK_ROOT") or ".")
-            replies = replies.from_file(root / path, f"REPLIES_FILE {path}")
+            where = f"REPLIES_FILE {path}"
+            changes = load(root / path, where)
+            words = {name: changes.pop(name) for name in WORD_LISTS if name in changes}
+            replies = replies.changed(changes, where)
     except ConfigurationError as error:
         read.problems.append(str(error))
-    return replies
+    return {"replies": replies, **_handoff(read, words, where)}
 
 
 def _transcription_endpoint(read: Environment) -> dict:
