@@ -32,15 +32,13 @@ from devstack.lambda_harness import (  # noqa: F401
     retried,
 )
 from memagent.memory.person import LOCAL_PERSON_KEY, person_key
+from memagent.turn import DEFAULT_SYSTEM_PROMPT
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "whsec_" + base64.b64encode(b"memagent-bench-only-secret-do-not-use").decode()
-AGENT = "coach"
+AGENT = events.AGENT  # the template's AgentId default
 BUSINESS = "+14155550100"
-SYSTEM_PROMPT = (
-    "You are a warm, concise companion who chats with people on WhatsApp. Write short, natural "
-    "messages. Pick up earlier threads when it helps the person."
-)
+SYSTEM_PROMPT = DEFAULT_SYSTEM_PROMPT
 
 POWERTOOLS_ENV = {
     "POWERTOOLS_SERVICE_NAME": "whasp-agent",

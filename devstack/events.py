@@ -20,11 +20,12 @@ import uuid
 from typing import Any
 
 from devstack.apigw import http_api_event
+from devstack.resources import parameter_default
 from memagent.aws.queue import deduplication_id
 from memagent.memory.person import agent_key, person_key
 from memagent.providers.whasp import sign
 
-AGENT = "coach"
+AGENT = parameter_default("AgentId")  # the template's (coach)
 BUSINESS = "+14155550100"
 EVENT_QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:whasp-agent-EventQueue.fifo"
 # the API, whasp's address

@@ -47,6 +47,14 @@ def load_template(path: Path = TEMPLATE) -> dict[str, Any]:
     return copy.deepcopy(_parsed(str(path), stat.st_mtime_ns, stat.st_size))
 
 
+def parameter_default(name: str, path: Path = TEMPLATE) -> str:
+    """A template Parameter's Default, as text: the one place the stack's defaults are written
+    (the agent id the local stack and the tools use unless told otherwise, say)."""
+    stat = path.stat()
+    parameters = _parsed(str(path), stat.st_mtime_ns, stat.st_size)["Parameters"]
+    return str(parameters[name].get("Default", ""))
+
+
 @functools.lru_cache(maxsize=4)
 def _parsed(path: str, _mtime_ns: int, _size: int) -> dict[str, Any]:
     from samtranslator.yaml_helper import yaml_parse

@@ -226,10 +226,7 @@ class DevStack(Started):
     ):
         self.template = template if template is not None else load_template()
         # the template's AgentId default unless told otherwise (make chat --agent-id, AGENT_ID)
-        agent_default = ((self.template.get("Parameters") or {}).get("AgentId") or {}).get(
-            "Default", "coach"
-        )
-        self.agent_id = agent_id or str(agent_default)
+        self.agent_id = agent_id or str(self.template["Parameters"]["AgentId"]["Default"])
         self.provider = provider or os.environ.get("PROVIDER") or "whasp"
         if self.provider not in ("whasp", "meta"):
             raise ValueError(f"provider must be whasp or meta, not {self.provider!r}")

@@ -54,6 +54,7 @@ from urllib.parse import quote
 
 import boto3
 
+from devstack.resources import parameter_default
 from memagent.aws.archive import KeptMedia, TranscriptArchive
 from memagent.errors import ConfigurationError, SecretUnavailable
 from memagent.lifecycle.rights import export, forget
@@ -80,7 +81,7 @@ def from_stack(stack: str) -> tuple[str, str, str | None, str | None]:
     os.environ["PERSON_KEY_SECRET_ARN"] = outputs["PersonKeySecretArn"]
     return (
         outputs["MemoryTableName"],
-        parameters.get("AgentId", "coach"),
+        parameters["AgentId"],  # CloudFormation lists every parameter, defaults included
         outputs.get("TranscriptArchiveBucketName"),
         outputs.get("MediaBucketName"),
     )
@@ -213,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--table", help="memory table name (e.g. the local stack's)")
     source.add_argument("--url", help="the admin API's URL (operator verbs; a local stack's)")
     parser.add_argument("--region", help="the admin API's region (default: your AWS config's)")
-    parser.add_argument("--agent", help="agent id (default: the stack's AgentId, or coach)")
+    parser.add_argument(
+        "--agent", help="agent id (default: the stack's AgentId, or the template's default)"
+    )
     parser.add_argument(
         "--archive-bucket", help="transcript archive bucket (default: the stack's, if any)"
     )
@@ -231,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.phone is None or args.url:
         parser.error(f"{args.action} needs the phone, and --stack or --table")
     table, agent, bucket, media_bucket = (
-        from_stack(args.stack) if args.stack else (args.table, "coach", None, None)
+        from_stack(args.stack)
+        if args.stack
+        else (args.table, parameter_default("AgentId"), None, None)
     )
     stacks_person_key(args.stack or owning_stack(table))
     agent = args.agent or agent

@@ -25,7 +25,7 @@ from memagent.memory.person import LOCAL_PERSON_KEY
 ROOT = Path(__file__).resolve().parent.parent
 TEST_SECRET = "whsec_" + base64.b64encode(b"memagent-test-only-secret-do-not-use").decode()
 OTHER_SECRET = "whsec_" + base64.b64encode(b"a-different-secret-for-rotation").decode()
-AGENT = "coach"
+AGENT = events.AGENT  # the template's AgentId default
 BUSINESS = "+14155550100"
 MAYA = "+447700900123"
 
