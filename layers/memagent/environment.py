@@ -2,6 +2,11 @@
 piece every function's settings share. Each function reads its own settings class, in its own
 wing (memagent.<wing>.settings), with an Environment, at cold start.
 
+Each setting is declared once, as its settings class's field (`setting`: the variable, the
+default, the bounds, the template Parameter that sets it); the class's fields so declared are
+its table (`table_of`), which the cold start reads (`Environment.values`) and
+tests/infra/test_settings_table.py holds template.yaml and the docs to.
+
 The environment names are part of the public interface (docs/configuration.md, template.yaml). A
 missing or bad setting raises ConfigurationError naming it (every problem at once, not just the
 first). Each secret is given either as `<NAME>_PARAM` (the SSM Parameter Store SecureString name,
