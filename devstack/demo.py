@@ -309,18 +309,56 @@ class Demo:
             self.check("Reminder, as you asked" in said, "her next turn's context holds it")
 
     def booking(self) -> None:
-        self.console.heading("5. Maya books a session; the first attempt dies after the booking")
+        self.console.heading(
+            "5. Maya books a session: she picks a slot; the booking's answer is lost"
+        )
         self.console.note(
-            "The model calls the example booking tool (ExampleBookingTool=true): the free slots, "
-            "then the booking. The booking's answer is lost on its way back, as if the consumer "
-            "died just after the tool acted: the queue redelivers the message, the recorded "
-            "slots are replayed, and the booking is asked again under the same idempotency key."
+            "The model calls the example booking tool (ExampleBookingTool=true) for the free "
+            "slots, and offers them with the built-in offer_choices tool: "
+            + ("a list she taps (Meta's interactive list)" if self.meta else "numbered lines")
+            + ". Her choice comes back as her message, and the model books it. The booking's "
+            "answer is lost on its way back, as if the consumer died just after the tool acted: "
+            "the queue redelivers her message, and the booking is asked again under the same "
+            "idempotency key."
         )
         api = self.stack.lambda_api
-        api.lose_answers("book_appointment")  # one attempt a call: the queue's retry asks again
         before = len(self.stack.replies_to(self.address))
-        reply = self.talk("Can you book me a session on 2026-12-03 at 10:00?")
+        offer = self.talk("Can you book me a session on 2026-12-03?")
+        offered = (offer or {}).get("interactive") if self.meta else None
+        if self.meta:
+            rows = [
+                r["title"]
+                for s in (offered or {}).get("action", {}).get("sections", [])
+                for r in s["rows"]
+            ]
+            self.console.note(f"the list's rows: {', '.join(rows) or '(none)'}")
+            if self.offline:
+                self.check(
+                    (offered or {}).get("type") == "list" and "10:00" in rows,
+                    "the free slots arrive as a list to tap (Meta's interactive message)",
+                )
+        elif self.offline:
+            self.check(
+                offer is not None and "\n2. 10:00" in offer["text"],
+                "the free slots arrive as numbered lines (whasp sends text)",
+            )
+        if self.offline and offer is None:
+            return
+        api.lose_answers("book_appointment")  # one attempt a call: the queue's retry asks again
+        self.console.say("Maya", "(taps 10:00)" if self.meta else "10:00", style="cyan")
+        if self.offline:
+            self.stack.tap(self.phone, "10:00", bsuid=self.bsuid)
+        else:  # a real model may not have offered choices: she writes it
+            self.stack.send_message(self.phone, "10:00 please", bsuid=self.bsuid)
+        if not self.stack.wait_for_replies(self.address, before + 2, timeout=120):
+            self.check(False, "a reply arrived within 120 s")
+            return
         self.stack.wait_idle(timeout=120)
+        reply = self.stack.replies_to(self.address)[-1]
+        self.console.say(AGENT, reply["text"], style="green")
+        mine = [text for _, role, text in self.stack.view(MAYA).turns if role == "user"]
+        if self.offline:
+            self.check(mine[-1:] == ["10:00"], "her choice came back as her message: 10:00")
         books = [p for p in api.invocations() if (p or {}).get("tool") == "book_appointment"]
         keys = {p["idempotency_key"] for p in books}
         self.check(
@@ -328,11 +366,10 @@ class Demo:
             f"the booking reached the tool {len(books)} times, under one idempotency key: "
             "booked once",
         )
-        self.check(len(self.stack.replies_to(self.address)) == before + 1, "one reply")
+        self.check(len(self.stack.replies_to(self.address)) == before + 2, "one reply each")
         if self.offline:
             self.check(
-                reply is not None and "Booked: 2026-12-03 10:00" in reply["text"],
-                "the reply says what was booked",
+                "Booked: 2026-12-03 10:00" in reply["text"], "the reply says what was booked"
             )
 
     def replaced_number(self) -> None:

@@ -160,6 +160,36 @@ def meta_message(
     return message | _person(phone, bsuid, "from", "from_user_id")
 
 
+def meta_tap(
+    sent: dict[str, Any],
+    option: str,
+    *,
+    phone: str | None = None,
+    bsuid: str | None = None,
+    wamid: str | None = None,
+    timestamp: int | None = None,
+) -> dict[str, Any]:
+    """The person taps `option` (a title) on the interactive message `sent` (the Graph
+    stand-in's record of it): an `interactive` message with the `button_reply` or
+    `list_reply` Meta delivers, quoting the message tapped (`context`)."""
+    shown = sent["interactive"]
+    if shown["type"] == "button":
+        buttons = [b["reply"] for b in shown["action"]["buttons"]]
+        found = next(b for b in buttons if option in (b["title"], b["id"]))
+        body = {
+            "type": "button_reply",
+            "button_reply": {"id": found["id"], "title": found["title"]},
+        }
+    else:
+        rows = [row for section in shown["action"]["sections"] for row in section["rows"]]
+        found = next(r for r in rows if option in (r["title"], r["id"], r.get("description")))
+        body = {"type": "list_reply", "list_reply": dict(found)}
+    message = meta_message(
+        phone=phone, bsuid=bsuid, wamid=wamid, timestamp=timestamp, kind="interactive", body=body
+    )
+    return message | {"context": {"from": sent["from"], "id": sent["id"]}}
+
+
 def meta_status(
     wamid: str,
     status: str = "sent",

@@ -13,6 +13,10 @@ Implements what memagent.providers.meta uses (docs/meta.md), with Meta's error e
                 [{"type": "text", "text"}]}]}} -> as text; only a template in `.templates`
                 (approved, in that language, with that many body parameters), else 132001
                 (no such template or language) or 132000 (the parameters do not match)
+        interactive: {..., "type": "interactive", "interactive": {"type": "button" | "list",
+                "body": {"text"}, "action": {...}}} -> as text (the body, recorded with its
+                `interactive`); Meta's limits (3 buttons of 20 characters; 10 rows of 24, their
+                descriptions 72; a body of 1,024) else 131009
         read:  {"messaging_product": "whatsapp", "status": "read", "message_id",
                 "typing_indicator"?: {"type": "text"}} -> 200 {"success": true}, in `.reads`
         A phone_number_id not in `.numbers` is error 100; a wrong token is error 190 (HTTP 401).
@@ -39,6 +43,10 @@ from devstack import RecordingServer, Reply, Request, announce
 
 MAX_TEXT_CHARS = 4096
 MAX_CALLBACK = 512  # biz_opaque_callback_data, characters
+# interactive messages (Meta's reply buttons and list pages)
+MAX_BUTTONS, MAX_BUTTON_TITLE = 3, 20
+MAX_ROWS, MAX_ROW_TITLE, MAX_ROW_DESCRIPTION, MAX_LIST_BUTTON = 10, 24, 72, 20
+MAX_INTERACTIVE_BODY = 1024
 DOWNLOAD = "/download/"
 _BSUID = re.compile(r"^[A-Z]{2}\.[A-Za-z0-9.]{1,140}$")
 _WA_ID = re.compile(r"^\+?[1-9]\d{6,14}$")
@@ -51,7 +59,52 @@ _TITLES = {
     131000: "Something went wrong",
     131047: "Re-engagement message",
     131050: "User has stopped receiving marketing messages",
+    131009: "Parameter value is not valid",
 }
+
+
+def _too_long(value: Any, limit: int) -> bool:
+    return not isinstance(value, str) or not value.strip() or len(value) > limit
+
+
+def _buttons_problem(action: dict[str, Any]) -> str | None:
+    buttons = action.get("buttons")
+    if not isinstance(buttons, list) or not 1 <= len(buttons) <= MAX_BUTTONS:
+        return f"action.buttons: 1 to {MAX_BUTTONS} buttons"
+    replies = [(b or {}).get("reply") or {} for b in buttons]
+    if any((b or {}).get("type") != "reply" for b in buttons):
+        return "action.buttons[].type: reply"
+    if any(_too_long(r.get("title"), MAX_BUTTON_TITLE) for r in replies):
+        return f"button title: 1 to {MAX_BUTTON_TITLE} characters"
+    if any(_too_long(r.get("id"), 256) for r in replies):
+        return "button id: 1 to 256 characters"
+    titles, ids = [r["title"] for r in replies], [r["id"] for r in replies]
+    if len(set(titles)) < len(titles) or len(set(ids)) < len(ids):
+        return "button titles and ids must be unique"
+    return None
+
+
+def _list_problem(action: dict[str, Any]) -> str | None:
+    if _too_long(action.get("button"), MAX_LIST_BUTTON):
+        return f"action.button: 1 to {MAX_LIST_BUTTON} characters"
+    sections = action.get("sections")
+    if not isinstance(sections, list) or not 1 <= len(sections) <= MAX_ROWS:
+        return f"action.sections: 1 to {MAX_ROWS} sections"
+    if len(sections) > 1 and any(
+        _too_long((s or {}).get("title"), MAX_ROW_TITLE) for s in sections
+    ):
+        return f"section title: 1 to {MAX_ROW_TITLE} characters, with more than one section"
+    rows = [row or {} for s in sections for row in ((s or {}).get("rows") or [])]
+    if not 1 <= len(rows) <= MAX_ROWS:
+        return f"rows: 1 to {MAX_ROWS} in all sections"
+    if any(_too_long(r.get("title"), MAX_ROW_TITLE) for r in rows):
+        return f"row title: 1 to {MAX_ROW_TITLE} characters"
+    if any("description" in r and _too_long(r["description"], MAX_ROW_DESCRIPTION) for r in rows):
+        return f"row description: at most {MAX_ROW_DESCRIPTION} characters"
+    ids = [r.get("id") for r in rows]
+    if any(_too_long(i, 200) for i in ids) or len(set(ids)) < len(ids):
+        return "row ids: 1 to 200 characters, unique"
+    return None
 
 
 def error_reply(code: int, status: int = 400, message: str | None = None) -> Reply:
@@ -174,6 +227,10 @@ class FakeGraph(RecordingServer):
             text, refused = self._template(body.get("template"))
             if refused is not None:
                 return refused
+        elif body.get("type") == "interactive":
+            text, refused = self._interactive(body.get("interactive"))
+            if refused is not None:
+                return refused
         else:
             text = (body.get("text") or {}).get("body") if body.get("type") == "text" else None
         if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEXT_CHARS:
@@ -193,6 +250,7 @@ class FakeGraph(RecordingServer):
                 "text": text,
                 "callback": callback,
                 "context": body.get("context"),
+                "interactive": body.get("interactive"),
                 "at": time.time(),
             }
             self.sent.append(sent)
@@ -220,6 +278,28 @@ class FakeGraph(RecordingServer):
         if len(given) != known["parameters"] or not all(isinstance(t, str) and t for t in given):
             return None, error_reply(132000, message="Number of parameters does not match")
         return f"[template {name}] " + " | ".join(given), None
+
+    def _interactive(self, interactive: Any) -> tuple[str | None, Reply | None]:
+        """An interactive message's body text, or Meta's refusal of the whole message: reply
+        buttons (1 to 3, titles up to 20 characters, ids up to 256, both unique) or a list
+        (a button label up to 20, up to 10 sections and 10 rows in all, row titles up to 24,
+        descriptions up to 72, ids up to 200 and unique; a section title past one section);
+        a body of 1 to 1,024 characters. Past a limit: 131009, "Parameter value is not
+        valid"; a missing part: 100."""
+        if not isinstance(interactive, dict) or interactive.get("type") not in ("button", "list"):
+            return None, error_reply(100, message="interactive.type: button or list")
+        body = (interactive.get("body") or {}).get("text")
+        action = interactive.get("action")
+        if not isinstance(body, str) or not body.strip() or not isinstance(action, dict):
+            return None, error_reply(100, message="interactive.body.text and action required")
+        problem = (
+            _buttons_problem(action) if interactive["type"] == "button" else _list_problem(action)
+        )
+        if problem is None and len(body) > MAX_INTERACTIVE_BODY:
+            problem = f"body.text: at most {MAX_INTERACTIVE_BODY} characters"
+        if problem is not None:
+            return None, error_reply(131009, message=f"Parameter value is not valid: {problem}")
+        return body, None
 
     def _read(self, number: str, body: dict[str, Any]) -> Reply:
         if injected := self._take("read"):

@@ -593,25 +593,65 @@ def _follow_up(request: dict[str, Any]) -> Any:
     return _calls("schedule_follow_up", {"when": when, "about": about})
 
 
+# the offline model's offer of a day's free slots (offer_choices), and the day read back from it
+_SLOTS_OFFERED = re.compile(r"Free slots on (\d{4}-\d{2}-\d{2})")
+_A_TIME = re.compile(r"\b\d{1,2}:\d{2}\b")
+
+
 def _act(request: dict[str, Any]) -> Any:
     """With the example booking tools offered and a message asking to book: look up the day's
-    free slots, book the asked time (or the first free one), then say what was booked."""
+    free slots, book the asked time (or the first free one), then say what was booked. Also
+    offered offer_choices, and no time asked: the free slots offered to tap (a list on Meta);
+    the time then picked (the tap, or a number of the numbered lines) is booked."""
     offered = {tool.get("name") for tool in request.get("tools") or []}
     said = (_user_messages(request) or [""])[-1]
-    if not {"list_free_slots", "book_appointment"} <= offered or "book" not in said.casefold():
+    if not {"list_free_slots", "book_appointment"} <= offered:
         return None
     done = [
         json.loads(item["output"])
         for item in request.get("input") or []
         if isinstance(item, dict) and item.get("type") == "function_call_output"
     ]
+    if (picked := _picked_slot(request, said, done)) is not None:
+        return picked
+    if "book" not in said.casefold():
+        return None
     day = (re.findall(r"\d{4}-\d{2}-\d{2}", said) or ["2026-12-03"])[0]
     if not done:
         return _calls("list_free_slots", {"day": day})
+    if len(done) == 1 and "offer_choices" in offered and not _A_TIME.search(said):
+        free = (done[0].get("output") or {}).get("free") or []
+        if free:
+            return _calls(
+                "offer_choices",
+                {"text": f"Free slots on {day}:", "choices": free, "button": "Pick a time"},
+            )
+        return f"{OFFLINE} No free slots on {day}."
     if len(done) == 1:
         free = (done[0].get("output") or {}).get("free") or ["09:00"]
         asked = re.findall(r"\b\d{1,2}:\d{2}\b", said)
         time_ = asked[0].zfill(5) if asked and asked[0].zfill(5) in free else free[0]
+        return _calls("book_appointment", {"day": day, "time": time_, "name": "the person"})
+    booked = (done[-1].get("output") or {}).get("booked")
+    return f"{OFFLINE} " + (f"Booked: {booked}." if booked else f"No booking: {done[-1]}")
+
+
+def _picked_slot(request: dict[str, Any], said: str, done: list[dict[str, Any]]) -> Any:
+    """The person answered the slots the last reply offered with one of them (its time, or
+    its number in the numbered lines): book it, then say what was booked."""
+    last_reply = next((t for r, t in reversed(turns_of(request)) if r == "assistant"), "")
+    offer = _SLOTS_OFFERED.search(last_reply)
+    if offer is None:
+        return None
+    day = offer.group(1)
+    slots = re.findall(r"^\d+\. (\d{1,2}:\d{2})$", last_reply, re.M)
+    answer = said.strip()
+    time_ = answer if answer in slots else None
+    if answer.isdigit() and 1 <= int(answer) <= len(slots):
+        time_ = slots[int(answer) - 1]
+    if time_ is None:
+        return None
+    if not done:
         return _calls("book_appointment", {"day": day, "time": time_, "name": "the person"})
     booked = (done[-1].get("output") or {}).get("booked")
     return f"{OFFLINE} " + (f"Booked: {booked}." if booked else f"No booking: {done[-1]}")

@@ -1226,6 +1226,32 @@ class DevStack(Started):
                 lambda: len(self.replies_to(phone)) >= count, timeout=timeout
             )
 
+    def tap(
+        self,
+        phone: str | None,
+        option: str,
+        *,
+        bsuid: str | None = None,
+        at: datetime | None = None,
+    ) -> None:
+        """The person picks `option` from the last reply that offered choices: on Meta a tap
+        on its button or list row (`interactive` button_reply / list_reply); on whasp, whose
+        messages are text, they write the option."""
+        if not self.meta:
+            self.send_message(phone, option, at=at, bsuid=bsuid)
+            return
+        from devstack.events import meta_contact, meta_notification, meta_tap
+
+        offered = [s for s in self.replies_to(phone or bsuid or "") if s.get("interactive")]
+        stamp = int((at or self.now()).timestamp())
+        message = meta_tap(offered[-1], option, phone=phone, bsuid=bsuid, timestamp=stamp)
+        notification = meta_notification(
+            contacts=[meta_contact(phone=phone, bsuid=bsuid, name="WhatsApp user")],
+            messages=[message],
+            number_id=self.business_number,
+        )
+        self._expect_accepted(self.post_meta(notification))
+
     def replies_to(self, phone: str) -> list[dict[str, Any]]:
         if self.graph is not None:  # Meta: `to` is a wa_id (no "+") or a BSUID
             who = phone.removeprefix("+")

@@ -48,6 +48,7 @@ from devstack.events import (
     meta_message,
     meta_notification,
     meta_status,
+    meta_tap,
     signed_headers,
 )
 from devstack.fake_openai import OFFLINE, notes_of, offline_model, turns_of
@@ -99,6 +100,10 @@ def model(request: dict[str, Any]) -> str | dict[str, Any]:
         local = datetime.now(UTC).astimezone(LONDON) + timedelta(days=int(asked.group(1)))
         when = f"{local.date().isoformat()}T{int(asked.group(2)):02d}:00"
         return _call("schedule_follow_up", {"when": when, "about": asked.group(3).strip()})
+    if "which slot suits me" in said and "offer_choices" in offered:
+        # the slots to tap (issue 42): the offer's text carries the person's canary
+        text = f"{said.split(' ', 1)[0]} pick a slot"
+        return _call("offer_choices", {"text": text, "choices": ["09:00", "10:00"]})
     if "log my run" in said and "log_run" in offered:
         return _call("log_run", {"note": said.split(" ", 1)[0]})
     pending = re.findall(r"id (fu-[0-9a-f]+)", notes)
@@ -326,6 +331,14 @@ class Stack:
             contacts=[meta_contact(phone=phone, bsuid=bsuid)],
             messages=[meta_message(text, phone=phone, bsuid=bsuid, timestamp=at, wamid=wamid)],
         )
+
+    def meta_tapped(
+        self, sent: dict, option: str, *, phone: str | None, bsuid: str | None, wamid: str
+    ) -> dict:
+        """The person taps `option` on the interactive message `sent` (the Graph's record)."""
+        at = int(self.now().timestamp())
+        tap = meta_tap(sent, option, phone=phone, bsuid=bsuid, timestamp=at, wamid=wamid)
+        return meta_notification(contacts=[meta_contact(phone=phone, bsuid=bsuid)], messages=[tap])
 
     def meta_user_id_changed(self, old: str, new: str, wamid: str) -> dict:
         at = int(self.now().timestamp())

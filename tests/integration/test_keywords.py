@@ -252,7 +252,7 @@ def test_a_request_in_other_words_hands_over_once_and_the_next_message_waits_for
     assert failures(consumer.handler(sqs_batch(asked), lambda_context)) == []
     # then the model asked for a human (request_human offered on the turn), and she is told so
     [request] = openai.calls()
-    assert [t["name"] for t in request["tools"]] == ["request_human"]
+    assert [t["name"] for t in request["tools"]] == ["request_human", "offer_choices"]
     assert whasp.texts_to(MAYA) == [built_in().text("handoff_notice", "en")]
     # and what she writes next is the human's: no model call, no reply
     later = message("Any news?", 5)

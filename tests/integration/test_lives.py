@@ -238,7 +238,7 @@ class Lives(RuleBasedStateMachine):
     # ------------------------------------------------------------------ people write
 
     WRITES = ["chat", "chat", "remind", "remind", "remind", "cancel", "recall", "human", "tool"]
-    WRITES += ["burst", "stop", "forget me", "forget me, yes", "yes"]
+    WRITES += ["burst", "stop", "forget me", "forget me, yes", "yes", "choose"]
 
     @rule(slot=st.sampled_from(PHONES), what=st.sampled_from(WRITES), days=st.integers(1, 3))
     def writes(self, slot: str, what: str, days: int) -> None:
@@ -255,6 +255,10 @@ class Lives(RuleBasedStateMachine):
             if what.endswith("yes"):
                 self.stack.let_pass(1)
                 self._post(person, "yes")
+        elif what == "choose":  # slots offered to tap (issue 42), then the tap
+            self._post(person, f"{person.tag('m', now)} which slot suits me?")
+            self._settle()
+            self._tap(person, "10:00")
         elif what in ("stop", "recall", "human", "yes"):
             said = {"stop": "STOP", "recall": "what do you remember about me"}
             self._post(person, said.get(what, {"human": "talk to a human"}.get(what, what)))
@@ -296,6 +300,30 @@ class Lives(RuleBasedStateMachine):
             if self.step_faulted:
                 person.erased_through_a_crash.add(now)
         person.forget_asked = text == "forget me"
+        self.writers.add(person.n)
+
+    def _tap(self, person: Person, option: str) -> None:
+        """`person` picks `option` from the last options offered them: Meta's tap on the
+        interactive message (nothing offered: nothing to tap), whasp's written option."""
+        if self.provider != "meta":
+            self._post(person, option)
+            return
+        offered = [
+            s
+            for s in self.servers.graph.sent
+            if s.get("interactive") and s["to"] in {person.bsuid, (person.phone or "")[1:]}
+        ]
+        if not offered:
+            return
+        now, event_id = self.stack.now(), self._id("wamid.LIFE")
+        self._turn_meets(person, now)
+        payload = self.stack.meta_tapped(
+            offered[-1], option, phone=person.phone, bsuid=person.bsuid, wamid=event_id
+        )
+        self.stack.meta_post(payload)
+        person.events.append((event_id, payload, now))
+        self.fault_pending = False
+        person.last_inbound, person.opted_out, person.forget_asked = now, False, False
         self.writers.add(person.n)
 
     def _turn_meets(self, person: Person, now: datetime) -> None:
@@ -574,7 +602,9 @@ class Lives(RuleBasedStateMachine):
             else:
                 key, address = sent.get("idempotency_key") or "", sent["to"]
             recipient = self.holders.get(address)
-            tags = {t.group(0) for t in TAG.finditer(sent["text"])}
+            # an interactive message's options are sent too (issue 42)
+            shown = sent["text"] + json.dumps(sent.get("interactive") or "")
+            tags = {t.group(0) for t in TAG.finditer(shown)}
             follow_up = key.startswith("reply:follow_up:")
             cause = self._cause(tags, recipient, follow_up=follow_up)
             self.sent_keys[key] += 1

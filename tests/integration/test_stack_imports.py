@@ -68,9 +68,9 @@ def loaded_modules(function: str, **changes: str) -> set[str]:
 
 @pytest.mark.parametrize("function", ["webhook", "consumer", "compactor", "admin"])
 def test_a_whasp_stack_without_tools_on_openai_loads_neither_meta_nor_tools_nor_bedrock(function):
-    # given a whasp stack on the OpenAI API, without tools (nor the built-in request_human, which
-    # the consumer offers by default); when a function starts cold
-    modules = loaded_modules(function, HANDOFF_TOOL="false")
+    # given a whasp stack on the OpenAI API, without tools (nor the built-in request_human and
+    # offer_choices, which the consumer offers by default); when a function starts cold
+    modules = loaded_modules(function, HANDOFF_TOOL="false", CHOICES_TOOL="false")
     # then it loaded its own code (the probe saw the package) but not the parts it does not use
     assert "memagent.environment" in modules
     for unused in ("memagent.providers.meta", "memagent.model.tools", "memagent.model.bedrock"):

@@ -538,17 +538,20 @@ def test_the_rounds_are_bounded_then_the_model_must_answer(tools, openai, whasp,
     assert [s["text"] for s in whasp.sent] == ["enough tools"]
 
 
-def test_without_tools_only_request_human_is_offered_and_handoff_tool_false_offers_none(
+def test_without_tools_only_the_built_ins_are_offered_and_turned_off_none_are(
     consumer_env, openai, monkeypatch, lambda_context
 ):
-    # a stack with no tools of its own offers the built-in request_human, and no tool note
+    # a stack with no tools of its own offers the built-in request_human and offer_choices,
+    # and no tool note (neither returns a result the model reads)
     consumer = load_function("consumer", consumer_env, monkeypatch)
     consumer.handler(sqs_batch(message("hi")), lambda_context)
     request = openai.calls()[0]
-    assert [t["name"] for t in request["tools"]] == ["request_human"]
+    assert [t["name"] for t in request["tools"]] == ["request_human", "offer_choices"]
     assert "A tool's result is data" not in request["instructions"]
-    # HANDOFF_TOOL=false: the request is as before tools, the phrases the only way to a human
-    off = load_function("consumer", {**consumer_env, "HANDOFF_TOOL": "false"}, monkeypatch)
+    # HANDOFF_TOOL=false and CHOICES_TOOL=false: the request is as before tools, the phrases
+    # the only way to a human
+    quiet = {**consumer_env, "HANDOFF_TOOL": "false", "CHOICES_TOOL": "false"}
+    off = load_function("consumer", quiet, monkeypatch)
     off.handler(sqs_batch(message("hi again", 1)), lambda_context)
     assert "tools" not in openai.calls()[1]
 
@@ -590,7 +593,7 @@ def test_the_model_hands_the_chat_to_a_human_with_the_built_in_tool_once(
     handed = {"calls": 0}
 
     def model(request):
-        assert [t["name"] for t in request["tools"]] == ["request_human"]
+        assert [t["name"] for t in request["tools"]] == ["request_human", "offer_choices"]
         handed["calls"] += 1
         return {"output": [call("request_human", {"reason": "upset about a refund"}, "h1")]}
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the face (memagent.face): what other wings and the function
     from memagent.memory.recent import recent_keys, shards
     from memagent.memory.settings import FOLLOW_UP_MAX_PENDING, RECENT_CONVERSATIONS, MemorySettings
     from memagent.memory.types import (
+        Choices,
         Epoch,
         Fact,
         Handoff,

@@ -19,6 +19,30 @@ Role = Literal["user", "assistant"]
 
 
 @dataclass(frozen=True)
+class Choices:
+    """Options a reply offers the person to tap (issue 42): Meta's reply buttons (up to 3) or
+    list (up to 10 rows) where interactive messages may go, numbered lines elsewhere. The
+    reply's stored text already ends with the numbered lines (`numbered`), so memory, the
+    context and a fold read what the person could choose from whatever the rendering."""
+
+    options: tuple[str, ...]
+    button: str = ""  # the label of a list's button, in the person's language
+
+    @property
+    def lines(self) -> str:
+        return "\n".join(f"{n}. {option}" for n, option in enumerate(self.options, 1))
+
+    def numbered(self, text: str) -> str:
+        """`text` with the options as numbered lines (what a text-only rendering sends)."""
+        return f"{text.rstrip()}\n\n{self.lines}"
+
+    def body(self, text: str) -> str:
+        """The reply's text without the numbered lines `numbered` added (an interactive
+        message shows the options as buttons or rows instead)."""
+        return text.removesuffix(self.lines).rstrip()
+
+
+@dataclass(frozen=True)
 class Turn:
     """One message of the conversation. `seq` is strictly increasing per person."""
 
@@ -31,6 +55,7 @@ class Turn:
     author: str | None = None  # "human": an operator wrote this reply, not the agent
     tools: tuple[str, ...] = ()  # the agent's tool calls behind this reply, "name: summary"
     tokens: int = 0  # a model reply's tokens (input and output), counted at the next message
+    choices: Choices | None = None  # the options this reply offered to tap (its text has them)
 
     @property
     def content(self) -> str:

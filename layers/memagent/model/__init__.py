@@ -16,6 +16,13 @@ if TYPE_CHECKING:  # the face (memagent.face): what other wings and the function
         ModelSettings,
         tools_settings,
     )
-    from memagent.model.tools import Caller, ToolBox, ToolResult, load_tools, tool_hosts
+    from memagent.model.tools import (
+        Caller,
+        ToolBox,
+        ToolResult,
+        load_tools,
+        offered_choices,
+        tool_hosts,
+    )
 
 face(__name__)

@@ -59,6 +59,7 @@ from memagent.providers import parse_origins, url_origin
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
+    from memagent.memory import Choices
     from memagent.providers import Origin
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the Responses API's rule for function names
@@ -304,6 +305,68 @@ CANCEL_FOLLOW_UP_TOOL = _built_in(
 )
 FOLLOW_UP_TOOLS = (FOLLOW_UP_TOOL.name, CANCEL_FOLLOW_UP_TOOL.name)
 
+# Built in: options the person taps instead of typing (issue 42): the call is the reply, its
+# `text` and `choices` sent as Meta's reply buttons or list, or numbered lines where interactive
+# messages cannot go (whasp, a template outside the window). Offered unless CHOICES_TOOL=false.
+MAX_CHOICES = 10  # Meta's list: 10 rows
+MAX_CHOICE_CHARS = 72  # a row's description, where a row title (24) cut short shows it whole
+MAX_CHOICES_TEXT = 1024  # an interactive message's body
+MAX_BUTTON_LABEL = 20
+CHOICES_TOOL = Tool(
+    name="offer_choices",
+    description="Reply with a short message and a few options the person can tap instead of "
+    "typing (free slots to pick, yes or no, a rating): up to 3 short options show as buttons, "
+    "up to 10 as a list. This call is your reply for this turn: put everything you want to "
+    "say in `text`. Their choice comes back as their next message.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "text": {"type": "string", "description": "the message above the options"},
+            "choices": {
+                "type": "array",
+                "items": {"type": "string", "description": "one option, a few words"},
+                "description": f"1 to {MAX_CHOICES} options, each at most "
+                f"{MAX_CHOICE_CHARS} characters (20 show whole on a button, 24 in a list)",
+            },
+            "button": {
+                "type": "string",
+                "description": "the label of the button that opens a list, in the person's "
+                f"language, at most {MAX_BUTTON_LABEL} characters",
+            },
+        },
+        "required": ["text", "choices"],
+        "additionalProperties": False,
+    },
+)
+
+
+def offered_choices(arguments: str) -> tuple[str, Choices]:
+    """The reply an offer_choices call makes: its text with the options as numbered lines (what
+    memory keeps and a text rendering sends) and the options. ValueError says what is wrong,
+    for the model to try again."""
+    from memagent.memory import Choices
+
+    try:
+        given = json.loads(arguments or "{}")
+    except (ValueError, RecursionError):
+        raise ValueError("the arguments are not a JSON object") from None
+    text = given.get("text") if isinstance(given, dict) else None
+    options = given.get("choices") if isinstance(given, dict) else None
+    if not isinstance(text, str) or not text.strip() or len(text) > MAX_CHOICES_TEXT:
+        raise ValueError(f"text: 1 to {MAX_CHOICES_TEXT} characters")
+    if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+        raise ValueError("choices: a list of strings")
+    kept = list(dict.fromkeys(" ".join(o.split()) for o in options if o.strip()))
+    if not 1 <= len(kept) <= MAX_CHOICES or any(len(o) > MAX_CHOICE_CHARS for o in kept):
+        raise ValueError(
+            f"choices: 1 to {MAX_CHOICES} different options, "
+            f"each at most {MAX_CHOICE_CHARS} characters"
+        )
+    button = given.get("button")
+    label = " ".join(button.split())[:MAX_BUTTON_LABEL] if isinstance(button, str) else ""
+    choices = Choices(tuple(kept), label)
+    return choices.numbered(text.strip()), choices
+
 
 class ToolBox:
     """The declared tools and the clients that call them."""
@@ -317,9 +380,12 @@ class ToolBox:
         lambda_timeout_seconds: float = MAX_TIMEOUT_SECONDS,
         handoff: bool = False,
         follow_ups: bool = False,
+        choices: bool = False,
     ):
         self.tools = {tool.name: tool for tool in tools}
         self.builtins = {HANDOFF_TOOL.name: HANDOFF_TOOL} if handoff else {}
+        if choices:
+            self.builtins[CHOICES_TOOL.name] = CHOICES_TOOL
         if follow_ups:
             self.builtins[FOLLOW_UP_TOOL.name] = FOLLOW_UP_TOOL
             self.builtins[CANCEL_FOLLOW_UP_TOOL.name] = CANCEL_FOLLOW_UP_TOOL
@@ -351,8 +417,13 @@ class ToolBox:
 
     def answers(self) -> bool:
         """Whether a tool offered answers with a result the model reads: any but request_human
-        (whose call ends the model's part in the turn)."""
-        return bool(self.tools) or any(name != HANDOFF_TOOL.name for name in self.builtins)
+        and offer_choices (whose calls end the model's part in the turn)."""
+        ending = (HANDOFF_TOOL.name, CHOICES_TOOL.name)
+        return bool(self.tools) or any(name not in ending for name in self.builtins)
+
+    def offers_choices(self, name: str) -> bool:
+        """Whether a call is the built-in offer_choices (the reply itself, not a call out)."""
+        return name == CHOICES_TOOL.name and name in self.builtins
 
     def hands_off(self, name: str) -> bool:
         """Whether a call is the built-in handoff (the turn's step, not a call out)."""

@@ -18,9 +18,12 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memagent.errors import BadRequest, BodyTooLarge, TransientError
+
+if TYPE_CHECKING:
+    from memagent.memory import Choices
 
 MAX_TEXT_CHARS = 4096  # both whasp and Meta cap a text message at 4,096 characters
 MAX_SEND_KEY = 255  # whasp's Idempotency-Key limit (Meta's biz_opaque_callback_data takes 512)
@@ -137,6 +140,14 @@ class Provider(Protocol):
     def send_text(self, *, sender: str, to: str, text: str, key: str) -> str:
         """Send one text part from business number `sender` to the person `to`; `key` is stable
         across redeliveries of one reply part. Returns the provider's message id."""
+        ...
+
+    def send_choices(self, *, sender: str, to: str, text: str, choices: Choices, key: str) -> str:
+        """Send the reply `text`, which ends with `choices` as numbered lines
+        (`Choices.numbered`), with the options to tap where the provider has interactive
+        messages (Meta: reply buttons or a list); elsewhere the numbered text as it is. Only
+        inside the window: outside it the turn sends a template instead. Returns the
+        provider's message id."""
         ...
 
     def send_template(

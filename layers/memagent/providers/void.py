@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from memagent.observability import logger
 
 if TYPE_CHECKING:
+    from memagent.memory import Choices
     from memagent.providers.seam import InboundMessage, Provider
 
 TEST_PERSON = "+12025550173"  # +1 202 555-0173: fictional by NANPA's rule, never a subscriber
@@ -42,6 +43,13 @@ class IntoTheVoid:
         if is_test_person(to):
             return _voided(key)
         return self._provider.send_text(sender=sender, to=to, text=text, key=key)
+
+    def send_choices(self, *, sender: str, to: str, text: str, choices: Choices, key: str) -> str:
+        if is_test_person(to):
+            return _voided(key)
+        return self._provider.send_choices(
+            sender=sender, to=to, text=text, choices=choices, key=key
+        )
 
     def send_template(
         self, *, sender: str, to: str, name: str, language: str, parameter: str, key: str

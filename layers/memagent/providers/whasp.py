@@ -75,6 +75,7 @@ from memagent.providers.signing import SECRET_PREFIX
 
 if TYPE_CHECKING:
     from memagent.environment import Secret
+    from memagent.memory import Choices
 
 HEADER_ID = "webhook-id"
 HEADER_TIMESTAMP = "webhook-timestamp"
@@ -363,6 +364,11 @@ class WhaspClient:
                 error="HTTPError",
             )
         raise SendRejected(status)
+
+    def send_choices(self, *, sender: str, to: str, text: str, choices: Choices, key: str) -> str:
+        """whasp's contract sends text only: the reply goes as it is stored, the options as its
+        numbered lines, and the person answers with a number or the option's words."""
+        return self.send_text(sender=sender, to=to, text=text, key=key)
 
     def send_template(
         self, *, sender: str, to: str, name: str, language: str, parameter: str, key: str

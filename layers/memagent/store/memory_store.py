@@ -42,7 +42,17 @@ from typing import Any
 
 from boto3.dynamodb.conditions import Key
 
-from memagent.memory import Epoch, Fact, Handoff, Memory, PersonState, Summary, Turn, classed
+from memagent.memory import (
+    Choices,
+    Epoch,
+    Fact,
+    Handoff,
+    Memory,
+    PersonState,
+    Summary,
+    Turn,
+    classed,
+)
 from memagent.store.compaction import CompactionWrites
 from memagent.store.erasure import ErasureWrites
 from memagent.store.follow_ups import FollowUpWrites
@@ -130,11 +140,24 @@ def _turn(item: dict[str, Any]) -> Turn:
         author=item.get("author"),
         tools=tuple(item.get("tools") or ()),
         tokens=int(item.get("tokens", 0)),
+        choices=_choices(item.get("choices")),
     )
 
 
+def _choices(value: Any) -> Choices | None:
+    """A reply's offered options ({"options": [...], "button": ...}), if it offered any."""
+    if not isinstance(value, dict) or not value.get("options"):
+        return None
+    return Choices(tuple(str(o) for o in value["options"]), str(value.get("button") or ""))
+
+
 class MemoryStore(
-    FollowUpWrites, TurnWrites, LedgerWrites, PersonWrites, ErasureWrites, CompactionWrites
+    FollowUpWrites,
+    TurnWrites,
+    LedgerWrites,
+    PersonWrites,
+    ErasureWrites,
+    CompactionWrites,
 ):
     """The memory table. Here: the turn's one Query; its writes (memagent/store/turn.py), the
     ledger, a person's records and links, erasure and compaction are the other modules of

@@ -162,4 +162,8 @@ class Table:
             item["tools"] = list(turn.tools)
         if turn.tokens:
             item["tokens"] = turn.tokens
+        if turn.choices:
+            item["choices"] = {"options": list(turn.choices.options)}
+            if turn.choices.button:
+                item["choices"]["button"] = turn.choices.button
         return item

@@ -114,9 +114,11 @@ class BackoffFifoProcessor(ScheduledRetries, SqsFifoPartialProcessor):
 
 def _toolbox(settings: ConsumerSettings) -> ToolBox | None:
     """The tools the model is offered (the declared ones and the built-in request_human,
-    schedule_follow_up), or None: a stack with none (HANDOFF_TOOL=false, no tools file, no
-    follow-ups) never imports memagent.model.tools."""
-    if not (settings.tools or settings.handoff_tool or settings.follow_up_group):
+    offer_choices, schedule_follow_up), or None: a stack with none (HANDOFF_TOOL=false,
+    CHOICES_TOOL=false, no tools file, no follow-ups) never imports memagent.model.tools."""
+    if not (
+        settings.tools or settings.handoff_tool or settings.choices_tool or settings.follow_up_group
+    ):
         return None
     from memagent.model import ToolBox
 
@@ -126,6 +128,7 @@ def _toolbox(settings: ConsumerSettings) -> ToolBox | None:
         lambda_timeout_seconds=settings.tool_timeout_seconds,
         handoff=settings.handoff_tool,
         follow_ups=bool(settings.follow_up_group),
+        choices=settings.choices_tool,
     )
 
 

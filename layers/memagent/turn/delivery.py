@@ -20,7 +20,7 @@ from memagent.providers import idempotency_key, split_text
 from memagent.store import ledger
 
 if TYPE_CHECKING:
-    from memagent.memory import Turn
+    from memagent.memory import Choices, Turn
     from memagent.providers import InboundMessage
     from memagent.turn.crew import Crew
 
@@ -36,6 +36,7 @@ def send(
     *,
     reply_seq: int | None = None,
     template: tuple[str, str] | None = None,
+    choices: Choices | None = None,
 ) -> str:
     """Send the reply stored under `event_id`'s ledger entry (for a burst: its last
     message's), the parts not yet `sent`, keyed by that event, so a repeat after any crash
@@ -43,16 +44,25 @@ def send(
     one with the end of the event's turn, in one write). A reply the provider refused
     before any part went out is taken back out of memory (`reply_seq`): the memory holds
     what the person saw, not what we meant to say. `template` (name, language): the text goes
-    whole as an approved template's one parameter (a follow-up outside Meta's window)."""
+    whole as an approved template's one parameter (a follow-up outside Meta's window).
+    `choices`: the options the text ends with, sent for the person to tap where the provider
+    can (inside the window: never with a template, whose text keeps them numbered)."""
     store = crew.store
     parts = [text] if template else split_text(text)
+    tappable = choices if choices is not None and template is None and len(parts) == 1 else None
     sent = dict(sent or {})
     try:
         for part, chunk in enumerate(parts):
             if part in sent:
                 continue  # a redelivery: this part went out before
             key = idempotency_key(event_id, part)
-            sent[part] = _send_part(crew, sender, message.address, chunk, key, template) or "sent"
+            if tappable is not None:
+                sent[part] = crew.provider.send_choices(
+                    sender=sender, to=message.address, text=chunk, choices=tappable, key=key
+                )
+            else:
+                sent[part] = _send_part(crew, sender, message.address, chunk, key, template)
+            sent[part] = sent[part] or "sent"
             if part < len(parts) - 1:
                 store.record_part(pk, event_id, part, sent[part])
     except OptedOut:

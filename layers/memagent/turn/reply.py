@@ -33,7 +33,7 @@ from memagent.turn.replies import language_for
 from memagent.turn.tool_loop import Answer, RejectedAfterTools, answer_with_tools
 
 if TYPE_CHECKING:
-    from memagent.memory import Context, Memory
+    from memagent.memory import Choices, Context, Memory
     from memagent.providers import InboundMessage
     from memagent.turn.crew import Crew
     from memagent.turn.settings import ConsumerSettings
@@ -85,7 +85,7 @@ def reply(
     context = _with_follow_ups(crew, pk, message, answering, context)
     used = crew.model.tokens_used
     who = (message.chat, *message.aliases)
-    text, done, handoff = _ask_the_model(
+    text, done, handoff, choices = _ask_the_model(
         crew, pk, first or answering.event_id, context, who, fallback=fixed("fallback"), fresh=fresh
     )
     if handoff:  # the model handed the chat to a human (the built-in tool)
@@ -96,7 +96,16 @@ def reply(
     stack.add(crew.model.tokens_used - used)
     shortened = _shortened(text, settings.max_reply_parts)
     return remember_and_send(
-        crew, pk, message, memory, answering, shortened, flags, tools=done, tokens=tokens
+        crew,
+        pk,
+        message,
+        memory,
+        answering,
+        shortened,
+        flags,
+        tools=done,
+        tokens=tokens,
+        choices=choices if shortened == text else None,
     )
 
 
@@ -265,6 +274,7 @@ def remember_and_send(
     *,
     tools: tuple[str, ...] = (),
     tokens: int = 0,
+    choices: Choices | None = None,
 ) -> str:
     """Store the reply to `answering` (and to every message awaiting with it), then send it;
     unless the chat was handed to a human meanwhile (the store refuses the write, and the
@@ -279,6 +289,7 @@ def remember_and_send(
         number=sender,
         tools=tools,
         tokens=tokens,
+        choices=choices,
     )
     crew.store.remember_reply(
         pk,
@@ -293,4 +304,6 @@ def remember_and_send(
         # a human taking the chat over since this turn read it refuses the write: not sent
         handoff_since=memory.state.handoff.since if memory.state.handoff else None,
     )
-    return send(crew, pk, message, answering.event_id, sender, text, reply_seq=turn.seq)
+    return send(
+        crew, pk, message, answering.event_id, sender, text, reply_seq=turn.seq, choices=choices
+    )

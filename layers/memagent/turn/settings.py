@@ -105,6 +105,8 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     replies: Replies = field(default_factory=built_in)
     # the built-in request_human tool: a request for a human by meaning (HANDOFF_TOOL)
     handoff_tool: bool = setting("HANDOFF_TOOL", True)
+    # the built-in offer_choices tool: options to tap, Meta's buttons or list (CHOICES_TOOL)
+    choices_tool: bool = setting("CHOICES_TOOL", True)
     # follow-ups (memagent/turn/follow_ups.py): on where the stack's schedule group is set
     follow_up_role_arn: str | None = setting("FOLLOW_UP_ROLE_ARN", None, custom=True)
     # where a delivery that failed for good goes

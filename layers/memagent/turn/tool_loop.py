@@ -45,7 +45,7 @@ from memagent.errors import Deferred, ModelRejected
 from memagent.observability import count, logger
 
 if TYPE_CHECKING:
-    from memagent.memory import Context
+    from memagent.memory import Choices, Context
     from memagent.model import Caller
     from memagent.turn.crew import Crew
     from memagent.turn.settings import ConsumerSettings
@@ -71,6 +71,7 @@ class Answer(NamedTuple):
     text: str
     done: tuple[str, ...]  # "name: summary" for each call made in the turn
     handoff: bool = False  # the model handed the chat to a human (the built-in tool)
+    choices: Choices | None = None  # the options the reply offers (the built-in offer_choices)
 
 
 class RejectedAfterTools(ModelRejected):
@@ -158,6 +159,26 @@ def answer_with_tools(
                 # the chat goes to a human now: no more rounds; the turn answers with the
                 # handoff notice (memagent/turn/reply.py), as when the person asks for one
                 return Answer("", tuple(done), handoff=True)
+            if crew.tools.offers_choices(call["name"]):
+                # the call is the reply: its text and options (memagent.model.tools); arguments
+                # that do not fit go back to the model, which tries again in the next round
+                from memagent.model import offered_choices
+
+                try:
+                    text, choices = offered_choices(call.get("arguments", "{}"))
+                except ValueError as error:
+                    count("ChoicesRefused")
+                    refused = json.dumps({"error": f"invalid arguments: {error}"})
+                    conversation.append(
+                        {
+                            "type": "function_call_output",
+                            "call_id": call["call_id"],
+                            "output": refused,
+                        }
+                    )
+                    continue
+                count("ChoicesOffered")
+                return Answer(text, tuple(done), choices=choices)
             calls += 1
             output = _call_once(crew, pk, entry, event_id, round_, index, call, calls, caller)
             conversation.append(

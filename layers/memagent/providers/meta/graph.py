@@ -31,6 +31,7 @@ from memagent.providers.seam import post_with_fresh_key
 
 if TYPE_CHECKING:
     from memagent.environment import Secret
+    from memagent.memory import Choices
     from memagent.providers.seam import InboundMessage
 
 # error.code -> what to do (docs/meta.md, "Replies"). Anything not listed and not 5xx is permanent.
@@ -44,6 +45,51 @@ WINDOW_CLOSED = 131047
 # Where Meta's media lookup sends the download (https://lookaside.fbsbx.com/whatsapp_business/
 # attachments/?mid=...); META_MEDIA_ORIGINS adds others, https only
 MEDIA_ORIGINS = frozenset({("https", "lookaside.fbsbx.com", 443)})
+
+
+# Interactive messages (Meta's "Interactive reply buttons messages" and "Interactive list
+# messages" pages): a payload past any of these is refused whole (131009), so we never send one
+MAX_BUTTONS = 3
+MAX_BUTTON_TITLE = 20
+MAX_ROWS = 10  # across all sections
+MAX_ROW_TITLE = 24
+MAX_ROW_DESCRIPTION = 72
+MAX_LIST_BUTTON = 20
+MAX_INTERACTIVE_BODY = 1024
+LIST_BUTTON = "\u2630"  # a list's button when the model named none (the label may not be empty)
+
+
+def interactive(text: str, choices: Choices) -> dict[str, Any] | None:
+    """`choices` as Meta shows them: up to 3 short options as reply buttons, up to 10 as a
+    list (a row title past 24 characters is cut, the whole option in its description); None
+    where Meta's limits allow neither (the caller sends numbered text). A tap comes back as
+    the person's message with the button's or row's title (memagent.providers.meta.parser)."""
+    body, options = choices.body(text), choices.options
+    if (
+        not body
+        or len(body) > MAX_INTERACTIVE_BODY
+        or not 1 <= len(options) <= MAX_ROWS
+        or any(not o or len(o) > MAX_ROW_DESCRIPTION for o in options)
+    ):
+        return None
+    if len(options) <= MAX_BUTTONS and all(len(o) <= MAX_BUTTON_TITLE for o in options):
+        buttons = [
+            {"type": "reply", "reply": {"id": f"choice-{n}", "title": o}}
+            for n, o in enumerate(options, 1)
+        ]
+        return {"type": "button", "body": {"text": body}, "action": {"buttons": buttons}}
+    rows = []
+    for n, option in enumerate(options, 1):
+        row = {"id": f"choice-{n}", "title": option}
+        if len(option) > MAX_ROW_TITLE:
+            row.update(title=option[: MAX_ROW_TITLE - 1].rstrip() + "\u2026", description=option)
+        rows.append(row)
+    button = (choices.button.strip() or LIST_BUTTON)[:MAX_LIST_BUTTON]
+    return {
+        "type": "list",
+        "body": {"text": body},
+        "action": {"button": button, "sections": [{"rows": rows}]},
+    }
 
 
 @dataclass(frozen=True)
@@ -164,6 +210,15 @@ class GraphClient:
         return self._send_message(
             sender, to, key, type="text", text={"body": text, "preview_url": False}
         )
+
+    def send_choices(self, *, sender: str, to: str, text: str, choices: Choices, key: str) -> str:
+        """Send the reply `text` (ending with the numbered options) as an interactive message,
+        its options as reply buttons or a list (`interactive`); what Meta's limits cannot show
+        goes as the numbered text it is."""
+        shown = interactive(text, choices)
+        if shown is None:
+            return self.send_text(sender=sender, to=to, text=text, key=key)
+        return self._send_message(sender, to, key, type="interactive", interactive=shown)
 
     def send_template(
         self, *, sender: str, to: str, name: str, language: str, parameter: str, key: str

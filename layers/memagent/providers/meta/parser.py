@@ -301,15 +301,24 @@ def _time(value: Any, field: str) -> datetime:
 
 
 def _reply_text(message: Mapping[str, Any], kind: str) -> str | None:
-    """The words of a button or list reply, which reach us as their own message types, or the
-    answers of a WhatsApp Flow (interactive nfm_reply)."""
+    """The words of a tap: a reply button's or a list row's title (interactive button_reply,
+    list_reply: the options a reply offered), a template's quick-reply button (`button`), or
+    the answers of a WhatsApp Flow (interactive nfm_reply). The person's choice is their
+    message, as if they had typed it."""
     body = _object(message.get(kind))
     if kind == "button":
         return _text(body.get("text"))
     reply = body.get(body["type"]) if isinstance(body.get("type"), str) else None
     if body.get("type") == "nfm_reply" and isinstance(reply, dict):
         return _flow_answers(reply)
-    return _text(reply.get("title")) if isinstance(reply, dict) else None
+    if not isinstance(reply, dict):
+        return None
+    title, description = _text(reply.get("title")), _text(reply.get("description"))
+    # a row whose option was longer than its title holds it whole in its description
+    # (memagent.providers.meta.graph.interactive): the person chose the whole option
+    if title and description and title.endswith("\u2026") and description.startswith(title[:-1]):
+        return description
+    return title
 
 
 def _flow_answers(reply: Mapping[str, Any]) -> str:
