@@ -107,6 +107,7 @@ def results(
         _memory_section(measured["memory"]),
         _cache_section(c["cache"], assumptions),
         _follow_up_section(measured.get("follow_ups")),
+        _outcomes_section(measured.get("outcomes")),
         METHOD,
     ]
     return unwrap("\n".join(sections)) + "\n"
@@ -635,6 +636,27 @@ the same turn with a crash after each step, redelivered until it succeeds:
 Cells without exactly one booking and one reply: {_must(t["cells_not_exactly_one"], 0)}. A call
 repeated under the same key (the one window: the tool acted, its result not yet recorded; the
 example answers the repeat from its key): {t["repeats_under_one_key"]}.
+"""
+
+
+def _outcomes_section(o: dict[str, Any] | None) -> str:
+    if o is None:
+        return ""
+    rows = [[key, o["expected"][key], o["reported"][key]] for key in o["expected"]]
+    return f"""## 14. Outcomes over scripted conversations
+
+{o["people"]} people write over a week through the consumer handler (the offline model), in five
+scripts whose outcomes are known: {", ".join(o["scripts"])}. `GET /outcomes` (the admin handler)
+then sums the days:
+
+{table(["figure", "the scripts make", "GET /outcomes says"], rows, "lrr")}
+
+Figures that differ: {_must(o["mismatches"], 0)}. Resolved by the agent: {o["resolved"]}
+(containment {_n(o["containment"], 2)}, handoff rate {_n(o["handoff_rate"], 2)});
+{_n(o["tokens_per_conversation"], 0)} model tokens a conversation with the offline model's short
+notes. A message's turn, outcome writes included: {_n(o["requests_per_message"], 1)} DynamoDB
+requests, {_n(o["wru_per_message"], 1)} WRU (a conversation's first message adds one transaction
+of two writes; a model reply one update of the day's counts).
 """
 
 

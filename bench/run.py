@@ -27,6 +27,7 @@ import follow_up_bench
 import hardening
 import harness
 import memory_bench
+import outcomes_bench
 import report
 import retry_bench
 import tool_bench
@@ -47,6 +48,7 @@ SIZES = {
     "retries": {"samples": (10, 2)},
     "e2e": {"people": (8, 2), "messages": (8, 2)},
     "memory": {"fillers": (3, 1)},
+    "outcomes": {"people_per_script": (4, 1)},
 }
 
 
@@ -66,6 +68,7 @@ BENCHMARKS = [
     ("tools", "10. tool turns: calls per booking turn, and a crash after each step", tool_bench),
     ("memory", "11. memory over a month: facts that change, dated plans", memory_bench),
     ("follow_ups", "13. follow-ups: one reminder each, a crash after each step", follow_up_bench),
+    ("outcomes", "14. outcomes over scripted conversations", outcomes_bench),
 ]
 
 # What the cost model takes as given, each a flag: (option, cost.Assumptions field, what it is)

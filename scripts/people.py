@@ -6,6 +6,7 @@ their facts and summary, take their chat over and answer (through the admin API)
     python scripts/people.py forget +447700900123 --table t-memory --agent coach   # local stack
 
     python scripts/people.py waiting --stack whasp-agent          # who asked for a human
+    python scripts/people.py outcomes --stack whasp-agent         # the last 7 days' outcomes
     python scripts/people.py conversation +447700900123 --stack whasp-agent
     python scripts/people.py facts +447700900123 --stack whasp-agent
     python scripts/people.py add-fact +447700900123 "Runs on Sundays" --stack whasp-agent
@@ -91,6 +92,7 @@ def from_stack(stack: str) -> tuple[str, str, str | None, str | None]:
 # tests/infra/test_template.py holds them to the template's routes
 ROUTES = {
     "waiting": ("GET", "/handoffs"),
+    "outcomes": ("GET", "/outcomes"),
     "conversation": ("GET", "/people/{id}/conversation"),
     "facts": ("GET", "/people/{id}/facts"),
     "add-fact": ("POST", "/people/{id}/facts"),
@@ -131,7 +133,7 @@ def operate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
         return parsed
 
     verb = args.action
-    if verb != "waiting" and not args.phone:
+    if verb not in ("waiting", "outcomes") and not args.phone:
         parser.error(f"{verb} needs the person's phone or Meta user id")
     if verb in ("add-fact", "correct-fact", "summary", "say") and not args.text:
         parser.error(f"{verb} needs the text")

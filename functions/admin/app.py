@@ -314,6 +314,16 @@ def handoffs() -> Any:
     return _audited(actions.LIST_HANDOFFS, None, lambda _who: operator.waiting())
 
 
+@app.get("/outcomes")
+def outcomes() -> Any:
+    query = app.current_event.query_string_parameters or {}
+    return _audited(
+        actions.LIST_OUTCOMES,
+        None,
+        lambda _who: operator.outcomes(query.get("from"), query.get("to")),
+    )
+
+
 @app.get("/conversations")
 def recent() -> Any:
     return _audited(actions.LIST_RECENT, None, lambda _who: operator.recent())

@@ -26,6 +26,7 @@ HANDOFF_END = "handoff_end"
 REPLY = "operator_reply"
 LIST_HANDOFFS = "list_handoffs"
 LIST_RECENT = "list_recent"
+LIST_OUTCOMES = "list_outcomes"
 FOLLOW_UP_ADD = "follow_up_add"
 FOLLOW_UP_CANCEL = "follow_up_cancel"
 

@@ -40,8 +40,8 @@ from memagent.errors import (
     SendRejected,
     WindowClosed,
 )
-from memagent.memory import Memory, Turn, agent_key
-from memagent.observability import logger
+from memagent.memory import Memory, Turn, agent_key, day_of
+from memagent.observability import count, logger
 from memagent.operator.seat import Seat, identifier, required_text
 from memagent.providers import idempotency_key, split_text
 from memagent.store import PART, SENDING, SENT, STORED, claim_holds, iso, sent_parts
@@ -117,12 +117,29 @@ class ChatHandoff(Seat):
             ):
                 self.events.emit(HANDOFF_STARTED, pk, reason="operator", since=now)
                 logger.info("chat handed to a human", extra={"reason": "operator"})
+                self._count_handoff(pk, memory.state.last_inbound_at)
                 _pk, memory = self.person(who)
                 return {
                     "person": pk,
                     "handoff": handoff_view(memory.state.handoff, self.timeout, now),
                 }
         raise ConcurrentUpdate("the person kept writing while the chat was taken over; retry")
+
+    def _count_handoff(self, pk: str, last_inbound_at: datetime | None) -> None:
+        """The outcome: the person's latest conversation (the day they last wrote) was handed
+        to a human, counted once (memagent.store.outcomes). A failure costs the count, never
+        the take-over."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if last_inbound_at is None:
+            return
+        try:
+            agent = agent_key(self.settings.agent_id)
+            if self.store.conversation_handed_off(pk, agent, day_of(last_inbound_at)):
+                count("ConversationsHandedOff")
+        except (BotoCoreError, ClientError) as error:
+            count("OutcomesNotRecorded")
+            logger.warning("outcome not recorded", extra={"error": type(error).__name__})
 
     def hand_back(self, who: str) -> dict[str, Any]:
         """Give the chat back to the agent (idempotent)."""

@@ -11,7 +11,7 @@ memagent/store/operator.py and memagent/store/handoff.py their writes.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from memagent.aws import schedule_name
@@ -20,9 +20,17 @@ from memagent.lifecycle import FollowUpRefused, Target, ask
 from memagent.memory import Memory, agent_key, person_key, person_zone, shards
 from memagent.operator.edits import MemoryEdits
 from memagent.operator.handoff import SERVICE_WINDOW, ChatHandoff, handoff_view
-from memagent.store import FOLLOW_UP_FOR_HUMAN, follow_up_view, handoff_of, iso
+from memagent.store import COUNTERS, FOLLOW_UP_FOR_HUMAN, follow_up_view, handoff_of, iso
 
 RECENT_LIMIT = 50  # the console's recent conversations: the newest fifty
+MAX_OUTCOME_DAYS = 366  # GET /outcomes: a year of days at most (one Query, a few KB)
+
+
+def _day(value: str, name: str) -> date:
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise InvalidEdit(f"{name} must be a date, YYYY-MM-DD") from None
 
 
 class Operator(MemoryEdits, ChatHandoff):
@@ -139,6 +147,45 @@ class Operator(MemoryEdits, ChatHandoff):
                 {"person": i["pk"], "address": i.get("recent_address"), "hour": i["recent_at"]}
                 for i in items
             ]
+        }
+
+    def outcomes(self, first: str | None, last: str | None) -> dict[str, Any]:
+        """The outcomes of the conversations opened from day `first` to `last` (UTC dates,
+        both included; by default the last 7 days up to today): how many, resolved by the agent
+        (neither handed to a human nor followed by the person's return within 24 hours), handed
+        off, returned, the CSAT answers and the tokens spent (memagent.store.outcomes)."""
+        end = _day(last, "to") if last else datetime.now(UTC).date()
+        start = _day(first, "from") if first else end - timedelta(days=6)
+        if start > end or (end - start).days >= MAX_OUTCOME_DAYS:
+            raise InvalidEdit(f"from must not be after to, and at most {MAX_OUTCOME_DAYS} days")
+        rows = self.store.outcomes(
+            agent_key(self.settings.agent_id), start.isoformat(), end.isoformat()
+        )
+        counts = [{name: int(row.get(name, 0)) for name in COUNTERS} for row in rows]
+        days = [
+            {"day": str(row["sk"]).removeprefix("OUTCOMES#"), **each}
+            for row, each in zip(rows, counts, strict=True)
+        ]
+        total = {name: sum(each[name] for each in counts) for name in COUNTERS}
+        opened, answers = total["conversations"], total["csat_answers"]
+        resolved = max(0, opened - total["handed_off"] - total["returned"])
+
+        def share(part: int, whole: int) -> float | None:
+            return round(part / whole, 4) if whole else None
+
+        return {
+            "from": start.isoformat(),
+            "to": end.isoformat(),
+            "conversations": opened,
+            "resolved": resolved,
+            "handed_off": total["handed_off"],
+            "returned": total["returned"],
+            "containment": share(resolved, opened),
+            "handoff_rate": share(total["handed_off"], opened),
+            "csat": {"answers": answers, "average": share(total["csat_total"], answers)},
+            "tokens": total["tokens"],
+            "tokens_per_conversation": share(total["tokens"], opened),
+            "days": days,
         }
 
     def waiting(self) -> dict[str, Any]:

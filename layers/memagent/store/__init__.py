@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the face (memagent.face): what other wings and the function
     from memagent.store.ledger import PART, SENDING, SENT, STORED, Standing, sent_parts
     from memagent.store.memory_store import MemoryStore, handoff_of
     from memagent.store.operator import OperatorStore
+    from memagent.store.outcomes import COUNTERS
     from memagent.store.table import (
         ALIAS,
         EVT,

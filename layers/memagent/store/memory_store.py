@@ -60,6 +60,7 @@ from memagent.store.ledger import (  # noqa: F401 (ledger_sk: an event's key, re
     LedgerWrites,
     ledger_sk,
 )
+from memagent.store.outcomes import OutcomeWrites
 from memagent.store.person import PersonWrites
 from memagent.store.table import FACT, MSG, STATE, SUMMARY, TURN_READ_FROM, from_iso
 from memagent.store.turn import TurnWrites
@@ -158,6 +159,7 @@ class MemoryStore(
     PersonWrites,
     ErasureWrites,
     CompactionWrites,
+    OutcomeWrites,
 ):
     """The memory table. Here: the turn's one Query; its writes (memagent/store/turn.py), the
     ledger, a person's records and links, erasure and compaction are the other modules of

@@ -7,14 +7,16 @@ which their state keeps from the message's write on (memagent/turn/remember.py).
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from memagent.aws import HANDOFF_STARTED
 from memagent.errors import ModelRejected
 from memagent.lifecycle import Target
 from memagent.memory import (
     Turn,
+    agent_key,
     build_context,
     day_of,
     digest,
@@ -31,6 +33,10 @@ from memagent.turn.follow_ups import pending_note
 from memagent.turn.keywords import keyword
 from memagent.turn.replies import language_for
 from memagent.turn.tool_loop import Answer, RejectedAfterTools, answer_with_tools
+
+# a conversation opened this soon after the person's previous message is a return: the last one
+# left something open (an outcome, memagent.store.outcomes)
+RETURN_WITHIN = timedelta(hours=24)
 
 if TYPE_CHECKING:
     from memagent.memory import Choices, Context, Memory
@@ -65,6 +71,7 @@ def reply(
 
     if asked.erase:
         return say_goodbye_and_forget(crew, pk, message, answering, fixed("forgotten"))
+    _open_conversation(crew, pk, answering, previous_inbound_at)
     if asked.handoff and asked.reply is not None:
         return hand_to_human(crew, pk, message, memory, answering, fixed(asked.reply), flags)
     if asked.reply is not None:
@@ -94,6 +101,7 @@ def reply(
     # at least 1: a model reply counts as a turn even where the endpoint reports no usage
     tokens = max(1, crew.model.tokens_used - used)
     stack.add(crew.model.tokens_used - used)
+    _outcome(crew.store.add_tokens, agent_key(settings.agent_id), day_of(answering.at), tokens)
     shortened = _shortened(text, settings.max_reply_parts)
     return remember_and_send(
         crew,
@@ -107,6 +115,38 @@ def reply(
         tokens=tokens,
         choices=choices if shortened == text else None,
     )
+
+
+def _open_conversation(
+    crew: Crew, pk: str, answering: Turn, previous_inbound_at: datetime | None
+) -> None:
+    """The person's first message of a day opens that day's conversation (memagent.store
+    .outcomes), noting whether they came back within 24 hours of their previous message (the
+    last conversation left something open)."""
+    day = day_of(answering.at)
+    if previous_inbound_at is not None and day_of(previous_inbound_at) == day:
+        return  # the day's conversation goes on
+    returned = previous_inbound_at is not None and (
+        answering.at - previous_inbound_at <= RETURN_WITHIN
+    )
+    agent = agent_key(crew.settings.agent_id)
+    if _outcome(crew.store.open_conversation, pk, agent, day, returned=returned, at=answering.at):
+        count("ConversationsOpened")
+        if returned:
+            count("ConversationsReturned")
+
+
+def _outcome(write: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """An outcome's write: counting never costs a reply, so a failure is logged and counted,
+    and the turn goes on (docs/operate.md, "Outcomes")."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return write(*args, **kwargs)
+    except (BotoCoreError, ClientError) as error:
+        count("OutcomesNotRecorded")
+        logger.warning("outcome not recorded", extra={"error": type(error).__name__})
+        return None
 
 
 def _shortened(text: str, max_parts: int) -> str:
@@ -257,6 +297,9 @@ def hand_to_human(
         "handoff_address": message.address,  # where the operator's replies go
     }
     decision = remember_and_send(crew, pk, message, memory, answering, notice, {**flags, **handoff})
+    agent = agent_key(crew.settings.agent_id)
+    if _outcome(crew.store.conversation_handed_off, pk, agent, day_of(answering.at)):
+        count("ConversationsHandedOff")
     count("HandoffsRequested")
     logger.info("the person asked for a human: chat handed over")
     crew.events.emit(HANDOFF_STARTED, pk, reason=reason, since=now)
