@@ -32,13 +32,11 @@ from devstack.lambda_harness import (  # noqa: F401
     retried,
 )
 from memagent.memory.person import LOCAL_PERSON_KEY, person_key
-from memagent.turn import DEFAULT_SYSTEM_PROMPT
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "whsec_" + base64.b64encode(b"memagent-bench-only-secret-do-not-use").decode()
 AGENT = events.AGENT  # the template's AgentId default
 BUSINESS = "+14155550100"
-SYSTEM_PROMPT = DEFAULT_SYSTEM_PROMPT
 
 POWERTOOLS_ENV = {
     "POWERTOOLS_SERVICE_NAME": "whasp-agent",
@@ -54,6 +52,11 @@ POWERTOOLS_ENV = {
 # metrics read their namespace once, when memagent.observability is imported.
 for _name, _value in POWERTOOLS_ENV.items():
     os.environ.setdefault(_name, _value)
+
+# after the environment above: importing the turn wing imports memagent.observability
+from memagent.turn import DEFAULT_SYSTEM_PROMPT  # noqa: E402
+
+SYSTEM_PROMPT = DEFAULT_SYSTEM_PROMPT
 
 
 # ---------------------------------------------------------------------- handlers
