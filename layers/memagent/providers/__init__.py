@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the face (memagent.face): what other wings and the function
         NumberReplaced,
         Provider,
         ReplyStatus,
+        StaffEcho,
         check_size,
         idempotency_key,
         parse_send_key,

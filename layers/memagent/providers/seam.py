@@ -117,6 +117,21 @@ class MarketingPreference:
     value: str  # stop | resume | ...
 
 
+@dataclass(frozen=True)
+class StaffEcho:
+    """What staff sent the person from the WhatsApp Business app on the stack's own number
+    (Meta's Coexistence: an `smb_message_echoes` webhook): a human's reply, the business's
+    words. The agent's own sends carry the same message ids it recorded as sent."""
+
+    event_id: str
+    created_at: datetime
+    number: str  # our business number that carried it (Meta's phone_number_id)
+    chat: str  # the person it went to (BSUID or phone)
+    aliases: tuple[str, ...]
+    message_id: str
+    text: str
+
+
 Event = (
     InboundMessage
     | ChatOptedOut
@@ -124,6 +139,7 @@ Event = (
     | IdentityChanged
     | ReplyStatus
     | MarketingPreference
+    | StaffEcho
 )
 
 
