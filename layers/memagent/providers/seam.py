@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -156,10 +156,17 @@ class Provider(Protocol):
         ...
 
     def send_template(
-        self, *, sender: str, to: str, name: str, language: str, parameter: str, key: str
+        self,
+        *,
+        sender: str,
+        to: str,
+        name: str,
+        language: str,
+        parameters: Sequence[str],
+        key: str,
     ) -> str:
-        """Send an approved template (`name`, `language`) whose one body parameter is
-        `parameter`: what may cross a closed window (Meta's 24 hours). A provider without
+        """Send an approved template (`name`, `language`) with its body's `parameters`, in
+        order: what may cross a closed window (Meta's 24 hours). A provider without
         templates refuses it for good (SendRejected). Returns the provider's message id."""
         ...
 

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 from memagent.observability import logger
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from memagent.providers.seam import InboundMessage, Provider
 
 TEST_PERSON = "+12025550173"  # +1 202 555-0173: fictional by NANPA's rule, never a subscriber
@@ -44,13 +46,20 @@ class IntoTheVoid:
         return self._provider.send_text(sender=sender, to=to, text=text, key=key)
 
     def send_template(
-        self, *, sender: str, to: str, name: str, language: str, parameter: str, key: str
+        self,
+        *,
+        sender: str,
+        to: str,
+        name: str,
+        language: str,
+        parameters: Sequence[str],
+        key: str,
     ) -> str:
         """Meta's approved template (a follow-up outside the 24-hour window)."""
         if is_test_person(to):
             return _voided(key)
         return self._provider.send_template(
-            sender=sender, to=to, name=name, language=language, parameter=parameter, key=key
+            sender=sender, to=to, name=name, language=language, parameters=parameters, key=key
         )
 
     def mark_read(self, message: InboundMessage) -> None:
