@@ -222,15 +222,22 @@ def meta_notification(
     messages: list[dict[str, Any]] = (),  # type: ignore[assignment]
     contacts: list[dict[str, Any]] = (),  # type: ignore[assignment]
     statuses: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    message_echoes: list[dict[str, Any]] = (),  # type: ignore[assignment]
     number_id: str = META_NUMBER_ID,
     field: str = "messages",
 ) -> dict[str, Any]:
-    """One webhook POST body: one entry, one change, holding any messages/statuses."""
+    """One webhook POST body: one entry, one change, holding any messages/statuses (or, with
+    `field` smb_message_echoes, what staff sent from the WhatsApp Business app)."""
     value: dict[str, Any] = {
         "messaging_product": "whatsapp",
         "metadata": {"display_phone_number": META_DISPLAY_NUMBER, "phone_number_id": number_id},
     }
-    for name, items in (("contacts", contacts), ("messages", messages), ("statuses", statuses)):
+    for name, items in (
+        ("contacts", contacts),
+        ("messages", messages),
+        ("statuses", statuses),
+        ("message_echoes", message_echoes),
+    ):
         if items:
             value[name] = list(items)
     return {

@@ -12,7 +12,9 @@ Implements what memagent.providers.meta uses (docs/meta.md), with Meta's error e
                 "deterministic", "code"}, "components": [{"type": "body", "parameters":
                 [{"type": "text", "text"}]}]}} -> as text; only a template in `.templates`
                 (approved, in that language, with that many body parameters), else 132001
-                (no such template or language) or 132000 (the parameters do not match)
+                (no such template or language, or not approved: PENDING, REJECTED), 132015
+                (PAUSED), 132016 (DISABLED) or 132000 (the parameters do not match), as
+                Meta's error codes page names them
         interactive: {..., "type": "interactive", "interactive": {"type": "button" | "list",
                 "body": {"text"}, "action": {...}}} -> as text (the body, recorded with its
                 `interactive`); Meta's limits (3 buttons of 20 characters; 10 rows of 24, their
@@ -20,6 +22,12 @@ Implements what memagent.providers.meta uses (docs/meta.md), with Meta's error e
         read:  {"messaging_product": "whatsapp", "status": "read", "message_id",
                 "typing_indicator"?: {"type": "text"}} -> 200 {"success": true}, in `.reads`
         A phone_number_id not in `.numbers` is error 100; a wrong token is error 190 (HTTP 401).
+    GET /{waba_id}/message_templates?fields=...&limit=&after=   (a WABA in `.wabas`)
+                        -> {"data": [{"id", "name", "language", "status", "category",
+                            "parameter_format": "POSITIONAL", "components": [{"type": "BODY",
+                            "text"}]}], "paging": {"cursors": {"before", "after"}, "next"?}},
+                        one entry per template and language, `limit` a page (Meta: at most
+                        the page's `limit`; `next` only when there is more)
     GET /{media_id}     -> {"url", "mime_type", "sha256", "file_size", "id", "messaging_product"}
     GET /download/<token>  (the url above, Bearer) -> the bytes; the url expires after
                         `url_ttl_seconds` (404 then), like Meta's 5-minute urls.
@@ -38,6 +46,7 @@ import secrets
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs
 
 from devstack import RecordingServer, Reply, Request, announce
 
@@ -52,6 +61,10 @@ _BSUID = re.compile(r"^[A-Z]{2}\.[A-Za-z0-9.]{1,140}$")
 _WA_ID = re.compile(r"^\+?[1-9]\d{6,14}$")
 _MESSAGES = re.compile(r"^/(?P<number>[0-9]+)/messages$")
 _MEDIA = re.compile(r"^/(?P<media>[0-9]+)$")
+_TEMPLATES = re.compile(r"^/(?P<waba>[0-9]+)/message_templates$")
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_]+)\s*\}\}")
+# a template's status -> the error Meta answers a send of it (132001 for anything not approved)
+_TEMPLATE_REFUSALS = {"PAUSED": 132015, "DISABLED": 132016}
 _TITLES = {
     100: "Invalid parameter",
     190: "Invalid OAuth access token",
@@ -60,6 +73,10 @@ _TITLES = {
     131047: "Re-engagement message",
     131050: "User has stopped receiving marketing messages",
     131009: "Parameter value is not valid",
+    132000: "Number of parameters does not match the expected number of params",
+    132001: "Template name does not exist in the translation",
+    132015: "Template is Paused",
+    132016: "Template is Disabled",
 }
 
 
@@ -131,18 +148,22 @@ class FakeGraph(RecordingServer):
         access_token: str = "meta-test-token",  # noqa: S107 (a stand-in's test token)
         *,
         numbers: set[str] | None = None,
+        wabas: set[str] | None = None,
         on_send: Callable[[dict[str, Any]], None] | None = None,
         url_ttl_seconds: float = 300.0,
     ) -> None:
         super().__init__()
         self.access_token = access_token
         self.numbers: set[str] = set(numbers or {"1122334455667"})
+        self.wabas: set[str] = set(wabas or {"1234567890987654321"})
         self.on_send = on_send
         self.url_ttl_seconds = url_ttl_seconds
         self.download_base: str | None = None  # where lookups send downloads (default: here)
         self.sent: list[dict[str, Any]] = []
         self.reads: list[dict[str, Any]] = []
-        # approved templates: name -> {"languages": {...}, "parameters": n}; a test adds its own
+        # templates: name -> {"languages": {...}, "parameters": n, "status"?: "APPROVED" (or
+        # PENDING, REJECTED, PAUSED, DISABLED), "body"?: "Hi {{1}}", "category"?: "UTILITY"};
+        # a test adds its own
         self.templates: dict[str, dict[str, Any]] = {}
         self._media: dict[str, tuple[bytes, str]] = {}
         self._urls: dict[str, tuple[str, float]] = {}  # download token -> (media id, expiry)
@@ -209,6 +230,8 @@ class FakeGraph(RecordingServer):
             return self._send(found["number"], body)
         if request.method == "GET" and request.path.startswith(DOWNLOAD):
             return self._download(request.path.removeprefix(DOWNLOAD))
+        if request.method == "GET" and (found := _TEMPLATES.match(request.path)):
+            return self._list_templates(found["waba"], request)
         if request.method == "GET" and (found := _MEDIA.match(request.path)):
             return self._media_url(found["media"])
         return error_reply(100, 404, "Unsupported request")
@@ -269,14 +292,32 @@ class FakeGraph(RecordingServer):
             return None, error_reply(100, message="template required")
         name, language = template.get("name"), (template.get("language") or {}).get("code")
         known = self.templates.get(name) if isinstance(name, str) else None
-        if known is None or language not in known["languages"]:
-            return None, error_reply(
-                132001, message="Template name does not exist in the translation"
+        status = (known or {}).get("status", "APPROVED")
+        if (
+            known is None
+            or language not in known["languages"]
+            or status
+            not in (
+                "APPROVED",
+                *_TEMPLATE_REFUSALS,
             )
+        ):
+            return None, error_reply(132001)
+        if status in _TEMPLATE_REFUSALS:
+            return None, error_reply(_TEMPLATE_REFUSALS[status])
         bodies = [c for c in template.get("components") or [] if c.get("type") == "body"]
         given = [p.get("text") for c in bodies for p in c.get("parameters") or []]
         if len(given) != known["parameters"] or not all(isinstance(t, str) and t for t in given):
-            return None, error_reply(132000, message="Number of parameters does not match")
+            expected = known["parameters"]
+            return None, error_reply(
+                132000,
+                message=f"(#132000) Number of parameters does not match the expected number of "
+                f"params: body: number of localizable_params ({len(given)}) does not match the "
+                f"expected number of params ({expected})",
+            )
+        if known.get("body"):  # what the person sees: the body with its parameters filled in
+            values = iter(given)
+            return _PLACEHOLDER.sub(lambda _m: next(values, ""), known["body"]), None
         return f"[template {name}] " + " | ".join(given), None
 
     def _interactive(self, interactive: Any) -> tuple[str | None, Reply | None]:
@@ -300,6 +341,40 @@ class FakeGraph(RecordingServer):
         if problem is not None:
             return None, error_reply(131009, message=f"Parameter value is not valid: {problem}")
         return body, None
+
+    def _list_templates(self, waba: str, request: Request) -> Reply:
+        """GET /{waba_id}/message_templates: every template in every language, a page at a
+        time (the `after` cursor is the index of the page's next entry)."""
+        if waba not in self.wabas:
+            return error_reply(100, message="Unsupported get request: unknown WABA id")
+        with self._lock:
+            listed = [
+                {
+                    "id": str(1_000_000 + index),
+                    "name": name,
+                    "language": language,
+                    "status": known.get("status", "APPROVED"),
+                    "category": known.get("category", "UTILITY"),
+                    "parameter_format": "POSITIONAL",
+                    "components": [
+                        {
+                            "type": "BODY",
+                            "text": known.get("body")
+                            or " ".join(f"{{{{{n + 1}}}}}" for n in range(known["parameters"])),
+                        }
+                    ],
+                }
+                for index, (name, known) in enumerate(sorted(self.templates.items()))
+                for language in sorted(known["languages"])
+            ]
+        query = parse_qs(request.query)
+        start = int((query.get("after") or ["0"])[0] or 0)
+        limit = int((query.get("limit") or ["25"])[0] or 25)
+        page = listed[start : start + limit]
+        paging: dict[str, Any] = {"cursors": {"before": str(start), "after": str(start + limit)}}
+        if start + limit < len(listed):
+            paging["next"] = f"{self.url}/{waba}/message_templates?after={start + limit}"
+        return Reply.json(200, {"data": page, "paging": paging})
 
     def _read(self, number: str, body: dict[str, Any]) -> Reply:
         if injected := self._take("read"):

@@ -15,6 +15,9 @@ their facts and summary, take their chat over and answer (through the admin API)
     python scripts/people.py summary +447700900123 "Maya is a nurse ..." --stack whasp-agent
     python scripts/people.py take-over +447700900123 --stack whasp-agent
     python scripts/people.py say +447700900123 "Hi Maya, Sam here" --stack whasp-agent
+    python scripts/people.py templates --stack whasp-agent    # Meta: the approved templates
+    python scripts/people.py send-template +447700900123 session_reminder --language en_US \
+        --param Maya --param "Thursday 6pm" --stack whasp-agent   # reopens a closed window
     python scripts/people.py hand-back +447700900123 --stack whasp-agent
     python scripts/people.py follow-ups +447700900123 --stack whasp-agent     # pending ones
     python scripts/people.py schedule-follow-up +447700900123 "ask how the move went" \
@@ -102,6 +105,8 @@ ROUTES = {
     "take-over": ("POST", "/people/{id}/handoff"),
     "hand-back": ("DELETE", "/people/{id}/handoff"),
     "say": ("POST", "/people/{id}/messages"),
+    "templates": ("GET", "/templates"),
+    "send-template": ("POST", "/people/{id}/templates"),
     "follow-ups": ("GET", "/people/{id}/follow-ups"),
     "schedule-follow-up": ("POST", "/people/{id}/follow-ups"),
     "cancel-follow-up": ("DELETE", "/people/{id}/follow-ups/{follow_up}"),
@@ -133,7 +138,7 @@ def operate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
         return parsed
 
     verb = args.action
-    if verb not in ("waiting", "outcomes") and not args.phone:
+    if verb not in ("waiting", "outcomes", "templates") and not args.phone:
         parser.error(f"{verb} needs the person's phone or Meta user id")
     if verb in ("add-fact", "correct-fact", "summary", "say") and not args.text:
         parser.error(f"{verb} needs the text")
@@ -151,6 +156,13 @@ def operate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
     if verb == "summary":  # based on the summary as read now: a fold meanwhile is a 409
         read = call("conversation")["summary"]
         return call(verb, {"text": args.text, "based_on": read["at"] if read else None})
+    if verb == "send-template":  # an approved template's name as the text, its parameters
+        if not (args.text and args.language):
+            parser.error(f"{verb} needs the template's name and --language (as `templates` lists)")
+        key = args.key or f"cli-{uuid.uuid4()}"
+        sys.stderr.write(f"idempotency key: {key} (retry a failed send with --key {key})\n")
+        body = {"name": args.text, "language": args.language, "parameters": args.param or []}
+        return call(verb, body, **{"Idempotency-Key": key})
     if verb == "say":
         key = args.key or f"cli-{uuid.uuid4()}"
         sys.stderr.write(f"idempotency key: {key} (retry a failed send with --key {key})\n")
@@ -204,12 +216,19 @@ def main(argv: list[str] | None = None) -> int:
         nargs="?",
         help="the person's number in E.164 (+447700900123) or Meta user id (US.1349120865530274)",
     )
-    parser.add_argument("text", nargs="?", help="a fact, the summary, or what to say")
+    parser.add_argument(
+        "text", nargs="?", help="a fact, the summary, what to say, or a template's name"
+    )
     parser.add_argument("--fact", help="a fact's id (correct-fact, delete-fact)")
     parser.add_argument("--follow-up", help="a follow-up's id (cancel-follow-up)")
+    parser.add_argument("--language", help="send-template: the template's language (en_US)")
+    parser.add_argument(
+        "--param", action="append", help="send-template: a parameter, in order (repeat it)"
+    )
     parser.add_argument("--when", help="schedule-follow-up: YYYY-MM-DDTHH:MM on the person's clock")
     parser.add_argument(
-        "--key", help="say, schedule-follow-up: the idempotency key (the same for every retry)"
+        "--key",
+        help="say, send-template, schedule-follow-up: the idempotency key (the same each retry)",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--stack", help="CloudFormation stack name (deployed)")

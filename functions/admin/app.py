@@ -13,6 +13,10 @@ PUT    /people/{id}/summary            replace the summary: {"text": "...", "bas
 POST   /people/{id}/handoff            a human takes the chat over
 DELETE /people/{id}/handoff            hand the chat back to the agent
 POST   /people/{id}/messages           the operator writes: {"text": "..."}, Idempotency-Key
+POST   /people/{id}/templates          an approved template (Meta), even outside the 24-hour
+                                       window: {"name", "language", "parameters": [...]},
+                                       Idempotency-Key
+GET    /templates                      the approved templates (Meta, MetaWabaId; cached)
 GET    /handoffs                       who is waiting for a human, oldest first
 GET    /conversations                  who wrote most recently (ConsoleApi only; else 404)
 GET    /people/{id}/follow-ups         the person's pending follow-ups
@@ -65,12 +69,13 @@ from memagent.operator import (
     AdminSettings,
     Caller,
     Operator,
+    TemplateCatalog,
     caller_of,
     identifier,
     needed_for,
     page,
 )
-from memagent.providers import provider_from_settings
+from memagent.providers import provider_from_settings, template_listing
 from memagent.store import OperatorStore
 
 settings = AdminSettings.from_env()
@@ -90,6 +95,11 @@ operator = Operator(
         dead_letter_arn=settings.follow_up_dead_letter_arn,
     )
     if settings.follow_up_group
+    else None,
+    templates=TemplateCatalog(
+        template_listing(settings, settings.meta_waba_id), settings.template_cache_seconds
+    )
+    if settings.sends and settings.provider == "meta" and settings.meta_waba_id
     else None,
 )
 app = APIGatewayHttpResolver()
@@ -307,6 +317,23 @@ def reply(id: str) -> Any:
     return _audited(
         actions.REPLY, id, lambda who: operator.reply(who, _body(), key, deadline=deadline)
     )
+
+
+@app.post("/people/<id>/templates")
+def send_template(id: str) -> Any:
+    key = app.current_event.headers.get("idempotency-key")
+    left = timedelta(milliseconds=app.lambda_context.get_remaining_time_in_millis())
+    deadline = datetime.now(UTC) + left
+    return _audited(
+        actions.TEMPLATE_SEND,
+        id,
+        lambda who: operator.send_template(who, _body(), key, deadline=deadline),
+    )
+
+
+@app.get("/templates")
+def templates() -> Any:
+    return _audited(actions.LIST_TEMPLATES, None, lambda _who: operator.templates())
 
 
 @app.get("/handoffs")

@@ -93,6 +93,8 @@ def webhook(event: dict) -> dict:
             m.add_dimension(name="code", value=str(code))
     if receipt.groups:  # Meta group messages: acknowledged, counted, never answered or stored
         metrics.add_metric(name="GroupMessagesIgnored", unit=MetricUnit.Count, value=receipt.groups)
+    if receipt.synced:  # Coexistence's history and contact syncs: acknowledged, nothing queued
+        metrics.add_metric(name="AppSyncsAcknowledged", unit=MetricUnit.Count, value=receipt.synced)
     for value in receipt.preferences:  # Meta's marketing stop/resume: recorded, not acted on
         with single_metric(name="MarketingPreference", unit=MetricUnit.Count, value=1) as m:
             m.add_dimension(name="value", value=value[:32])

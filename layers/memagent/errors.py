@@ -103,6 +103,12 @@ class WindowClosed(SendRejected):
         super().__init__(400, code=131047)
 
 
+class TemplateRefused(SendRejected):
+    """Meta refused an approved-template send for good: its parameters do not match the
+    template (132000, 132012), it does not exist in that language or is not approved (132001),
+    it is paused or disabled (132015, 132016)."""
+
+
 class StreamUnreadable(TransientError):
     """A failed batch could not be read back from the memory table's stream (trimmed after
     24 hours, the stream replaced, or DynamoDB Streams failing)."""

@@ -40,6 +40,7 @@ from devstack.apigw import http_api_event
 from devstack.clock import next_visible_at
 from devstack.events import (
     BUSINESS,
+    META_DISPLAY_NUMBER,
     META_NUMBER_ID,
     http_event,
     meta_body,
@@ -339,6 +340,16 @@ class Stack:
         at = int(self.now().timestamp())
         tap = meta_tap(sent, option, phone=phone, bsuid=bsuid, timestamp=at, wamid=wamid)
         return meta_notification(contacts=[meta_contact(phone=phone, bsuid=bsuid)], messages=[tap])
+
+    def meta_echo(self, text: str, *, phone: str | None, bsuid: str | None, wamid: str) -> dict:
+        """What staff typed in the WhatsApp Business app (smb_message_echoes), to a person."""
+        echo = {"from": META_DISPLAY_NUMBER, "id": wamid, "type": "text", "text": {"body": text}}
+        echo["timestamp"] = str(int(self.now().timestamp()))
+        if phone:
+            echo["to"] = phone.removeprefix("+")
+        if bsuid:
+            echo["to_user_id"] = bsuid
+        return meta_notification(field="smb_message_echoes", message_echoes=[echo])
 
     def meta_user_id_changed(self, old: str, new: str, wamid: str) -> dict:
         at = int(self.now().timestamp())

@@ -96,6 +96,11 @@ META_QUEUED = {  # sample -> events it queues (one per message; a `sent` status 
     "meta-webhook-messages.json": 3,
     "meta-webhook-status-sent.json": 1,
     "meta-webhook-user-changed-user-id.json": 1,
+    # Coexistence: what staff typed in the app (its edit is acknowledged, not queued), and the
+    # app's history and contacts syncs (acknowledged, nothing queued)
+    "meta-webhook-smb-message-echoes.json": 1,
+    "meta-webhook-history.json": 0,
+    "meta-webhook-smb-app-state-sync.json": 0,
 }
 
 

@@ -809,7 +809,7 @@ def test_whasp_refuses_a_template_and_sends_nothing(whasp_server):
             to=MAYA,
             name="reminder",
             language="en_GB",
-            parameter="Hi",
+            parameters=("Hi",),
             key="k",
         )
     # then it refused for good (SendRejected: never retried) and nothing reached whasp

@@ -114,6 +114,7 @@ PROVIDERS = os.environ.get("LIVES_PROVIDERS", "whasp,meta").split(",")  # one, t
 RETENTION = timedelta(days=RETENTION_DAYS)
 SLACK = timedelta(minutes=5)  # around an expiry, what the turn decides is the model's guess
 FINAL = {"replied", "sent", "opted_out", "parked", "skipped", "answered", "for_human"}
+FINAL |= {"staff_echo"}  # what staff sent from the phone, stored: no reply is owed for it
 SERVERS: Servers | None = None  # the module's, set by the `servers` fixture
 
 
@@ -471,6 +472,26 @@ class Lives(RuleBasedStateMachine):
         else:
             text = f"{self._written_by_seat(person, 'o', now)} Ana here, how can I help?"
             self._admin(person, door, "POST", "/messages", {"text": text}, **key)
+        self._settle()
+
+    @rule(slot=st.sampled_from(PHONES), to=st.sampled_from(["holder", "holder", "stranger"]))
+    def staff_answer_from_the_phone(self, slot: str, to: str) -> None:
+        """Meta's Coexistence: staff type in the WhatsApp Business app, to the phone's holder
+        (their words are the holder's content, and a human has the chat now) or to a
+        stranger who never wrote (remembered nowhere). whasp's contract has no echoes."""
+        if self.provider != "meta":
+            return
+        now = self._begin_step("echo")
+        if to == "stranger":
+            person = self._newcomer(f"+4477009003{self.ids % 100:02d}")
+            bsuid = None  # staff know a stranger's phone only
+        else:
+            person = self.holders[slot]
+            bsuid = person.bsuid
+        text = f"{self._written_by_seat(person, 'e', now)} Sam here, see you Thursday"
+        self.stack.meta_post(
+            self.stack.meta_echo(text, phone=person.phone, bsuid=bsuid, wamid=self._id("wamid.E"))
+        )
         self._settle()
 
     # ------------------------------------------------------------------ time and failures

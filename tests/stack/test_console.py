@@ -318,11 +318,20 @@ SCREENSHOT = Path(tempfile.gettempdir()) / "console-400px.png"
 
 @pytest.fixture
 def meta_stack() -> Iterator[DevStack]:
-    with DevStack(level="quiet", log_path=tempfile.mkdtemp() + "/stack.log", provider="meta") as s:
+    from devstack.events import META_WABA_ID
+
+    with DevStack(
+        level="quiet",
+        log_path=tempfile.mkdtemp() + "/stack.log",
+        provider="meta",
+        parameters={"MetaWabaId": META_WABA_ID},  # the WABA whose approved templates it lists
+    ) as s:
         yield s
 
 
-def test_at_400px_the_console_shows_names_times_who_waits_and_metas_window(meta_stack, browser):
+def test_at_400px_the_console_shows_names_times_who_waits_and_metas_window_and_sends_a_template(
+    meta_stack, browser
+):
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -330,6 +339,12 @@ def test_at_400px_the_console_shows_names_times_who_waits_and_metas_window(meta_
     from devstack.events import meta_contact, meta_message, meta_notification
 
     stack = meta_stack
+    # the business has an approved reminder with two parameters in WhatsApp Manager
+    stack.graph.templates["session_reminder"] = {
+        "languages": {"en_US"},
+        "parameters": 2,
+        "body": "Hi {{1}}, your session is on {{2}}. Reply to confirm.",
+    }
     # a phone's width, in New York's time zone, notifications not yet allowed
     browser.set_window_size(400, 1400)
     browser.execute_cdp_cmd(
@@ -362,6 +377,13 @@ def test_at_400px_the_console_shows_names_times_who_waits_and_metas_window(meta_
 
     def shown(css: str, text: str) -> bool:
         return any(text in e.text for e in browser.find_elements(By.CSS_SELECTOR, css))
+
+    def opened(phone: str) -> bool:
+        for li in browser.find_elements(By.CSS_SELECTOR, "#waiting li"):
+            if phone in li.text:
+                li.click()
+                return True
+        return False
 
     with Console(AdminApi(stack.apis["AdminApi"].url, sign=False)) as console:
         # when the operator opens the console
@@ -400,10 +422,22 @@ def test_at_400px_the_console_shows_names_times_who_waits_and_metas_window(meta_
         assert not browser.find_element(By.ID, "reply-text").is_enabled()
         assert not browser.find_element(By.ID, "send").is_enabled()
         assert "template" in browser.find_element(By.ID, "reply-text").get_attribute("placeholder")
+        # when they pick the approved reminder, fill in its two parameters and send it
+        wait.until(lambda _: browser.find_element(By.ID, "template-box").is_displayed())
+        picker = (By.ID, "template-name")
+        wait.until(lambda _: "session_reminder" in browser.find_element(*picker).text)
+        boxes = browser.find_elements(By.CSS_SELECTOR, "#template-parameters input")
+        assert [box.get_attribute("placeholder") for box in boxes] == ["{{1}}", "{{2}}"]
+        boxes[0].send_keys("Maya")
+        boxes[1].send_keys("Friday 10am")
+        browser.find_element(By.ID, "send-template").click()
+        # then Meta sends it once, and her conversation keeps it as she reads it, by a human
+        rendered = "Hi Maya, your session is on Friday 10am. Reply to confirm."
+        wait.until(lambda _: shown("#messages li.human", rendered))
+        assert [s["text"] for s in stack.replies_to(MAYA)].count(rendered) == 1
         # when they open Sam's chat: his window has about 24 hours left, and the box takes text
-        next(
-            li for li in browser.find_elements(By.CSS_SELECTOR, "#waiting li") if SAM in li.text
-        ).click()
+        # (the list re-renders after each action: a click on an entry being replaced is retried)
+        wait.until(lambda _: opened(SAM))
         wait.until(lambda _: browser.find_element(By.ID, "who").text == f"Sam Lee · {SAM}")
         wait.until(lambda _: "left" in browser.find_element(By.ID, "window").text)
         assert re.search(r"2[34] h \d+ min left", browser.find_element(By.ID, "window").text)

@@ -27,6 +27,8 @@ REPLY = "operator_reply"
 LIST_HANDOFFS = "list_handoffs"
 LIST_RECENT = "list_recent"
 LIST_OUTCOMES = "list_outcomes"
+TEMPLATE_SEND = "operator_template"  # an approved template sent by an operator (Meta)
+LIST_TEMPLATES = "list_templates"
 FOLLOW_UP_ADD = "follow_up_add"
 FOLLOW_UP_CANCEL = "follow_up_cancel"
 

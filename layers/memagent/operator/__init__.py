@@ -1,5 +1,6 @@
 """The operator's seat (functions/admin): reading a person's memory, editing it by hand
-(edits), taking the chat and handing it back (handoff); `seat` holds what each starts from;
+(edits), taking the chat and handing it back (handoff), Meta's approved templates (templates);
+`seat` holds what each starts from;
 `doors` who is calling and what their group may do; `console` the console's page.
 """
 
@@ -13,5 +14,6 @@ if TYPE_CHECKING:  # the face (memagent.face): what other wings and the function
     from memagent.operator.reading import Operator
     from memagent.operator.seat import identifier
     from memagent.operator.settings import AdminSettings
+    from memagent.operator.templates import TemplateCatalog
 
 face(__name__)

@@ -13,6 +13,11 @@ chat back.
 A reply needs a take-over first: without a handoff in force, `reply` is refused (409, "take the
 chat over first") and nothing is stored or sent.
 
+`send_template` is a reply that may cross Meta's closed 24-hour window: an approved template
+(memagent/operator/templates.py), its parameters filled in, sent as one message and stored as
+the person reads it; the same take-over first, the same exactly-once, and a refusal of Meta's
+(TemplateRefused: a 409 naming its code) takes it back out of memory.
+
 Exactly once, also for two requests at the same time: the request that sends claims the entry
 first (`sending`, until its invocation's deadline; memagent.store.handoff.claim_send), so a
 concurrent request with the same key sends nothing and is told so (409, "being sent": retried
@@ -38,6 +43,7 @@ from memagent.errors import (
     InvalidEdit,
     OptedOut,
     SendRejected,
+    TemplateRefused,
     WindowClosed,
 )
 from memagent.memory import Memory, Turn, agent_key, day_of
@@ -162,6 +168,45 @@ class ChatHandoff(Seat):
         `deadline`: when this request's invocation ends (its claim on the send holds until
         then); by default CLAIM_SECONDS from now."""
         text = required_text(body.get("text"), "text", MAX_REPLY_CHARS)
+        return self._say(who, text, body, key, until=deadline, template=None)
+
+    def templates(self) -> dict[str, Any]:
+        """The approved templates an operator may send (cached: memagent.operator.templates)."""
+        listed = self.catalog.templates() if self.meta and self.catalog else []
+        return {"templates": [t.view() for t in listed]}
+
+    def send_template(
+        self,
+        who: str,
+        body: dict[str, Any],
+        key: str | None,
+        *,
+        deadline: datetime | None = None,
+    ) -> dict[str, Any]:
+        """Send the person an approved template (`name`, `language`, `parameters`), exactly
+        once per idempotency key: what reopens a chat outside Meta's 24-hour window."""
+        catalog = self.catalog
+        if not self.meta or catalog is None:
+            raise EditConflict(
+                "no templates here: they are Meta's (PROVIDER=meta, with MetaWabaId set)"
+            )
+        template, values = catalog.chosen(body)
+        chosen = {"name": template.name, "language": template.language, "parameters": values}
+        return self._say(who, template.render(values), body, key, until=deadline, template=chosen)
+
+    def _say(
+        self,
+        who: str,
+        text: str,
+        body: dict[str, Any],
+        key: str | None,
+        *,
+        until: datetime | None,
+        template: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """Store the operator's words (`text`), then send them: as text, or as the approved
+        `template` they render."""
+        deadline = until
         key = key or body.get("idempotency_key")
         if not isinstance(key, str) or not IDEMPOTENCY_KEY.match(key):
             raise InvalidEdit(
@@ -175,7 +220,7 @@ class ChatHandoff(Seat):
             entry = self.store.ledger(pk, event_key)
             if entry is not None:  # a retry of this request: finish it, send nothing new
                 return self._resume(pk, memory, who, event_key, entry, until)
-            self._may_send(memory)
+            self._may_send(memory, template=template is not None)
             turn = Turn(
                 seq=memory.next_seq,
                 role="assistant",
@@ -194,6 +239,7 @@ class ChatHandoff(Seat):
                     key=event_key,
                     compact=turn.seq - memory.state.marker >= self.settings.compact_threshold,
                     ledger_ttl=timedelta(days=self.settings.ledger_ttl_days),
+                    template=template,
                 )
             except ConcurrentUpdate:
                 if attempt == RACE_ATTEMPTS:
@@ -201,11 +247,13 @@ class ChatHandoff(Seat):
                 continue  # a message of the person's took the seq: read again
             if not stored:
                 continue  # the same request, concurrently: resume it on the next pass
-            logger.info("operator reply stored", extra={"seq": turn.seq})
-            return self._send(pk, who, event_key, turn, {}, until)
+            logger.info(
+                "operator reply stored", extra={"seq": turn.seq, "template": bool(template)}
+            )
+            return self._send(pk, who, event_key, turn, {}, until, template=template)
         raise ConcurrentUpdate("memory kept changing while storing the reply")
 
-    def _may_send(self, memory: Memory) -> None:
+    def _may_send(self, memory: Memory, *, template: bool = False) -> None:
         if self._provider is None:
             raise ConfigurationError("PROVIDER is not set: this admin API sends nothing")
         state = memory.state
@@ -214,7 +262,11 @@ class ChatHandoff(Seat):
         if state.opted_out:
             raise EditConflict("the person opted out (STOP): nothing can be sent to them")
         last = state.last_inbound_at
-        if self.meta and (last is None or datetime.now(UTC) - last >= SERVICE_WINDOW):
+        if (
+            self.meta
+            and not template
+            and (last is None or datetime.now(UTC) - last >= SERVICE_WINDOW)
+        ):
             raise WindowClosed()
 
     def _resume(
@@ -235,7 +287,16 @@ class ChatHandoff(Seat):
             return _ended(pk, entry)
         if entry["status"] == SENDING and claim_holds(entry, datetime.now(UTC)):
             raise InFlight()
-        return self._send(pk, who, event_key, turn, sent_parts(entry), until, repeat=True)
+        return self._send(
+            pk,
+            who,
+            event_key,
+            turn,
+            sent_parts(entry),
+            until,
+            repeat=True,
+            template=entry.get("template"),
+        )
 
     def _send(
         self,
@@ -247,6 +308,7 @@ class ChatHandoff(Seat):
         until: datetime,
         *,
         repeat: bool = False,
+        template: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Claim the reply's sending, then send its parts not sent yet."""
         assert self._provider is not None  # checked by _may_send before anything is stored
@@ -258,7 +320,9 @@ class ChatHandoff(Seat):
                 raise InFlight()  # another request claimed it just now
             return _ended(pk, entry)  # ... and finished meanwhile
         try:
-            return self._send_claimed(pk, who, event_key, turn, sent, repeat=repeat)
+            return self._send_claimed(
+                pk, who, event_key, turn, sent, repeat=repeat, template=template
+            )
         except AgentError:
             # this request answers with an error: nothing of it is in flight any more, so a
             # retry may resume at once (a withdrawn reply is no longer `sending`: kept as is)
@@ -266,25 +330,41 @@ class ChatHandoff(Seat):
             raise
 
     def _send_claimed(
-        self, pk: str, who: str, event_key: str, turn: Turn, sent: dict[int, str], *, repeat: bool
+        self,
+        pk: str,
+        who: str,
+        event_key: str,
+        turn: Turn,
+        sent: dict[int, str],
+        *,
+        repeat: bool,
+        template: dict[str, Any] | None,
     ) -> dict[str, Any]:
         assert self._client is not None
         provider = self._client
-        parts = split_text(turn.text)
+        parts = [turn.text] if template else split_text(turn.text)
         sent = dict(sent)
         try:
             for part, chunk in enumerate(parts):
                 if part in sent:
                     continue  # went out on an earlier try of this request
                 sent[part] = (
-                    provider.send_text(
+                    provider.send_template(
+                        sender=turn.number or "",
+                        to=who,
+                        name=template["name"],
+                        language=template["language"],
+                        parameters=tuple(template["parameters"]),
+                        key=idempotency_key(event_key, part),
+                    )
+                    if template
+                    else provider.send_text(
                         sender=turn.number or "",
                         to=who,
                         text=chunk,
                         key=idempotency_key(event_key, part),
                     )
-                    or "sent"
-                )
+                ) or "sent"
                 if part < len(parts) - 1:
                     self.store.record_part(pk, event_key, part, sent[part])
         except OptedOut:
@@ -300,6 +380,8 @@ class ChatHandoff(Seat):
                 self.store.withdraw_reply(pk, event_key, turn.seq, **details)
             if error.code == WindowClosed().code:
                 raise WindowClosed() from None
+            if isinstance(error, TemplateRefused):
+                raise _template_refused(error.code) from None
             raise
         self.store.finish_event(pk, event_key, SENT, **{f"{PART}{p}": i for p, i in sent.items()})
         logger.info("operator reply sent", extra={"parts": len(parts), "repeat": repeat})
@@ -316,4 +398,17 @@ def _ended(pk: str, entry: dict[str, Any]) -> dict[str, Any]:
     code = entry.get("error_code")
     if code is not None and int(code) == WindowClosed().code:
         raise WindowClosed()
+    if code is not None and entry.get("template"):
+        raise _template_refused(int(code))
     raise EditConflict(f"this reply was not sent ({status}); send it with a new key")
+
+
+def _template_refused(code: int | None) -> EditConflict:
+    """Meta refused the template for good: said to the operator with its code (Meta's error
+    codes page: 132000 the parameters do not match, 132001 no such template in that language
+    or not approved, 132015 paused, 132016 disabled); nothing was sent or kept."""
+    return EditConflict(
+        f"Meta refused the template (code {code}): nothing was sent; check it in WhatsApp "
+        "Manager (approved, in this language, with these parameters) and send again with a "
+        "new key"
+    )

@@ -16,6 +16,7 @@ from memagent.providers import PERSON_ID
 if TYPE_CHECKING:
     from memagent.aws import FollowUpSchedules, OperatorEvents
     from memagent.operator.settings import AdminSettings
+    from memagent.operator.templates import TemplateCatalog
     from memagent.providers import Provider
     from memagent.store import OperatorStore
 
@@ -52,6 +53,7 @@ class Seat:
         provider: Callable[[], Provider] | None = None,
         meta: bool,
         schedules: FollowUpSchedules | None = None,
+        templates: TemplateCatalog | None = None,
     ):
         self.settings = settings
         self.schedules = schedules  # follow-ups' schedules (memagent.aws.scheduler), if any
@@ -60,6 +62,7 @@ class Seat:
         self._provider = provider  # built on the first reply: reads need no provider secret
         self._client: Provider | None = None
         self.meta = meta  # Meta's 24-hour window applies to what the operator sends
+        self.catalog = templates  # Meta's approved templates (MetaWabaId), if any
         self.timeout = timedelta(hours=settings.handoff_timeout_hours)
 
     def person(self, who: str) -> tuple[str, Memory]:

@@ -3,12 +3,15 @@ replies."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from memagent.aws import DEAD_LETTER_ARN
 from memagent.environment import Environment, declare, setting
 from memagent.memory import FOLLOW_UP_MAX_PENDING, RECENT_CONVERSATIONS, MemorySettings
 from memagent.providers import ProviderSettings
+
+WABA_ID = re.compile(r"[0-9]{5,20}\Z")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,10 +30,17 @@ class AdminSettings(MemorySettings, ProviderSettings):
     console_client_id: str | None = setting("CONSOLE_CLIENT_ID", None)
     console_login_url: str | None = setting("CONSOLE_LOGIN_URL", None)
     recent_conversations: bool = declare(RECENT_CONVERSATIONS)  # GET /conversations
+    # Meta: the WhatsApp Business Account whose approved templates operators may send (its
+    # template list kept this long: memagent/operator/templates.py)
+    meta_waba_id: str | None = setting("META_WABA_ID", None, parameter="MetaWabaId", custom=True)
+    template_cache_seconds: int = setting("TEMPLATE_CACHE_SECONDS", 300, minimum=0, maximum=86400)
 
     @classmethod
     def _read(cls, read: Environment) -> dict:
         group: dict = {}
+        if read.optional("META_WABA_ID"):
+            hint = "a WhatsApp Business Account id (digits)"
+            group["meta_waba_id"] = read.matching("META_WABA_ID", WABA_ID, hint)
         if read.optional("FOLLOW_UP_SCHEDULE_GROUP"):
             group.update(
                 follow_up_role_arn=read.text("FOLLOW_UP_ROLE_ARN"),

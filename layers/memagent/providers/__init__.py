@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from memagent import face
 
 if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
-    from memagent.providers.configured import provider_from_settings
+    from memagent.providers.configured import provider_from_settings, template_listing
     from memagent.providers.origins import Origin, parse_media_origins, parse_origins, url_origin
     from memagent.providers.seam import (
         PERSON_ID,
@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the face (memagent.face): what other wings and the function
         NumberReplaced,
         Provider,
         ReplyStatus,
+        StaffEcho,
         check_size,
         idempotency_key,
         parse_send_key,

@@ -5,11 +5,13 @@ module is imported. Either client sends nothing to the reserved test person
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memagent.providers.void import IntoTheVoid
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from memagent.providers.seam import ParseEvent, Provider
     from memagent.providers.settings import ProviderSettings
 
@@ -42,3 +44,19 @@ def provider_from_settings(settings: ProviderSettings) -> tuple[Provider, ParseE
         media_deadline_seconds=settings.media_deadline_seconds,
     )
     return IntoTheVoid(client), whasp.parse_event
+
+
+def template_listing(
+    settings: ProviderSettings, waba_id: str
+) -> Callable[[], list[dict[str, Any]]]:
+    """Meta's listing of the WhatsApp Business Account's templates (GET /{WABA_ID}/
+    message_templates), for the operator's seat; only a Meta stack has templates."""
+    from memagent.providers import meta
+
+    assert settings.provider == "meta" and settings.meta_access_token
+    client = meta.GraphClient(
+        settings.meta_graph_url,
+        settings.meta_access_token,
+        timeout_seconds=settings.whasp_timeout_seconds,
+    )
+    return lambda: client.templates(waba_id)

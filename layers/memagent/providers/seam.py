@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -120,6 +120,21 @@ class MarketingPreference:
     value: str  # stop | resume | ...
 
 
+@dataclass(frozen=True)
+class StaffEcho:
+    """What staff sent the person from the WhatsApp Business app on the stack's own number
+    (Meta's Coexistence: an `smb_message_echoes` webhook): a human's reply, the business's
+    words. The agent's own sends carry the same message ids it recorded as sent."""
+
+    event_id: str
+    created_at: datetime
+    number: str  # our business number that carried it (Meta's phone_number_id)
+    chat: str  # the person it went to (BSUID or phone)
+    aliases: tuple[str, ...]
+    message_id: str
+    text: str
+
+
 Event = (
     InboundMessage
     | ChatOptedOut
@@ -127,6 +142,7 @@ Event = (
     | IdentityChanged
     | ReplyStatus
     | MarketingPreference
+    | StaffEcho
 )
 
 
@@ -151,10 +167,17 @@ class Provider(Protocol):
         ...
 
     def send_template(
-        self, *, sender: str, to: str, name: str, language: str, parameter: str, key: str
+        self,
+        *,
+        sender: str,
+        to: str,
+        name: str,
+        language: str,
+        parameters: Sequence[str],
+        key: str,
     ) -> str:
-        """Send an approved template (`name`, `language`) whose one body parameter is
-        `parameter`: what may cross a closed window (Meta's 24 hours). A provider without
+        """Send an approved template (`name`, `language`) with its body's `parameters`, in
+        order: what may cross a closed window (Meta's 24 hours). A provider without
         templates refuses it for good (SendRejected). Returns the provider's message id."""
         ...
 

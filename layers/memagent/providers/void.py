@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 from memagent.observability import logger
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from memagent.memory import Choices
     from memagent.providers.seam import InboundMessage, Provider
 
@@ -52,13 +54,20 @@ class IntoTheVoid:
         )
 
     def send_template(
-        self, *, sender: str, to: str, name: str, language: str, parameter: str, key: str
+        self,
+        *,
+        sender: str,
+        to: str,
+        name: str,
+        language: str,
+        parameters: Sequence[str],
+        key: str,
     ) -> str:
         """Meta's approved template (a follow-up outside the 24-hour window)."""
         if is_test_person(to):
             return _voided(key)
         return self._provider.send_template(
-            sender=sender, to=to, name=name, language=language, parameter=parameter, key=key
+            sender=sender, to=to, name=name, language=language, parameters=parameters, key=key
         )
 
     def mark_read(self, message: InboundMessage) -> None:

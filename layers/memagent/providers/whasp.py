@@ -44,7 +44,7 @@ import hmac
 import json
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -371,7 +371,14 @@ class WhaspClient:
         return self.send_text(sender=sender, to=to, text=text, key=key)
 
     def send_template(
-        self, *, sender: str, to: str, name: str, language: str, parameter: str, key: str
+        self,
+        *,
+        sender: str,
+        to: str,
+        name: str,
+        language: str,
+        parameters: Sequence[str],
+        key: str,
     ) -> str:
         """whasp has no templates (nor a window to cross: the turn asks for one only on Meta's
         closed window), so nothing is sent: a permanent refusal, as a 4xx would be."""

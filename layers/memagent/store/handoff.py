@@ -147,9 +147,12 @@ class HandoffWrites(TurnWrites, CompactionWrites):
         key: str,
         compact: bool,
         ledger_ttl: timedelta,
+        template: dict[str, Any] | None = None,
     ) -> bool:
         """Store the operator's reply with its ledger entry (keyed by the request's idempotency
         key) and the handoff's reply time, in one transaction. False: the key was seen before.
+        `template`: the approved template (name, language, parameters) the reply is sent as,
+        kept on the entry so that a retry sends the same.
         The person's messages still awaiting a reply are answered by it (`answered`, naming
         it): the agent never answers what the human did. Raises ConcurrentUpdate if a turn
         took the seq first (the caller reads again)."""
@@ -166,6 +169,7 @@ class HandoffWrites(TurnWrites, CompactionWrites):
                         "reply_seq": turn.seq,
                         "created_at": _iso(now),
                         "expires_at": int((now + ledger_ttl).timestamp()),
+                        **({"template": _listed(template)} if template else {}),
                     },
                     "ConditionExpression": "attribute_not_exists(pk)",
                 }
@@ -236,6 +240,10 @@ class HandoffWrites(TurnWrites, CompactionWrites):
         self.finish_event(
             pk, key, OPTED_OUT if details.pop("opted_out", False) else "refused", **details
         )
+
+
+def _listed(template: dict[str, Any]) -> dict[str, Any]:
+    return {**template, "parameters": list(template["parameters"])}
 
 
 def claim_holds(entry: dict[str, Any], now: datetime) -> bool:

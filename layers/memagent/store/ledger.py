@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
 
+from boto3.dynamodb.conditions import Key
+
 from memagent.memory import Turn
 from memagent.store.table import EVT, Table, iso
 
@@ -19,6 +21,7 @@ OPTED_OUT, PARKED, SKIPPED = "opted_out", "parked", "skipped"
 ANSWERED = "answered"  # covered by the reply stored under the entry `answered_by` names
 FOR_HUMAN = "for_human"  # stored while a human had the chat: never answered by the agent
 SENDING = "sending"  # an operator's reply claimed by the request sending it (store/handoff.py)
+STAFF_ECHO = "staff_echo"  # what staff sent from the WhatsApp Business app, stored (turn/echoes.py)
 
 
 class Standing(Enum):
@@ -116,6 +119,13 @@ class LedgerWrites(Table):
                 "ConditionExpression": "attribute_not_exists(pk)",
             }
         }
+
+    def sent_by_us(self, pk: str, message_id: str) -> bool:
+        """Whether a provider message id is one of the parts we sent this person (the agent's
+        replies, an operator's, a follow-up): on a ledger entry still kept, as its sends
+        recorded it. One Query of the person's entries (the ledger's TTL bounds them)."""
+        entries = self._query(pk, Key("sk").begins_with(EVT))
+        return any(message_id in sent_parts(entry).values() for entry in entries)
 
     def record_tool(self, pk: str, event_id: str, name: str, value: Any) -> bool:
         """Record a tool round's items or a call's result on the event's entry (tool_<r>,

@@ -10,7 +10,14 @@ from typing import Any
 
 from memagent.errors import ConcurrentUpdate
 from memagent.memory import PersonState, Turn
-from memagent.store.ledger import ANSWERED, OPTED_OUT, LedgerWrites, Standing
+from memagent.store.ledger import (
+    ANSWERED,
+    OPTED_OUT,
+    STAFF_ECHO,
+    LedgerWrites,
+    Standing,
+    ledger_sk,
+)
 from memagent.store.table import HANDOFF_ATTRIBUTES, STATE, TRANSACTION_LIMIT, iso
 
 DEFAULT_LEDGER_TTL = timedelta(days=30)
@@ -226,6 +233,69 @@ class TurnWrites(LedgerWrites):
                 "ExpressionAttributeValues": values,
             }
         }
+
+    def remember_staff_echo(
+        self,
+        pk: str,
+        *,
+        event_id: str,
+        previous: PersonState,
+        turn: Turn,
+        handoff: dict[str, Any],
+        compact: bool,
+        ledger_ttl: timedelta,
+    ) -> bool:
+        """Store what staff sent from the phone (memagent/turn/echoes.py) as the business's
+        words, with a ledger entry keyed by its message id and the handoff it starts or renews
+        (`handoff`: the state's attributes), in one transaction, guarded by the erasure mark (an
+        echo older than an erasure never brings anything back). The person's messages still
+        awaiting a reply are answered by it, as by an operator's reply. False: a repeat of the
+        echo, or the memory was erased after it was written. ConcurrentUpdate: a turn took the
+        seq first (read again)."""
+        now = datetime.now(UTC)
+        actions = [
+            {
+                "Put": {
+                    "TableName": self.table_name,
+                    "Item": {
+                        "pk": pk,
+                        "sk": ledger_sk(event_id),
+                        "event_id": event_id,
+                        "status": STAFF_ECHO,
+                        "reply_seq": turn.seq,
+                        "created_at": iso(now),
+                        "expires_at": int((now + ledger_ttl).timestamp()),
+                    },
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+            self._new_turn(pk, turn),
+            self._state_update(
+                pk,
+                previous=previous,
+                seq=turn.seq,
+                compact=compact,
+                extra_set=handoff,
+                event_time=turn.at,
+                remove=("awaiting",),
+            ),
+        ]
+        actions += [
+            self._settle(
+                pk, e, ledger_ttl, status=ANSWERED, answered_by=event_id, reply_seq=turn.seq
+            )
+            for e in previous.awaiting[-(TRANSACTION_LIMIT - len(actions)) :]
+        ]
+        reasons = self._transact(actions)
+        if reasons is None:
+            return True
+        if reasons[0] == "ConditionalCheckFailed":
+            return False  # seen before
+        if reasons[2] == "ConditionalCheckFailed":
+            item = self.table.get_item(Key={"pk": pk, "sk": STATE}, ConsistentRead=True)
+            if int(item.get("Item", {}).get("last_seq", 0)) == previous.last_seq:
+                return False  # the erasure mark refused it, not a race
+        raise ConcurrentUpdate("memory changed while storing the staff echo; retry")
 
     def clear_awaiting(self, pk: str) -> None:
         """Forget which messages await a reply (a reply the provider refused was taken back:

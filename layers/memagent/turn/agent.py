@@ -21,7 +21,8 @@ through (`Agent.answer`, every step in the module its name says):
     send                  memagent/turn/delivery.py    parts under send keys; un-say if refused
 
 The other events (opt-out, reply status, marketing preference, number replaced) are
-memagent/turn/events.py; an identity change is memagent/turn/identity.py. Every step is idempotent,
+memagent/turn/events.py; an identity change is memagent/turn/identity.py; what staff sent from
+the phone (Meta's Coexistence) is memagent/turn/echoes.py. Every step is idempotent,
 so a redelivery, or a retry after a lost race, resumes where the last attempt stopped: every inbound
 message ends with exactly one reply sent, whatever step crashed.
 """
@@ -44,12 +45,14 @@ from memagent.providers import (
     MarketingPreference,
     NumberReplaced,
     ReplyStatus,
+    StaffEcho,
 )
 from memagent.store import Standing
 from memagent.turn import events, identity, keywords
 from memagent.turn.bursts import answer_awaiting, end_of_burst
 from memagent.turn.crew import Crew
 from memagent.turn.delivery import show_typing
+from memagent.turn.echoes import staff_echo
 from memagent.turn.follow_ups import FollowUpDue, cancel_all, fire
 from memagent.turn.redelivery import resume, skipped
 from memagent.turn.remember import remember, to_text
@@ -218,4 +221,6 @@ class Agent(Crew):
             return events.reply_status(self, event)
         if isinstance(event, MarketingPreference):
             return events.marketing_preference(self, event)
+        if isinstance(event, StaffEcho):
+            return staff_echo(self, event)
         raise MalformedEvent(f"no handler for {type(event).__name__}")

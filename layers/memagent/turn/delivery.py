@@ -99,7 +99,7 @@ def _send_part(
         return crew.provider.send_text(sender=sender, to=to, text=text, key=key)
     name, language = template
     return crew.provider.send_template(
-        sender=sender, to=to, name=name, language=language, parameter=text, key=key
+        sender=sender, to=to, name=name, language=language, parameters=(text,), key=key
     )
 
 

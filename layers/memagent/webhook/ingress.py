@@ -24,6 +24,7 @@ class Receipt:
     failed_codes: list[int] = field(default_factory=list)  # Meta: codes of `failed` statuses
     preferences: list[str] = field(default_factory=list)  # Meta: marketing stop/resume
     groups: int = 0  # Meta: group messages, acknowledged and counted, never queued
+    synced: int = 0  # Meta Coexistence's history and app-state syncs: acknowledged, counted
 
 
 def receive(
@@ -75,6 +76,7 @@ def _receive_meta(
         failed_codes=notification.failed_codes,
         preferences=notification.preferences,
         groups=notification.groups,
+        synced=notification.synced,
     )
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the face (memagent.face): what other wings and the function
         MEDIA_ORIGINS,
         OPTED_OUT_CODES,
         RETRY_CODES,
+        TEMPLATE_CODES,
         TOKEN_CODES,
         WINDOW_CLOSED,
         GraphClient,

@@ -22,6 +22,7 @@ from memagent.errors import (
     MalformedEvent,
     OptedOut,
     SendRejected,
+    TemplateRefused,
     TransientError,
 )
 from memagent.providers import download
@@ -30,6 +31,8 @@ from memagent.providers.origins import Origin, url_origin
 from memagent.providers.seam import post_with_fresh_key
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from memagent.environment import Secret
     from memagent.memory import Choices
     from memagent.providers.seam import InboundMessage
@@ -42,6 +45,12 @@ RETRY_CODES = frozenset({130429, 131056, 4, 80007, 131000, 1, 2, 131016, 131057}
 TOKEN_CODES = frozenset({190, 0, 10, 200})
 OPTED_OUT_CODES = frozenset({131050})  # the person stopped messages from this business
 WINDOW_CLOSED = 131047
+# a template refused (Meta's error codes page): the parameters do not match it (132000, 132012),
+# it does not exist in that language or is not approved (132001), paused or disabled (132015,
+# 132016). None is fixed by retrying.
+TEMPLATE_CODES = frozenset({132000, 132001, 132005, 132007, 132012, 132015, 132016})
+TEMPLATE_FIELDS = "name,language,status,category,components,parameter_format"
+TEMPLATE_PAGES = 10  # at most 1,000 templates listed
 # Where Meta's media lookup sends the download (https://lookaside.fbsbx.com/whatsapp_business/
 # attachments/?mid=...); META_MEDIA_ORIGINS adds others, https only
 MEDIA_ORIGINS = frozenset({("https", "lookaside.fbsbx.com", 443)})
@@ -202,6 +211,8 @@ class GraphClient:
             )
         if code in OPTED_OUT_CODES:
             raise OptedOut(f"code {code}")
+        if code in TEMPLATE_CODES:
+            raise TemplateRefused(error.status, code=code)
         raise SendRejected(error.status, code=code)
 
     def send_text(self, *, sender: str, to: str, text: str, key: str) -> str:
@@ -221,16 +232,26 @@ class GraphClient:
         return self._send_message(sender, to, key, type="interactive", interactive=shown)
 
     def send_template(
-        self, *, sender: str, to: str, name: str, language: str, parameter: str, key: str
+        self,
+        *,
+        sender: str,
+        to: str,
+        name: str,
+        language: str,
+        parameters: Sequence[str],
+        key: str,
     ) -> str:
-        """Send an approved template with its one body parameter (what may go outside the
-        24-hour window, docs/follow-ups.md); return its wamid. Its errors (132000, 132001,
-        132015, 132016) are permanent: SendRejected, never a fall back to free text."""
-        template = {
+        """Send an approved template with its body's parameters, in order (what may go
+        outside the 24-hour window: docs/follow-ups.md, an operator's template); return its
+        wamid. Its errors (132000, 132001, 132015, 132016) are permanent: SendRejected, never
+        a fall back to free text."""
+        template: dict[str, Any] = {
             "name": name,
             "language": {"policy": "deterministic", "code": language},
-            "components": [{"type": "body", "parameters": [{"type": "text", "text": parameter}]}],
         }
+        if parameters:
+            body = [{"type": "text", "text": text} for text in parameters]
+            template["components"] = [{"type": "body", "parameters": body}]
         return self._send_message(sender, to, key, type="template", template=template)
 
     def _send_message(self, sender: str, to: str, key: str, **content: Any) -> str:
@@ -251,6 +272,32 @@ class GraphClient:
             return str(json.loads(response.data)["messages"][0]["id"])
         except (ValueError, KeyError, IndexError, TypeError):
             return ""  # accepted; the id only serves bookkeeping
+
+    def templates(self, waba_id: str) -> list[dict[str, Any]]:
+        """The WhatsApp Business Account's message templates (``GET {graph}/{WABA_ID}/
+        message_templates``: ``{"data": [{name, language, status, category, components,
+        parameter_format?, id}], "paging": {"cursors": {"after"}, "next"?}}``), every page, in
+        Meta's shape. Approved or not: the caller picks what may be sent."""
+        found: list[dict[str, Any]] = []
+        after = None
+        for _page in range(TEMPLATE_PAGES):
+            query = f"?fields={TEMPLATE_FIELDS}&limit=100" + (f"&after={after}" if after else "")
+            url = f"{self._graph}/{waba_id}/message_templates{query}"
+            response = self._get(url)
+            if self._token_refused(response):
+                response = self._get(url, fresh=True)
+            if response.status != 200:
+                self._raise_for(response)
+            try:
+                page = json.loads(response.data)
+                found += [t for t in page.get("data") or [] if isinstance(t, dict)]
+                after = (page.get("paging") or {}).get("cursors", {}).get("after")
+                more = bool((page.get("paging") or {}).get("next"))
+            except (ValueError, AttributeError, TypeError):
+                raise TransientError("Graph API answered templates we cannot read") from None
+            if not (more and after):
+                break
+        return found
 
     def mark_read(self, message: InboundMessage) -> None:
         body: dict[str, Any] = {

@@ -13,6 +13,12 @@ Notifications
     ``messages[]``, ``statuses[]``. One POST may carry many of each: we queue one event per
     message (its own one-message notification, so the queued body keeps Meta's shape), and the
     ``sent``/``failed`` statuses of our replies (matched through ``biz_opaque_callback_data``).
+Coexistence (the WhatsApp Business app and the Cloud API on one number)
+    ``field: smb_message_echoes``: ``value.message_echoes[{from (our display number), to,
+    to_user_id?, id, timestamp, type, <type>{...}}]``, what staff sent from the app: each is
+    queued in the person's FIFO group as a staff echo (its edits and revokes are acknowledged,
+    not queued). ``field: history`` (the app's past chats) and ``smb_app_state_sync`` (its
+    contacts) are acknowledged and counted, never queued: nothing in them is a turn.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from memagent.providers.seam import (
     MarketingPreference,
     Media,
     ReplyStatus,
+    StaffEcho,
     header,
     json_body,
 )
@@ -59,7 +66,11 @@ OBJECT = "whatsapp_business_account"
 MESSAGE = "meta.message"  # one inbound message (or system message), queued
 STATUS = "meta.status"  # the status of one of our replies, queued
 PREFERENCE = "meta.user_preferences"  # a marketing stop/resume, queued to be recorded
-QUEUED_TYPES = frozenset({MESSAGE, STATUS, PREFERENCE})
+ECHO = "meta.echo"  # what staff sent from the WhatsApp Business app (Coexistence), queued
+QUEUED_TYPES = frozenset({MESSAGE, STATUS, PREFERENCE, ECHO})
+ECHOES = "message_echoes"  # the list an smb_message_echoes change carries
+SYNC_FIELDS = frozenset({"history", "smb_app_state_sync"})  # Coexistence's syncs: acknowledged
+ECHOES_NOT_QUEUED = frozenset({"edit", "revoke", "reaction"})  # changes to what was said
 QUEUED_STATUSES = frozenset({"sent", "failed"})  # `sent` proves a send; `failed` says why not
 IGNORED_TYPES = frozenset({"reaction", "ephemeral"})  # acknowledged, not queued
 
@@ -125,6 +136,7 @@ class Notification:
     failed_codes: list[int]  # error codes of `failed` statuses, counted by the webhook
     preferences: list[str]  # user_preferences values (marketing stop/resume), counted
     groups: int = 0  # group messages: acknowledged and counted, never queued (out of scope)
+    synced: int = 0  # Coexistence's history and app-state syncs: acknowledged, never queued
 
 
 def _dicts(value: Any) -> list[dict[str, Any]]:
@@ -135,7 +147,9 @@ def _one(
     entry: Mapping[str, Any], change: Mapping[str, Any], value: dict[str, Any], **items: Any
 ) -> dict[str, Any]:
     """A one-item notification in Meta's own shape: what we queue."""
-    sliced = {k: v for k, v in value.items() if k not in ("messages", "statuses", "contacts")}
+    sliced = {
+        k: v for k, v in value.items() if k not in ("messages", "statuses", "contacts", ECHOES)
+    }
     sliced.update(items)
     return {
         "object": OBJECT,
@@ -196,10 +210,20 @@ def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
         raise BadRequest("not a WhatsApp Business Account notification")
     envelopes: list[Envelope] = []
     failed_codes: list[int] = []
-    ignored, groups, preferences = 0, 0, []
+    ignored, groups, synced, preferences = 0, 0, 0, []
     for entry, change, value in _walk(raw):
         where = (entry, change, value)
         contacts = _dicts(value.get("contacts"))
+        if change.get("field") in SYNC_FIELDS:
+            synced += 1  # the app's past chats and contacts: no turn of anyone's (docs/meta.md)
+            continue
+        for echo in _dicts(value.get(ECHOES)):
+            if echo.get("group_id"):
+                groups += 1
+            elif envelope := _echo_envelope(where, echo):
+                envelopes.append(envelope)
+            else:
+                ignored += 1
         for message in _dicts(value.get("messages")):
             if message.get("group_id"):
                 # said in a group, not to us in private: never answered 1:1 nor stored in the
@@ -225,9 +249,11 @@ def parse_notification(body: bytes, *, max_bytes: int) -> Notification:
             preferences.append(choice)
             if envelope := _preference_envelope(where, preference, choice, contacts):
                 envelopes.append(envelope)
-        if not any(value.get(k) for k in ("messages", "statuses", "user_preferences")):
+        if not any(value.get(k) for k in ("messages", "statuses", "user_preferences", ECHOES)):
             ignored += 1  # another field (account_update, templates...): acknowledged
-    return Notification(_behind_changes(envelopes), ignored, failed_codes, preferences, groups)
+    return Notification(
+        _behind_changes(envelopes), ignored, failed_codes, preferences, groups, synced
+    )
 
 
 Where = tuple[dict, dict, dict]  # the entry, change and value an item came in
@@ -258,6 +284,24 @@ def _message_envelope(
         sender=sender,
         introduces=_introduced(message),
     )
+
+
+def _echo_to(echo: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(BSUID, phone) of the person a staff echo went to."""
+    return _bsuid(echo.get("to_user_id")), _phone(echo.get("to"))
+
+
+def _echo_envelope(where: Where, echo: dict[str, Any]) -> Envelope | None:
+    """A staff echo as its own queued unit, in the person's FIFO group (behind and before
+    their own messages: the handoff it starts holds for what they write next); None if it is
+    no words of staff's to a person (an edit, a revoke, a reaction, no recipient)."""
+    wamid = _text(echo.get("id"))
+    bsuid, phone = _echo_to(echo)
+    who = bsuid or phone
+    if not wamid or not who or echo.get("type") in ECHOES_NOT_QUEUED:
+        return None
+    one = _one(*where, message_echoes=[echo])
+    return Envelope(id=wamid, type=ECHO, chat=phone or who, raw=one)
 
 
 def _status_envelope(
@@ -471,6 +515,35 @@ def _preference(preference: dict, contacts: list[dict]) -> MarketingPreference:
     )
 
 
+def _echo_text(echo: Mapping[str, Any]) -> str:
+    """What staff sent, as the memory keeps the business's words: the text, or what was
+    shared (a place, a contact), or a note of the media with its caption."""
+    kind = _text(echo.get("type")) or "unknown"
+    if kind == "text":
+        return _text(_object(echo.get("text")).get("body")) or ""
+    if kind in ("location", "contacts"):
+        return f"[shared {kind}] " + (_shared(echo, kind) or "")
+    caption = _text(_object(echo.get(kind)).get("caption"))
+    return f"[sent {kind}]" + (f" {caption}" if caption else "")
+
+
+def _echo(echo: dict, value: Mapping[str, Any]) -> StaffEcho:
+    bsuid, phone = _echo_to(echo)
+    wamid = _text(echo.get("id"))
+    if not wamid or not (bsuid or phone):
+        raise MalformedEvent("echo without id or recipient")
+    number = _text(_object(value.get("metadata")).get("phone_number_id")) or ""
+    return StaffEcho(
+        event_id=wamid,
+        created_at=_time(echo.get("timestamp"), "timestamp"),
+        number=number,
+        chat=bsuid or phone,  # type: ignore[arg-type]
+        aliases=(phone,) if bsuid and phone else (),
+        message_id=wamid,
+        text=_echo_text(echo),
+    )
+
+
 def parse_event(raw: Mapping[str, Any]) -> Event:
     """Turn a queued one-item notification into a domain event; MalformedEvent if we cannot."""
     if not isinstance(raw, Mapping) or raw.get("object") != OBJECT:
@@ -488,4 +561,6 @@ def parse_event(raw: Mapping[str, Any]) -> Event:
             return _status(status)
         for preference in _dicts(value.get("user_preferences")):
             return _preference(preference, contacts)
+        for echo in _dicts(value.get(ECHOES)):
+            return _echo(echo, value)
     raise MalformedEvent("no message or status in the notification")
