@@ -316,6 +316,52 @@ def test_redelivery_of_the_tail_after_the_reply_was_stored_resends_it(
     assert {e["answered_by"] for e in ledger(resources.table_name).values()} == {a[-1]["id"]}
 
 
+# a crash after storing the keyword, and what the person wrote after it (the FIFO group holds
+# it behind the failed record, so the queue redelivers them together)
+KEYWORD_CRASHES = {
+    "forget_me": (1, ["forget me", "yes"]),
+    "its_yes": (2, ["forget me", "yes", "thanks"]),
+}
+
+
+@pytest.mark.parametrize("fault", [Crash, Died], ids=["record_fails", "invocation_dies"])
+@pytest.mark.parametrize("handoff", [False, True], ids=["agent", "human_has_the_chat"])
+@pytest.mark.parametrize("crash", sorted(KEYWORD_CRASHES))
+def test_forget_me_and_its_yes_keep_their_meaning_when_a_crash_makes_them_a_burst(
+    consumer, resources, openai, whasp, lambda_context, monkeypatch, crash, handoff, fault
+):
+    from memagent.turn.replies import built_in
+
+    # given Maya talking to the agent (or waiting for the human she asked for)
+    first = message("talk to a human" if handoff else "hello", 0)
+    assert failures(consumer.handler(sqs_batch(first), lambda_context)) == []
+    # when she writes "forget me", "yes" (and more), and the turn crashes right after storing
+    # "forget me" (or its "yes")
+    nth, lines = KEYWORD_CRASHES[crash]
+    written = [message(text, 1 + n) for n, text in enumerate(lines)]
+    crash_after(
+        consumer.consumer.agent.store, "remember_inbound", monkeypatch, nth=nth, fault=fault
+    )
+    records = [sqs_record(e) for e in written]
+    kept = run(consumer, records, lambda_context)
+    assert kept
+    # and the queue redelivers what it kept, together
+    again = [
+        sqs_record(e, receive_count=2)
+        for e, r in zip(written, records, strict=True)
+        if r["messageId"] in kept
+    ]
+    assert run(consumer, again, lambda_context) == []
+    # then she was asked, then forgotten, as if nothing had crashed (a "thanks" written
+    # before the erasure ran is not brought back: it predates the erasure's mark)
+    replies = whasp.texts_to(MAYA)
+    question, forgotten = built_in().text("forget_question"), built_in().text("forgotten")
+    assert replies[1:] == [question, forgotten]
+    # and nothing of her is kept but the erasure's mark
+    [mark] = rows(resources.table_name)
+    assert only_the_mark(mark)
+
+
 def test_ledger_entries_of_a_person_with_no_burst_look_as_before(
     consumer, resources, whasp, lambda_context
 ):

@@ -65,9 +65,9 @@ from tests.integration.lives_world import (
 )
 from tests.integration.test_meta import graph_server  # noqa: F401 (fixture)
 
-# What the model found on the code before issue 39's fixes (branch life-model off aa077a5),
-# each a violation it puts down to that finding by name; all fixed on main since (lives-fixes):
-# their steps replay below (FOUND) and now keep every invariant.
+# What the model found on the code before their fixes (issue 39's on branch life-model off
+# aa077a5), each a violation it puts down to that finding by name; all fixed on main since
+# (lives-fixes, then this branch): their steps replay below (FOUND) and now keep every invariant.
 FIXED = {
     "meta-recycled-follow-up": (
         "issue 39, High: on Meta a recycled number's previous owner's pending follow-up is sent "
@@ -85,17 +85,18 @@ FIXED = {
         "issue 39, Medium: the operator's seat read, edited, answered and scheduled for a "
         "person whose retention ended but whom DynamoDB had not deleted yet (3755fa8)"
     ),
-}
-# Found and not fixed yet: tolerated by name (never by weakening an invariant) until fixed.
-KNOWN_DEFECTS = {
     "forget-me-lost-on-redelivery": (
-        "found by this model (not in issue 39's list): when a crash follows the storing of "
-        '"forget me", its redelivery answers it together with the "yes" written after it, by '
-        "the model, as one burst: the person is not forgotten, and is answered from the memory "
-        "they asked to erase; while a human has the chat, it is left awaiting a reply, with "
-        "no reason recorded"
+        "found by this model (not in issue 39's list): when a crash followed the storing of "
+        '"forget me", its redelivery answered it together with the "yes" written after it, by '
+        "the model, as one burst: the person was not forgotten, and was answered from the "
+        "memory they asked to erase; while a human had the chat, it was left awaiting a reply, "
+        "with no reason recorded (fixed in turn/bursts.py and turn/agent.py: a repeated keyword "
+        "is answered on its own; test_bursts.py::test_forget_me_and_its_yes_keep_their_meaning_"
+        "when_a_crash_makes_them_a_burst)"
     ),
 }
+# Found and not fixed yet: tolerated by name (never by weakening an invariant) until fixed.
+KNOWN_DEFECTS: dict[str, str] = {}
 # LIVES_KNOWN_DEFECTS: "none" (every finding fails the run), or the names to tolerate
 _TOLERATED = os.environ.get("LIVES_KNOWN_DEFECTS")
 KNOWN = (
@@ -846,7 +847,8 @@ FOUND = {
         ("writes", {"slot": PHONES[0], "what": "stop", "days": 1}),
         ("time_passes", {"minutes": 1507}),
     ],
-    # a crash after "forget me" is stored (found by a LIVES_SEED=39 run; these steps are its core)
+    # a crash after "forget me" is stored (found by a LIVES_SEED=39 run; these steps are its
+    # core): it fails without the fix (LIVES_KNOWN_DEFECTS=none on the code before it)
     "forget-me-lost-on-redelivery": [
         ("begin", {"provider": "whasp", "lag": 0}),
         ("writes", {"slot": PHONES[0], "what": "chat", "days": 1}),

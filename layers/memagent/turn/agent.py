@@ -97,9 +97,12 @@ class Agent(Crew):
         def then(decision: str) -> str:
             # a record that stored nothing new may still end a burst (one written after an
             # erasure, or a redelivery split away from the rest): what awaits is answered,
-            # unless a human has the chat
-            if human:
+            # unless a human has the chat; then only a repeat stored to be answered is, on its
+            # own (a "forget me" or its "yes": they keep their meaning, remember.py)
+            if human and decision != "stored":
                 return decision
+            if human:
+                return end_of_burst(self, pk, message, state, decision, followed=False)
             return end_of_burst(self, pk, message, state, decision, followed=followed)
 
         if (skip := skipped(self, pk, memory, message)) is not None:

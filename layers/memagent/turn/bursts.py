@@ -12,7 +12,8 @@ end, still ends with each message covered by exactly one sent reply. A repeated 
 record re-sends its burst's stored reply under the same key (memagent/turn/redelivery.py). Keywords
 keep their meaning (memagent/turn/keywords.py): STOP drops what awaits (nothing is sent after it)
 and an opt-out lifts only with a message written after it; "forget me", "yes" and "send me my
-data" are answered as when sent alone. COALESCE_BURSTS=false answers every message
+data" are answered as when sent alone, a repeat of one too (a crash after storing it makes its
+redelivery arrive with what the person wrote next). COALESCE_BURSTS=false answers every message
 on its own.
 """
 
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from memagent.observability import count, logger
 from memagent.store import ledger
+from memagent.turn import keywords
 from memagent.turn.reply import reply
 
 if TYPE_CHECKING:
@@ -51,10 +53,23 @@ def end_of_burst(
     if decision == "stored" and message.event_id not in awaiting:
         # stored by a version before bursts were answered together: answered on its own
         awaiting, followed = (*awaiting, message.event_id), False
+    if followed and decision == "stored" and not _waits(crew, memory, message):
+        # a keyword stored before a crash keeps its meaning when redelivered: answered on its
+        # own, as the first time ("forget me" is asked, then its "yes" erases)
+        followed = False
     if followed or not awaiting:
         return "waiting" if decision == "stored" else decision
     memory = dataclasses.replace(memory, state=dataclasses.replace(memory.state, awaiting=awaiting))
     return answer_awaiting(crew, pk, message, memory)
+
+
+def _waits(crew: Crew, memory: Memory, message: InboundMessage) -> bool:
+    """Whether a stored message (a repeat's, as it was stored: a voice note's transcript) can
+    leave its answer to a later one of its burst."""
+    text = next(
+        (t.text for t in memory.turns if t.role == "user" and t.event_id == message.event_id), None
+    )
+    return text is None or keywords.waits(text, memory.state, crew.settings)
 
 
 def answer_awaiting(
