@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -37,7 +38,7 @@ import urllib3.util.retry
 
 from devstack import RecordingServer, Reply
 from devstack.apigw import http_api_event
-from devstack.clock import next_visible_at
+from devstack.clock import SQS_CLOCK, next_visible_at
 from devstack.events import (
     BUSINESS,
     META_DISPLAY_NUMBER,
@@ -55,7 +56,7 @@ from devstack.events import (
 from devstack.fake_openai import OFFLINE, notes_of, offline_model, turns_of
 from devstack.lambda_harness import LambdaContext, retried, sqs_message_record, stream_filters
 from devstack.resources import create_all
-from devstack.scheduler import SchedulerFiring
+from devstack.scheduler import SchedulerFiring, due_at
 from devstack.streams import StreamTap
 from devstack.ttl import TimeToLive
 from tests.conftest import AGENT, TEST_SECRET, _template, load_function
@@ -152,6 +153,15 @@ def declare_tools(folder: Path, run_log: RunLog) -> Path:
     return path
 
 
+class _Tap(StreamTap):
+    """The table's stream as Lambda reads it: moto keeps one shard a stream, so its shards are
+    described once (a request less on every read)."""
+
+    def _refresh_shards(self) -> None:
+        if not self._iterators:
+            super()._refresh_shards()
+
+
 @dataclass
 class Servers:
     """What the module starts once: moto, the stand-ins, the console's door, the clock."""
@@ -179,6 +189,7 @@ class Stack:
     tokens: dict[str, tuple[str, datetime]] = field(default_factory=dict)
     statuses_seen: int = 0  # Graph sends whose status Meta has POSTed
     pauses: list[float] = field(default_factory=list)
+    _stream_read: int = 0  # the stream's records the tap has read
 
     def __post_init__(self) -> None:
         from memagent.observability import logger
@@ -270,8 +281,9 @@ class Stack:
             "webhook", {"QUEUE_URL": self.queue_url, "AGENT_ID": AGENT, **webhook_env}
         )
         self.firing = SchedulerFiring(self.scheduler, self.sqs, self.group)
-        self.tap = StreamTap(res.stream_arn, stream_filters(_template()))
+        self.tap = _Tap(res.stream_arn, stream_filters(_template()))
         self.tap.skip_to_end()
+        self._stream_grew()  # read
         self.ttl = TimeToLive(lag=self.lag, table=res.table_name)
         servers.stack = self
 
@@ -371,7 +383,8 @@ class Stack:
         filter lets by. Returns what went wrong on the way (for the model to judge)."""
         problems: list[str] = []
         for _ in range(rounds):
-            self.firing.fire_due(repeat=2)
+            if self.firing.retrying or self._due_in_moto():
+                self.firing.fire_due(repeat=2)
             while self._deliver() + self._statuses():
                 pass
             self.ttl.sweep()
@@ -383,26 +396,90 @@ class Stack:
         problems.append("the event queue never drained")
         return problems
 
+    # What moto holds, looked at in-process (as devstack.ttl and devstack.clock do), so that a
+    # step with nothing to do sends no request: a short run's time goes to the handlers' work.
+
+    def _due_in_moto(self) -> bool:
+        """Whether a schedule of the group is due by now (fire_due would invoke something)."""
+        now = self.now()
+        return any(
+            (at := due_at(schedule.to_dict())) is not None and at <= now
+            for schedule in self._moto_schedules()
+        )
+
+    def _moto_schedules(self) -> list[Any]:
+        from moto.scheduler.models import scheduler_backends
+
+        return [
+            schedule
+            for regions in scheduler_backends.values()
+            for backend in regions.values()
+            if (group := backend.schedule_groups.get(self.group)) is not None
+            for schedule in list(group.schedules.values())
+        ]
+
+    def _moto_table(self) -> Any:
+        from moto.dynamodb.models import dynamodb_backends
+
+        name = self.resources.table_name
+        return next(
+            backend.tables[name]
+            for regions in dynamodb_backends.values()
+            for backend in regions.values()
+            if name in backend.tables
+        )
+
+    def _visible_in_moto(self) -> bool:
+        """Whether the event queue holds a message a receive could return now."""
+        from moto.sqs.models import sqs_backends
+
+        name = self.queue_url.rstrip("/").rsplit("/", 1)[-1]
+        now_ms = SQS_CLOCK.now() * 1000
+        for regions in sqs_backends.values():
+            for backend in regions.values():
+                if (queue := backend.queues.get(name)) is not None:
+                    for message in list(queue._messages):
+                        delayed = getattr(message, "delayed_until", 0) or 0
+                        if max(message.visible_at, delayed) <= now_ms:
+                            return True
+        return False
+
+    def _stream_grew(self) -> bool:
+        """Whether the table's stream holds records the tap has not read."""
+        from devstack.moto_fixes import locked
+
+        with locked():
+            shard = self._moto_table().stream_shard
+            length = 0 if shard is None else len(shard.items)
+        grew, self._stream_read = length != self._stream_read, length
+        return grew
+
     def _deliver(self) -> int:
-        messages = []
-        while batch := self.sqs.receive_message(
-            QueueUrl=self.queue_url,
-            MaxNumberOfMessages=10,
-            MessageSystemAttributeNames=["All"],
-            MessageAttributeNames=["All"],
-            WaitTimeSeconds=0,
-        ).get("Messages", []):
+        messages: list[dict[str, Any]] = []
+        while self._visible_in_moto() and (
+            batch := self.sqs.receive_message(
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=10,
+                MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"],
+                WaitTimeSeconds=0,
+            ).get("Messages", [])
+        ):
             messages.extend(batch)
         if not messages:
             return 0
-        batch = {"Records": [sqs_message_record(m, self.queue_arn) for m in messages]}
-        failed = set(retried(self.consumer.handler, batch, LambdaContext()))
-        for message in messages:
-            if message["MessageId"] not in failed:
-                self.sqs.delete_message(
-                    QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"]
-                )
-            # a failed one stays in flight until its visibility ends (the consumer sets it)
+        records = {"Records": [sqs_message_record(m, self.queue_arn) for m in messages]}
+        failed = set(retried(self.consumer.handler, records, LambdaContext()))
+        # what succeeded is deleted (Lambda's event source mapping does it, in batches); a
+        # failed one stays in flight until its visibility ends (the consumer sets it)
+        done = [m for m in messages if m["MessageId"] not in failed]
+        for start in range(0, len(done), 10):
+            entries = [
+                {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]}
+                for n, m in enumerate(done[start : start + 10])
+            ]
+            answer = self.sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
+            assert not answer.get("Failed"), answer["Failed"]
         return len(messages)
 
     def _statuses(self) -> int:
@@ -420,6 +497,8 @@ class Stack:
         return len(sent)
 
     def _compact(self) -> list[str]:
+        if not self._stream_grew():
+            return []
         records = self.tap.matching()
         for _ in range(4):
             if not records:
@@ -430,17 +509,18 @@ class Stack:
         return [f"the compactor kept failing {len(records)} stream record(s)"] if records else []
 
     def items(self) -> list[dict[str, Any]]:
-        table = boto3.resource("dynamodb").Table(self.resources.table_name)
-        items, kwargs = [], {"ConsistentRead": True}
-        while True:
-            page = table.scan(**kwargs)
-            items += page["Items"]
-            if "LastEvaluatedKey" not in page:
-                return items
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        """Every item of the table, as a consistent Scan through boto3's resource returns it."""
+        from devstack.moto_fixes import locked
+
+        with locked():
+            return [
+                {name: _plain(value) for name, value in item.attrs.items()}
+                for item in self._moto_table().all_items()
+            ]
 
     def schedules(self) -> list[dict[str, Any]]:
-        return self.firing.pending()
+        """Every schedule of the group, as GetSchedule has it (the fields the model reads)."""
+        return [schedule.to_dict() for schedule in self._moto_schedules()]
 
     # ------------------------------------------------------------------ the operator's doors
 
@@ -521,6 +601,24 @@ def console_door(servers: Callable[[], Servers | None]) -> Iterator[Any]:
     finally:
         api.stop()
         pool.stop()
+
+
+def _plain(value: Any) -> Any:
+    """A moto attribute value as boto3's TypeDeserializer gives it (numbers as Decimal)."""
+    kind, raw = value.type, value.value
+    if kind == "M":
+        return {name: _plain(each) for name, each in raw.items()}
+    if kind == "L":
+        return [_plain(each) for each in raw]
+    if kind == "N":
+        return Decimal(raw)
+    if kind == "NS":
+        return {Decimal(each) for each in raw}
+    if kind in ("SS", "BS"):
+        return set(raw)
+    if kind == "NULL":
+        return None
+    return raw  # S, B, BOOL
 
 
 def whasp_opt_out(stack: Stack, phone: str, opted_out: bool) -> None:

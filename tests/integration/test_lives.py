@@ -105,6 +105,7 @@ KNOWN = (
     else {n: w for n, w in {**FIXED, **KNOWN_DEFECTS}.items() if n in _TOLERATED.split(",")}
 )
 TRIPPED: Counter = Counter()  # known findings tripped, by name: examples
+RAN: Counter = Counter()  # examples and steps run (Hypothesis may end an example early)
 
 # one worker runs them all (make test's --dist loadgroup): the module's servers start once
 pytestmark = pytest.mark.xdist_group("lives")
@@ -203,6 +204,7 @@ class Lives(RuleBasedStateMachine):
     def begin(self, provider: str, lag: int) -> None:
         """A new stack on `provider`; DynamoDB's TTL `lag` hours late."""
         self.servers.clock.move_to(START)
+        RAN["examples"] += 1
         lives_world.REQUESTS.clear()
         self.stack = Stack(self.servers, provider, lag * 3600.0)
         self.provider = provider
@@ -232,6 +234,7 @@ class Lives(RuleBasedStateMachine):
         # people and operators take a moment between steps (Meta dates a message to the
         # second: a message in the same second as an erasure's mark counts as before it)
         self.stack.let_pass(2)
+        RAN["steps"] += 1
         self.step_kind, self.writers = kind, set()
         self.step_faulted = self.fault_pending  # until a message meets it (_post)
         self.answers = []
@@ -814,8 +817,10 @@ def run_lives(*, examples: int, steps: int, seed: int = SEED) -> None:
         print(f"\nreplay: LIVES_SEED={seed} LIVES_EXAMPLES={examples} LIVES_STEPS={steps}")
         raise
     finally:
-        print(f"\nknown findings tripped (examples): {dict(TRIPPED)}")
+        print(f"\nran {RAN['examples']} examples, {RAN['steps']} steps (shrinking included)")
+        print(f"known findings tripped (examples): {dict(TRIPPED)}")
         TRIPPED.clear()
+        RAN.clear()
 
 
 def test_lives_short_run(servers):
