@@ -814,7 +814,13 @@ def run_lives(*, examples: int, steps: int, seed: int = SEED) -> None:
             ),
         )
     except BaseException:
-        print(f"\nreplay: LIVES_SEED={seed} LIVES_EXAMPLES={examples} LIVES_STEPS={steps}")
+        chosen = " ".join(
+            f"{name}={os.environ[name]}"
+            for name in ("LIVES_PROVIDERS", "LIVES_KNOWN_DEFECTS")
+            if name in os.environ
+        )
+        # the same test again with these replays it (the long run's seed is LIVES_SEED + 1)
+        print(f"\nreplay: LIVES_SEED={SEED} LIVES_EXAMPLES={examples} LIVES_STEPS={steps} {chosen}")
         raise
     finally:
         print(f"\nran {RAN['examples']} examples, {RAN['steps']} steps (shrinking included)")
@@ -825,8 +831,8 @@ def run_lives(*, examples: int, steps: int, seed: int = SEED) -> None:
 
 def test_lives_short_run(servers):
     run_lives(
-        examples=int(os.environ.get("LIVES_EXAMPLES", "3")),
-        steps=int(os.environ.get("LIVES_STEPS", "25")),
+        examples=int(os.environ.get("LIVES_EXAMPLES", "4")),
+        steps=int(os.environ.get("LIVES_STEPS", "75")),
     )
 
 
