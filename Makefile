@@ -50,6 +50,10 @@ $(STAMP): pyproject.toml layers/requirements.txt
 # run) is its own target; CI runs both (.ci/run).
 # Run one test the plain way: .venv/bin/python -m pytest tests/path.py::name
 PYTEST_PARALLEL := -n auto
+# Python's bytecode cache on, whatever the shell says: with PYTHONDONTWRITEBYTECODE set, every
+# worker compiles the project and rewrites pytest's plugins from source at each start (12 s of
+# CPU per worker to collect, against 4 s), and so does every process a test starts.
+unexport PYTHONDONTWRITEBYTECODE
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_PARALLEL) -m "not slow"

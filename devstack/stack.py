@@ -196,6 +196,9 @@ class DevStack(Started):
     provider            "whasp" or "meta" (default: PROVIDER, else whasp)
     console / level     where progress goes: "quiet", "normal" or "verbose"
     log_path            the detailed log (functions' Powertools JSON, the stack's own lines)
+    warm                start each function's first execution environment with the stack (the
+                        default); False: on its first invocation, as Lambda's cold start, for a
+                        stack whose functions a test never invokes (its IAM, its resources)
     iam                 check every AWS call each function makes against its role, as IAM would
                         (devstack.iam; on by default): a refused call is AccessDenied, and
                         `iam_refusals()` lists them; "record": list them, refuse nothing (one
@@ -223,6 +226,7 @@ class DevStack(Started):
         log_path: Path | str = LOG_PATH,
         provider: str | None = None,
         iam: bool | str = True,
+        warm: bool = True,
     ):
         self.template = template if template is not None else load_template()
         # the template's AgentId default unless told otherwise (make chat --agent-id, AGENT_ID)
@@ -248,6 +252,7 @@ class DevStack(Started):
         self.clock_offset = timedelta(0)  # events are dated now + offset ("let days pass")
         if iam not in (True, False, "record"):
             raise ValueError(f"iam must be True, False or 'record', not {iam!r}")
+        self.warm = warm
         self.iam_enforced = bool(iam)  # each function's AWS calls checked against its role
         self.iam_refuses = iam is True  # "record": refusals recorded, the calls let through
         self.iam: Any = None  # devstack.iam.roles.StackIam, resolved at start
@@ -747,7 +752,7 @@ class DevStack(Started):
             "compactor": 1,
             "webhook": self.webhook_concurrency,
         }
-        warm = {"consumer": 1, "compactor": 1, "webhook": 1}
+        warm = {"consumer": 1, "compactor": 1, "webhook": 1} if self.warm else {}
         for logical_id, spec in self.functions.items():
             role = self._role(spec)
             size = sizes.get(role, 1)

@@ -27,6 +27,7 @@ from sign_events import TEST_SECRET, resign
 
 from devstack.console import Console
 from devstack.lambda_harness import Outcome
+from devstack.resources import load_template
 from devstack.stack import DevStack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,9 +81,12 @@ def main(argv: list[str] | None = None, *, out: Any = None, err: Any = None) -> 
     args = parser.parse_args(argv)
     event = prepared(args.event)
     provider = "meta" if args.event.name.startswith("meta-") else "whasp"
+    template = load_template()
+    function = logical_id(template, args.function)  # a wrong name stops before any stack starts
     console = Console(err, level="quiet")  # the stack's own lines: only its warnings
-    with DevStack(console=console, log_path=args.log, provider=provider) as stack:
-        function = logical_id(stack.template, args.function)
+    with DevStack(
+        console=console, log_path=args.log, provider=provider, template=template
+    ) as stack:
         outcome = stack.invoke(function, event)
         show(outcome, out, err)
     return 0 if outcome.ok else 1

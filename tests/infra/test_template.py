@@ -70,14 +70,27 @@ def _with_placeholder_code(template: Template) -> Template:
     return template
 
 
+# what sam_transform made, by its template and parameters (the modules of tests/infra ask for
+# the same shapes: each transform takes about half a second of CPU)
+_TRANSFORMED: dict[str, Template] = {}
+
+
 def sam_transform(template: Template, parameters: dict[str, str]) -> Template:
-    """Turn a SAM template into the CloudFormation template AWS would deploy, without AWS."""
-    with pytest.MonkeyPatch.context() as patch:
-        # the translator asks boto3 for a region, only to fill AWS::Region and pick the partition
-        patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        patch.delenv("AWS_PROFILE", raising=False)
-        patch.setattr(ArnGenerator, "BOTO_SESSION_REGION_NAME", "us-east-1")
-        return transform(_with_placeholder_code(template), parameters, OfflinePolicyLoader())
+    """Turn a SAM template into the CloudFormation template AWS would deploy, without AWS.
+
+    Once per template and parameters in a process; each call gets a copy of its own."""
+    key = json.dumps([template, parameters], sort_keys=True, default=str)
+    if key not in _TRANSFORMED:
+        with pytest.MonkeyPatch.context() as patch:
+            # the translator asks boto3 for a region, only to fill AWS::Region and pick the
+            # partition
+            patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+            patch.delenv("AWS_PROFILE", raising=False)
+            patch.setattr(ArnGenerator, "BOTO_SESSION_REGION_NAME", "us-east-1")
+            _TRANSFORMED[key] = transform(
+                _with_placeholder_code(template), parameters, OfflinePolicyLoader()
+            )
+    return copy.deepcopy(_TRANSFORMED[key])
 
 
 # --------------------------------------------------------------------------- template reading

@@ -84,7 +84,7 @@ def test_a_post_of_many_messages_sends_its_batches_concurrently(
     # given a POST of 40 messages (4 batch calls) and an SQS that answers a call only once
     # all four are in flight at once (a sequential sender would wait on the first for good)
     sqs = meta_webhook.queue._sqs
-    send, together = sqs.send_message_batch, threading.Barrier(4, timeout=2)
+    send, together = sqs.send_message_batch, threading.Barrier(4, timeout=30)
     overlapped: list[bool] = []
 
     def once_all_in_flight(**members: Any) -> Any:

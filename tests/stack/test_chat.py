@@ -43,6 +43,7 @@ def test_prompt_shows_the_configured_persona_and_the_persons_last_message(tmp_pa
         parameters=persona_parameters(args),
         console=Console(io.StringIO(), level="quiet"),
         log_path=tmp_path / "stack.log",
+        warm=False,  # each function on its first invocation: the compactor never starts here
     ) as stack:
         chat = Chat(stack, Console(out), MAYA)
         # when nothing was asked yet, /prompt says so
@@ -82,6 +83,7 @@ def test_a_person_calls_a_declared_tool_by_name_through_the_offline_model(tmp_pa
         parameters={"FollowUps": "true", "ExampleBookingTool": "true"},
         console=Console(io.StringIO(), level="quiet"),
         log_path=tmp_path / "stack.log",
+        warm=False,  # each function on its first invocation: the compactor never starts here
     ) as stack:
         chat = Chat(stack, Console(io.StringIO()), MAYA)
         # when the person types the documented phrase, naming a tool and its arguments

@@ -89,6 +89,7 @@ def stack(tmp_path_factory) -> Any:
         parameters={"FollowUps": "true"},
         level="quiet",
         log_path=tmp_path_factory.mktemp("iam") / "stack.log",
+        warm=False,  # its functions are never invoked: probes run with their guards
     ) as stack:
         yield stack
 
@@ -190,6 +191,7 @@ def test_a_scheduler_role_trusting_the_wrong_source_is_refused_by_scheduler(tmp_
         template=_template_with_trust(wrong),
         level="quiet",
         log_path=tmp_path / "stack.log",
+        warm=False,  # its functions are never invoked: the probe runs with the guard
     ) as stack:
         # when the consumer creates a schedule with it (its own calls allowed)
         answer = consumer_schedules(stack, stack.iam.roles["FollowUpSchedulerRole"].arn)
@@ -210,7 +212,9 @@ def test_a_function_role_the_lambda_service_may_not_assume_stops_the_stack(tmp_p
     trust["Statement"][0]["Principal"] = {"Service": "ec2.amazonaws.com"}
     # when the stack is created, then it fails as CloudFormation would, naming the role
     with pytest.raises(Exception, match="cannot assume ConsumerRole"):
-        DevStack(env={}, template=template, level="quiet", log_path=tmp_path / "s.log").start()
+        DevStack(
+            env={}, template=template, level="quiet", log_path=tmp_path / "s.log", warm=False
+        ).start()
 
 
 # --------------------------------------------------------------------------- sufficiency
@@ -361,6 +365,7 @@ def test_scheduler_fires_as_its_role_and_a_refused_send_goes_to_the_dead_letter_
             template=template,
             level="quiet",
             log_path=tmp_path / "stack.log",
+            warm=False,  # its functions are never invoked: Scheduler sends to the queue
         ) as stack,
     ):
         import boto3

@@ -62,9 +62,9 @@ def stand_in_responder(calls: list[dict[str, Any]]):
     ("people", "messages", "compaction"),
     [
         # make test: more people than consumer environments, each compacted while still writing
-        # (threshold 10 / keep 4, 24 turns each: folds race the next messages), in half the
-        # messages the default compaction needs to fold once
-        pytest.param(4, 12, (10, 4), id="4x12"),
+        # (threshold 6 / keep 2, 16 turns each: folds race the next messages, twice or more),
+        # in a fifth of the messages the default compaction needs to fold once
+        pytest.param(4, 8, (6, 2), id="4x8"),
         # the full run with the default compaction (40 / keep 20), in the slow tier
         # (make test-slow, run by CI): about 4 minutes on 2 cores
         pytest.param(PEOPLE, MESSAGES, (None, None), id="20x60", marks=pytest.mark.slow),
