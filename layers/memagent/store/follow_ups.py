@@ -11,8 +11,7 @@ from boto3.dynamodb.conditions import Key
 
 from memagent.errors import ConcurrentUpdate
 from memagent.memory import PersonState, Turn
-from memagent.store.ledger import STORED, LedgerWrites, ledger_sk
-from memagent.store.table import iso
+from memagent.store.ledger import STORED, LedgerWrites
 from memagent.store.turn import TurnWrites, _no_handoff_since
 
 DUE = "DUE#"
@@ -85,18 +84,15 @@ class FollowUpWrites(TurnWrites, LedgerWrites):
         """Store the follow-up's message as the agent's turn, with its ledger entry (the reply's
         words: a repeat sends the same), in one write; False when the entry exists (a repeat).
         Guarded like a reply: the person's last_seq as read, no erasure since, no human."""
-        now = datetime.now(UTC)
-        entry = {
-            "pk": pk,
-            "sk": ledger_sk(event_id),
-            "event_id": event_id,
-            "status": STORED,
-            "reply_seq": turn.seq,
-            "created_at": iso(now),
-            "expires_at": int((now + ledger_ttl).timestamp()),
-        }
-        if template is not None:  # a repeat sends it the same way (name, language)
-            entry["template"] = list(template)
+        # a template's (name, language) kept on the entry: a repeat sends it the same way
+        entry = self._ledger_put(
+            pk,
+            event_id,
+            STORED,
+            ledger_ttl,
+            reply_seq=turn.seq,
+            **({"template": list(template)} if template is not None else {}),
+        )
         update = self._state_update(pk, previous=previous, seq=turn.seq, compact=compact)
         # no human took the chat since the turn read it (a timed-out handoff read stays allowed)
         since = previous.handoff.since if previous.handoff else None
@@ -105,13 +101,7 @@ class FollowUpWrites(TurnWrites, LedgerWrites):
         update["Update"]["ExpressionAttributeValues"].update(values)
         reasons = self._transact(
             [
-                {
-                    "Put": {
-                        "TableName": self.table_name,
-                        "Item": entry,
-                        "ConditionExpression": "attribute_not_exists(pk)",
-                    }
-                },
+                entry,
                 self._new_turn(pk, turn),
                 update,
             ]

@@ -15,7 +15,7 @@ recently, from RecentIndex (OperatorConsole=true), as sparse: memagent/memory/re
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from boto3.dynamodb.conditions import Key
@@ -156,24 +156,15 @@ class HandoffWrites(TurnWrites, CompactionWrites):
         The person's messages still awaiting a reply are answered by it (`answered`, naming
         it): the agent never answers what the human did. Raises ConcurrentUpdate if a turn
         took the seq first (the caller reads again)."""
-        now = datetime.now(UTC)
         actions = [
-            {
-                "Put": {
-                    "TableName": self.table_name,
-                    "Item": {
-                        "pk": pk,
-                        "sk": ledger_sk(key),
-                        "event_id": key,
-                        "status": STORED,
-                        "reply_seq": turn.seq,
-                        "created_at": _iso(now),
-                        "expires_at": int((now + ledger_ttl).timestamp()),
-                        **({"template": _listed(template)} if template else {}),
-                    },
-                    "ConditionExpression": "attribute_not_exists(pk)",
-                }
-            },
+            self._ledger_put(
+                pk,
+                key,
+                STORED,
+                ledger_ttl,
+                reply_seq=turn.seq,
+                **({"template": _listed(template)} if template else {}),
+            ),
             self._new_turn(pk, turn),
             self._state_update(
                 pk,

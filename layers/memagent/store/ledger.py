@@ -100,18 +100,25 @@ class LedgerWrites(Table):
         """The transaction action that creates a message's ledger entry; it fails if the
         entry exists (the event was seen before: a duplicate)."""
         assert turn.event_id is not None
+        extra: dict[str, Any] = {"stop": True} if stop else {}
+        return self._ledger_put(pk, turn.event_id, status, ttl, user_seq=turn.seq, **extra)
+
+    def _ledger_put(
+        self, pk: str, event_id: str, status: str, ttl: timedelta, **fields: Any
+    ) -> dict[str, Any]:
+        """The transaction action that creates an event's ledger entry (a message's, a reply's
+        or an echo's, with `fields`), expiring with the ledger; it fails if the entry exists:
+        the event was seen before."""
         now = datetime.now(UTC)
         entry = {
             "pk": pk,
-            "sk": ledger_sk(turn.event_id),
-            "event_id": turn.event_id,
+            "sk": ledger_sk(event_id),
+            "event_id": event_id,
             "status": status,
-            "user_seq": turn.seq,
+            **fields,
             "created_at": iso(now),
             "expires_at": int((now + ttl).timestamp()),
         }
-        if stop:
-            entry["stop"] = True
         return {
             "Put": {
                 "TableName": self.table_name,

@@ -16,7 +16,6 @@ from memagent.store.ledger import (
     STAFF_ECHO,
     LedgerWrites,
     Standing,
-    ledger_sk,
 )
 from memagent.store.table import HANDOFF_ATTRIBUTES, STATE, TRANSACTION_LIMIT, iso
 
@@ -252,23 +251,8 @@ class TurnWrites(LedgerWrites):
         awaiting a reply are answered by it, as by an operator's reply. False: a repeat of the
         echo, or the memory was erased after it was written. ConcurrentUpdate: a turn took the
         seq first (read again)."""
-        now = datetime.now(UTC)
         actions = [
-            {
-                "Put": {
-                    "TableName": self.table_name,
-                    "Item": {
-                        "pk": pk,
-                        "sk": ledger_sk(event_id),
-                        "event_id": event_id,
-                        "status": STAFF_ECHO,
-                        "reply_seq": turn.seq,
-                        "created_at": iso(now),
-                        "expires_at": int((now + ledger_ttl).timestamp()),
-                    },
-                    "ConditionExpression": "attribute_not_exists(pk)",
-                }
-            },
+            self._ledger_put(pk, event_id, STAFF_ECHO, ledger_ttl, reply_seq=turn.seq),
             self._new_turn(pk, turn),
             self._state_update(
                 pk,
