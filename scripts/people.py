@@ -63,6 +63,7 @@ from memagent.aws.archive import KeptMedia, TranscriptArchive
 from memagent.errors import ConfigurationError, SecretUnavailable
 from memagent.lifecycle.rights import export, forget
 from memagent.memory import person_key_secret
+from memagent.operator.routes import ROUTES as ADMIN_ROUTES
 from memagent.providers.seam import PERSON_ID
 from memagent.store.memory_store import MemoryStore
 
@@ -91,26 +92,9 @@ def from_stack(stack: str) -> tuple[str, str, str | None, str | None]:
     )
 
 
-# each operator verb and the admin API route it calls (export and forget go through boto3);
-# tests/infra/test_template.py holds them to the template's routes
-ROUTES = {
-    "waiting": ("GET", "/handoffs"),
-    "outcomes": ("GET", "/outcomes"),
-    "conversation": ("GET", "/people/{id}/conversation"),
-    "facts": ("GET", "/people/{id}/facts"),
-    "add-fact": ("POST", "/people/{id}/facts"),
-    "correct-fact": ("PUT", "/people/{id}/facts/{fact}"),
-    "delete-fact": ("DELETE", "/people/{id}/facts/{fact}"),
-    "summary": ("PUT", "/people/{id}/summary"),
-    "take-over": ("POST", "/people/{id}/handoff"),
-    "hand-back": ("DELETE", "/people/{id}/handoff"),
-    "say": ("POST", "/people/{id}/messages"),
-    "templates": ("GET", "/templates"),
-    "send-template": ("POST", "/people/{id}/templates"),
-    "follow-ups": ("GET", "/people/{id}/follow-ups"),
-    "schedule-follow-up": ("POST", "/people/{id}/follow-ups"),
-    "cancel-follow-up": ("DELETE", "/people/{id}/follow-ups/{follow_up}"),
-}
+# each operator verb and the admin API route it calls, from the routes' table (export and
+# forget go through boto3); tests/infra/test_template.py holds them to the template's routes
+ROUTES = {route.verb: (route.method, route.path) for route in ADMIN_ROUTES if route.verb}
 OPERATOR_VERBS = tuple(ROUTES)
 
 
@@ -138,7 +122,7 @@ def operate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
         return parsed
 
     verb = args.action
-    if verb not in ("waiting", "outcomes", "templates") and not args.phone:
+    if "{id}" in ROUTES[verb][1] and not args.phone:
         parser.error(f"{verb} needs the person's phone or Meta user id")
     if verb in ("add-fact", "correct-fact", "summary", "say") and not args.text:
         parser.error(f"{verb} needs the text")

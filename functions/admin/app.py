@@ -1,27 +1,10 @@
 """Admin Lambda: the operator's seat, behind two doors (memagent/operator/doors.py): AdminApi
 (AWS_IAM: scripts, the CLI) and, with OperatorConsole=true, ConsoleApi (the user pool's JWT: the
-console a support team signs in to, whose page is GET / there). The same routes behind both:
+console a support team signs in to, whose page is GET / there). The same routes behind both.
 
-GET    /people/{id}                    export everything held about the person (JSON)
-DELETE /people/{id}                    forget the person; a receipt without content
-GET    /people/{id}/conversation       recent messages, summary, facts, handoff state
-GET    /people/{id}/facts              the facts, with their ids and dates
-POST   /people/{id}/facts              add a fact: {"text": "..."}
-PUT    /people/{id}/facts/{fact}       correct a fact: {"text": "..."}
-DELETE /people/{id}/facts/{fact}       delete a fact
-PUT    /people/{id}/summary            replace the summary: {"text": "...", "based_on": at}
-POST   /people/{id}/handoff            a human takes the chat over
-DELETE /people/{id}/handoff            hand the chat back to the agent
-POST   /people/{id}/messages           the operator writes: {"text": "..."}, Idempotency-Key
-POST   /people/{id}/templates          an approved template (Meta), even outside the 24-hour
-                                       window: {"name", "language", "parameters": [...]},
-                                       Idempotency-Key
-GET    /templates                      the approved templates (Meta, MetaWabaId; cached)
-GET    /handoffs                       who is waiting for a human, oldest first
-GET    /conversations                  who wrote most recently (ConsoleApi only; else 404)
-GET    /people/{id}/follow-ups         the person's pending follow-ups
-POST   /people/{id}/follow-ups         schedule one: {"when": ..., "about": ...}, Idempotency-Key
-DELETE /people/{id}/follow-ups/{id}    cancel one
+memagent/operator/routes.py declares every route (method, path, the group that may use it, its
+audit action, the CLI's verb, what it does): this module serves its rows, and docs/admin-api.yaml
+describes them.
 
 Each request writes one audit line (memagent.lifecycle.audit_trail): the caller (the IAM ARN, or
 the operator's user pool username and sub), the action, the person's hashed key, the time and the
@@ -62,13 +45,14 @@ from memagent.errors import (
     WindowClosed,
 )
 from memagent.lifecycle import audit, export, forget
-from memagent.lifecycle import audit_trail as actions
 from memagent.memory import person_key
 from memagent.observability import logger, metrics
 from memagent.operator import (
+    ROUTES,
     AdminSettings,
     Caller,
     Operator,
+    Route,
     TemplateCatalog,
     caller_of,
     identifier,
@@ -182,16 +166,19 @@ def _body() -> dict[str, Any]:
     return body
 
 
-def _audited(action: str, raw: str | None, run: Callable[[str], dict[str, Any]]) -> Any:
-    """Run one admin action and write its one audit line, however it ends."""
+def _audited(route: Route, raw: str | None, run: Callable[[str], dict[str, Any]]) -> Any:
+    """Run one admin route and write its one audit line, however it ends."""
+    action = route.action
     caller = _caller()
     who = unquote(raw).strip() if raw is not None else ""
     person = None
-    if caller is None or not caller.may(action):  # fail closed: no caller, or not their group
+    if caller is None or not caller.may(route.group):  # fail closed: no caller, or not their group
         audit(action, caller=caller, person=None, outcome="refused")
         if caller is None:
             return _error(403, "no caller: this route is served only behind an authorizer")
-        return _error(403, f"your group may not do this ({action}): it needs {needed_for(action)}")
+        return _error(
+            403, f"your group may not do this ({action}): it needs {needed_for(route.group)}"
+        )
     try:
         if raw is not None:
             who = identifier(who)
@@ -209,16 +196,60 @@ def _audited(action: str, raw: str | None, run: Callable[[str], dict[str, Any]])
     return result
 
 
-def _rights(call: Callable[..., Any], **media: Any) -> Callable[[str], Any]:
-    """An export or an erasure of the person `who` names (the archive, legacy keys included)."""
-    return lambda who: call(
-        store,
-        settings.agent_id,
-        who,
-        archive=archive,
-        legacy_keys=settings.legacy_person_keys,
-        **media,
-    )
+class _Seat:
+    """What the routes act through: the operator's seat, and a person's export and erasure
+    (the archive and kept media, legacy keys included)."""
+
+    def __init__(self, operator: Operator) -> None:
+        self.operator = operator
+
+    def export(self, who: str) -> dict[str, Any]:
+        return export(
+            store,
+            settings.agent_id,
+            who,
+            archive=archive,
+            legacy_keys=settings.legacy_person_keys,
+            kept_media=media,
+        )
+
+    def erase(self, who: str) -> dict[str, Any]:
+        return forget(
+            store,
+            settings.agent_id,
+            who,
+            archive=archive,
+            legacy_keys=settings.legacy_person_keys,
+            media=media,
+            schedules=operator.schedules,
+        ).as_dict()
+
+
+class _Request:
+    """The request being served, as a route's handler reads it (routes.Request)."""
+
+    def __init__(self, who: str, params: dict[str, str]) -> None:
+        self.who = who
+        self.params = params
+
+    def body(self) -> dict[str, Any]:
+        return _body()
+
+    def key(self) -> str | None:
+        return app.current_event.headers.get("idempotency-key")
+
+    def caller(self) -> str | None:
+        return _name()
+
+    def query(self, name: str) -> str | None:
+        return (app.current_event.query_string_parameters or {}).get(name)
+
+    def deadline(self) -> datetime:
+        left = timedelta(milliseconds=app.lambda_context.get_remaining_time_in_millis())
+        return datetime.now(UTC) + left
+
+
+seat = _Seat(operator)
 
 
 @app.get("/")
@@ -236,124 +267,16 @@ def console_page() -> Response:
     )
 
 
-@app.get("/people/<id>")
-def get_person(id: str) -> Any:
-    return _audited(actions.EXPORT, id, _rights(export, kept_media=media))
+def _serve(route: Route) -> Callable[..., Any]:
+    def serve(**params: str) -> Any:
+        raw = params.pop("id", None)
+        return _audited(route, raw, lambda who: route.handler(seat, _Request(who, params)))
+
+    return serve
 
 
-@app.delete("/people/<id>")
-def delete_person(id: str) -> Any:
-    erase = _rights(forget, media=media, schedules=operator.schedules)
-    return _audited(actions.ERASE, id, lambda who: erase(who).as_dict())
-
-
-# The routes that are one call of the operator's seat: (method, path, audit action, the call,
-# given the person's identifier and the path's other parameters)
-SEAT_ROUTES: list[tuple[str, str, str, Callable[..., dict[str, Any]]]] = [
-    ("GET", "/people/<id>/conversation", actions.READ, operator.conversation),
-    ("GET", "/people/<id>/facts", actions.READ, operator.facts),
-    ("POST", "/people/<id>/facts", actions.FACT_ADD, lambda who: operator.add_fact(who, _body())),
-    (
-        "PUT",
-        "/people/<id>/facts/<fact>",
-        actions.FACT_CORRECT,
-        lambda who, fact: operator.correct_fact(who, fact, _body()),
-    ),
-    (
-        "DELETE",
-        "/people/<id>/facts/<fact>",
-        actions.FACT_DELETE,
-        lambda who, fact: operator.delete_fact(who, fact),
-    ),
-    (
-        "PUT",
-        "/people/<id>/summary",
-        actions.SUMMARY_REPLACE,
-        lambda who: operator.replace_summary(who, _body()),
-    ),
-    (
-        "POST",
-        "/people/<id>/handoff",
-        actions.HANDOFF_START,
-        lambda who: operator.take_over(who, by=_name()),
-    ),
-    ("DELETE", "/people/<id>/handoff", actions.HANDOFF_END, operator.hand_back),
-    ("GET", "/people/<id>/follow-ups", actions.READ, operator.follow_ups),
-    (
-        "POST",
-        "/people/<id>/follow-ups",
-        actions.FOLLOW_UP_ADD,
-        lambda who: operator.schedule_follow_up(
-            who, _body(), app.current_event.headers.get("idempotency-key")
-        ),
-    ),
-    (
-        "DELETE",
-        "/people/<id>/follow-ups/<follow_up>",
-        actions.FOLLOW_UP_CANCEL,
-        lambda who, follow_up: operator.cancel_follow_up(who, follow_up),
-    ),
-]
-
-
-def _seat_route(action: str, call: Callable[..., dict[str, Any]]) -> Callable[..., Any]:
-    def route(id: str, **params: str) -> Any:
-        return _audited(action, id, lambda who: call(who, **params))
-
-    return route
-
-
-for _method, _path, _action, _call in SEAT_ROUTES:
-    app.route(_path, _method)(_seat_route(_action, _call))
-
-
-@app.post("/people/<id>/messages")
-def reply(id: str) -> Any:
-    key = app.current_event.headers.get("idempotency-key")
-    # the reply's claim on its send holds until this invocation ends (a request that dies
-    # holds it no longer: a retry then takes it over)
-    left = timedelta(milliseconds=app.lambda_context.get_remaining_time_in_millis())
-    deadline = datetime.now(UTC) + left
-    return _audited(
-        actions.REPLY, id, lambda who: operator.reply(who, _body(), key, deadline=deadline)
-    )
-
-
-@app.post("/people/<id>/templates")
-def send_template(id: str) -> Any:
-    key = app.current_event.headers.get("idempotency-key")
-    left = timedelta(milliseconds=app.lambda_context.get_remaining_time_in_millis())
-    deadline = datetime.now(UTC) + left
-    return _audited(
-        actions.TEMPLATE_SEND,
-        id,
-        lambda who: operator.send_template(who, _body(), key, deadline=deadline),
-    )
-
-
-@app.get("/templates")
-def templates() -> Any:
-    return _audited(actions.LIST_TEMPLATES, None, lambda _who: operator.templates())
-
-
-@app.get("/handoffs")
-def handoffs() -> Any:
-    return _audited(actions.LIST_HANDOFFS, None, lambda _who: operator.waiting())
-
-
-@app.get("/outcomes")
-def outcomes() -> Any:
-    query = app.current_event.query_string_parameters or {}
-    return _audited(
-        actions.LIST_OUTCOMES,
-        None,
-        lambda _who: operator.outcomes(query.get("from"), query.get("to")),
-    )
-
-
-@app.get("/conversations")
-def recent() -> Any:
-    return _audited(actions.LIST_RECENT, None, lambda _who: operator.recent())
+for _route in ROUTES:
+    app.route(_route.resolver_path, _route.method)(_serve(_route))
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -791,18 +791,20 @@ def without_iam(routes: dict[tuple[str, str], dict[str, Any]]) -> list[tuple[str
 
 
 def served_routes() -> set[tuple[str, str]]:
-    """The routes the admin function's resolver serves (`@app.get("/people/<id>")`...)."""
-    source = ADMIN_APP.read_text()
-    found = re.findall(r'@app\.(get|post|put|delete)\("([^"]+)"\)', source)
-    # and the table of routes that are one call of the operator's seat (SEAT_ROUTES)
-    found += re.findall(r'\(\s*"(GET|POST|PUT|DELETE)",\s*"(/[^"]+)"', source)
-    routes = {(method.upper(), re.sub(r"<(\w+)>", r"{\1}", path)) for method, path in found}
-    return routes - CONSOLE_ONLY
+    """The routes AdminApi must have: every row of memagent/operator/routes.py (which the admin
+    function serves) but those ConsoleApi alone serves."""
+    from memagent.operator.routes import ROUTES
+
+    return {(route.method, route.path) for route in ROUTES if not route.console_only}
 
 
-# ConsoleApi's alone (OperatorConsole=true): the console's page, and the recent conversations
-# (a SAM event cannot be conditional, and OperatorConsole=false deploys today's AdminApi)
-CONSOLE_ONLY = {("GET", "/"), ("GET", "/conversations")}
+def console_only_routes() -> set[tuple[str, str]]:
+    """ConsoleApi's alone (OperatorConsole=true): the console's page, which is no API route, and
+    the table's console-only rows (a SAM event cannot be conditional, and OperatorConsole=false
+    deploys today's AdminApi)."""
+    from memagent.operator.routes import ROUTES
+
+    return {("GET", "/")} | {(r.method, r.path) for r in ROUTES if r.console_only}
 
 
 def test_every_admin_route_requires_aws_iam(cfn: Template) -> None:

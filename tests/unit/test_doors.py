@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from memagent.operator.doors import ADMIN_ONLY, Caller, caller_of, groups_of, needed_for
+from memagent.operator.doors import Caller, caller_of, groups_of, needed_for
+from memagent.operator.routes import ROUTES, Route
 
-SEAT = ("read", "fact_add", "handoff_start", "operator_reply", "follow_up_cancel", "list_handoffs")
+# each route's group, from the routes' table: the seat (operators), export and erase (admins)
+SEAT = {route.group for route in ROUTES if route.action not in ("export", "erase")}
+ADMIN_ONLY = {route.group for route in ROUTES if route.action in ("export", "erase")}
 
 
 def jwt_context(**claims: str) -> dict:
@@ -18,7 +21,7 @@ def test_an_iam_caller_is_named_by_its_arn_and_iam_decided_what_it_may():
     arn = "arn:aws:iam::123456789012:user/ops"
     caller = caller_of({"authorizer": {"iam": {"userArn": arn, "accountId": "123456789012"}}})
     assert caller == Caller("iam", arn)
-    assert all(caller.may(action) for action in (*SEAT, *ADMIN_ONLY))
+    assert all(caller.may(group) for group in (*SEAT, *ADMIN_ONLY))
 
 
 def test_a_console_caller_is_named_by_username_and_sub_with_the_groups_api_gateway_passes():
@@ -51,25 +54,38 @@ def test_groups_are_read_as_api_gateway_or_a_json_stand_in_passes_them(claim, gr
 
 def test_operators_may_use_the_seat_but_not_export_or_erase():
     operator = Caller("console", "ana", "s", frozenset({"operators"}))
-    assert all(operator.may(action) for action in SEAT)
-    assert not any(operator.may(action) for action in ADMIN_ONLY)
-    assert {"export", "erase"} == ADMIN_ONLY
+    assert all(operator.may(group) for group in SEAT)
+    assert not any(operator.may(group) for group in ADMIN_ONLY)
+    # the routes only admins may use: export and erase
+    admins_only = {(r.method, r.path) for r in ROUTES if not operator.may(r.group)}
+    assert admins_only == {("GET", "/people/{id}"), ("DELETE", "/people/{id}")}
 
 
 def test_admins_may_everything():
     admin = Caller("console", "bo", "s", frozenset({"admins"}))
-    assert all(admin.may(action) for action in (*SEAT, *ADMIN_ONLY))
+    assert all(admin.may(route.group) for route in ROUTES)
 
 
 def test_a_token_in_no_known_group_may_do_nothing():
     for groups in (frozenset(), frozenset({"operator"}), frozenset({"Admins"})):
         stranger = Caller("console", "cy", "s", groups)
-        assert not any(stranger.may(action) for action in (*SEAT, *ADMIN_ONLY))
+        assert not any(stranger.may(route.group) for route in ROUTES)
 
 
 def test_a_refusal_names_the_groups_that_may():
-    assert needed_for("erase") == needed_for("export") == "admins"
-    assert needed_for("read") == "operators or admins"
+    assert needed_for("admins") == "admins"
+    assert needed_for("operators") == "operators or admins"
+
+
+def test_a_group_nobody_chose_is_no_group_and_fails_closed():
+    # a group the doors do not know lets no console caller in
+    admin = Caller("console", "bo", "s", frozenset({"admins", "operators"}))
+    assert not admin.may("")
+    assert not admin.may("Operators")
+    # and a route declared without a known group, or without an audit action, fails at import
+    for group, action in (("", "read"), ("everyone", "read"), ("operators", "")):
+        with pytest.raises(ValueError, match=r"GET /people/\{id\}/x"):
+            Route("GET", "/people/{id}/x", group, action, lambda seat, r: {})
 
 
 def test_no_authorizer_no_caller():

@@ -7,8 +7,9 @@ The same routes have two doors (template.yaml):
   route offers (its IAM policy decides which routes it reaches).
 - ConsoleApi, a JWT authorizer (OperatorConsole=true): a person signed in to the operators' user
   pool. API Gateway has checked the token (issuer, audience, expiry, signature); the groups are
-  checked here, per route, and fail closed: `operators` read, take over, reply, hand back, edit
-  and schedule; `admins` also export and erase; a token in neither group may do nothing.
+  checked here, per route, and fail closed: each route of memagent/operator/routes.py names the
+  least group that may use it (`operators`: the seat; `admins`: also export and erase); `admins`
+  may use every route, and a token in neither group may do nothing.
 
 API Gateway passes a JWT's claims as strings: an array claim such as `cognito:groups` arrives as
 "[admins operators]" (payload format 2.0), or as a list from a local stand-in that keeps JSON.
@@ -20,11 +21,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from memagent.lifecycle import audit_trail as actions
-
 OPERATORS = "operators"
 ADMINS = "admins"
-ADMIN_ONLY = frozenset({actions.EXPORT, actions.ERASE})
+# each group with the groups that may do what it may (admins may do what operators may)
+GROUPS: dict[str, frozenset[str]] = {
+    OPERATORS: frozenset({OPERATORS, ADMINS}),
+    ADMINS: frozenset({ADMINS}),
+}
 
 
 @dataclass(frozen=True)
@@ -37,18 +40,16 @@ class Caller:
     sub: str | None = None
     groups: frozenset[str] = frozenset()
 
-    def may(self, action: str) -> bool:
-        """May this caller do `action` (an audit action name)?"""
+    def may(self, group: str) -> bool:
+        """May this caller use a route open to `group` (a route's group: routes.py)?"""
         if self.door == "iam":
             return True  # IAM's policy on the route decided
-        if action in ADMIN_ONLY:
-            return ADMINS in self.groups
-        return bool(self.groups & {OPERATORS, ADMINS})
+        return bool(self.groups & GROUPS.get(group, frozenset()))  # an unknown group: nobody
 
 
-def needed_for(action: str) -> str:
-    """The groups that may do `action`, as a refusal names them."""
-    return ADMINS if action in ADMIN_ONLY else f"{OPERATORS} or {ADMINS}"
+def needed_for(group: str) -> str:
+    """The groups that may use a route open to `group`, as a refusal names them."""
+    return " or ".join(sorted(GROUPS[group], key=[OPERATORS, ADMINS].index))
 
 
 def caller_of(request_context: Mapping[str, Any]) -> Caller | None:
