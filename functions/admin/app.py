@@ -22,7 +22,7 @@ still finishes it. Two requests with one key at once: one sends, the other is a 
 """
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
@@ -228,7 +228,7 @@ class _Seat:
 class _Request:
     """The request being served, as a route's handler reads it (routes.Request)."""
 
-    def __init__(self, who: str, params: dict[str, str]) -> None:
+    def __init__(self, who: str, params: Mapping[str, str]) -> None:
         self.who = who
         self.params = params
 
