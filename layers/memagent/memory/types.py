@@ -56,6 +56,8 @@ class Turn:
     tools: tuple[str, ...] = ()  # the agent's tool calls behind this reply, "name: summary"
     tokens: int = 0  # a model reply's tokens (input and output), counted at the next message
     choices: Choices | None = None  # the options this reply offered to tap (its text has them)
+    # a reply sent as a voice note (issue 43): its text is what was spoken, and what memory keeps
+    voice: bool = False
 
     @property
     def content(self) -> str:
@@ -168,6 +170,8 @@ class PersonState:
     day_tokens: int = _held(Kind.COUNTER, 0)
     counted_seq: int = _held(Kind.CONTENT, 0)
     notice_day: str | None = _held(Kind.COUNTER)
+    # the characters synthesized into the day's voice replies (memagent.turn.voice)
+    day_voice_chars: int = _held(Kind.COUNTER, 0)
     # the tokens the compactor's folds have spent on this memory (it adds them as it commits),
     # and how many of them the day's count has taken in (memagent.memory.budget.counted); both go
     # with the memory they count (its seqs start again after an erasure)
@@ -176,6 +180,9 @@ class PersonState:
     # the language the person last wrote in, of those the fixed replies have (memagent.turn.replies:
     # "es"); not `language`, a DynamoDB reserved word
     language_code: str | None = _held(Kind.CONTENT)
+    # what the person asked replies to be ("voice": "answer in voice"; "text": "text please");
+    # None: the operator's VoiceReplies decides (memagent.turn.voice)
+    voice_choice: str | None = _held(Kind.CONTENT)
     # the name on the person's WhatsApp profile, as the provider last gave it (Meta's
     # contacts[].profile.name): the console shows it; erased and exported with them
     profile_name: str | None = _held(Kind.CONTENT)

@@ -181,6 +181,17 @@ class Provider(Protocol):
         templates refuses it for good (SendRejected). Returns the provider's message id."""
         ...
 
+    def upload_voice(self, *, sender: str, audio: bytes) -> str | None:
+        """Upload a voice note (ogg/opus) for business number `sender`; return the provider's
+        media id, or None where the provider sends no audio (whasp's contract: text only), and
+        the reply goes as text."""
+        ...
+
+    def send_voice(self, *, sender: str, to: str, media_id: str, key: str) -> str:
+        """Send the uploaded voice note `media_id` as an audio message. Returns the provider's
+        message id."""
+        ...
+
     def fetch_media(self, url: str, *, max_bytes: int) -> tuple[bytes, str]:
         """Download a media file (bytes, content type), refusing anything over max_bytes."""
         ...

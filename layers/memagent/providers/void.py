@@ -70,6 +70,15 @@ class IntoTheVoid:
             sender=sender, to=to, name=name, language=language, parameters=parameters, key=key
         )
 
+    def upload_voice(self, *, sender: str, audio: bytes) -> str | None:
+        # an upload reaches nobody (Meta keeps it 30 days, unsent): the send below is voided
+        return self._provider.upload_voice(sender=sender, audio=audio)
+
+    def send_voice(self, *, sender: str, to: str, media_id: str, key: str) -> str:
+        if is_test_person(to):
+            return _voided(key)
+        return self._provider.send_voice(sender=sender, to=to, media_id=media_id, key=key)
+
     def mark_read(self, message: InboundMessage) -> None:
         if any(is_test_person(who) for who in (message.chat, message.address, *message.aliases)):
             return  # the provider never carried this message: there is nothing to mark read

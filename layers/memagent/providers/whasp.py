@@ -384,6 +384,15 @@ class WhaspClient:
         closed window), so nothing is sent: a permanent refusal, as a 4xx would be."""
         raise SendRejected(400)
 
+    def upload_voice(self, *, sender: str, audio: bytes) -> str | None:
+        """whasp's contract (docs/whasp.md) sends text only, with no media upload: a voice
+        reply goes as its text (None)."""
+        return None
+
+    def send_voice(self, *, sender: str, to: str, media_id: str, key: str) -> str:
+        """Never called (upload_voice gives no media id); refused for good, as a 4xx would be."""
+        raise SendRejected(400)
+
     def mark_read(self, message: InboundMessage) -> None:
         """whasp's contract has no read receipt or typing indicator: nothing to do."""
 

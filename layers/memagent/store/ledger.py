@@ -94,6 +94,17 @@ class LedgerWrites(Table):
             ExpressionAttributeValues={":id": message_id or "sent"},
         )
 
+    def record_voice(self, pk: str, event_id: str, media_id: str) -> bool:
+        """Record the provider's media id of a reply's uploaded voice note (memagent.turn.voice),
+        so a redelivery after a crash sends that note, never a second one. False if the event
+        has no ledger entry."""
+        return self._update_if(
+            Key={"pk": pk, "sk": ledger_sk(event_id)},
+            UpdateExpression="SET voice_media = :id",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":id": media_id},
+        )
+
     def _new_entry(
         self, pk: str, turn: Turn, status: str, ttl: timedelta, *, stop: bool
     ) -> dict[str, Any]:

@@ -142,6 +142,7 @@ def _turn(item: dict[str, Any]) -> Turn:
         tools=tuple(item.get("tools") or ()),
         tokens=int(item.get("tokens", 0)),
         choices=_choices(item.get("choices")),
+        voice=bool(item.get("voice")),
     )
 
 

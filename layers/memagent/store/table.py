@@ -162,6 +162,8 @@ class Table:
             item["tools"] = list(turn.tools)
         if turn.tokens:
             item["tokens"] = turn.tokens
+        if turn.voice:
+            item["voice"] = True
         if turn.choices:
             item["choices"] = {"options": list(turn.choices.options)}
             if turn.choices.button:

@@ -30,6 +30,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from memagent.aws import (
     KeptMedia,
     ParkingQueue,
+    PollySpeech,
     Retries,
     RetryQueue,
     RetrySchedule,
@@ -215,6 +216,7 @@ class Consumer:
             archive,
             media=media,
             tools=_toolbox(settings),
+            speech=PollySpeech(settings.voice_engine) if settings.voice_replies != "off" else None,
         )
         parking = ParkingQueue(settings.parking_queue_url) if settings.parking_queue_url else None
         retries = Retries(

@@ -16,7 +16,7 @@ from memagent.lifecycle import forget_key
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from memagent.aws import FollowUpSchedules, KeptMedia, TranscriptArchive
+    from memagent.aws import FollowUpSchedules, KeptMedia, PollySpeech, TranscriptArchive
     from memagent.lifecycle import Receipt, Target
     from memagent.model import ModelClient, ToolBox
     from memagent.providers import Provider
@@ -34,6 +34,7 @@ class Crew:
         archive: TranscriptArchive | None = None,
         media: KeptMedia | None = None,
         tools: ToolBox | None = None,
+        speech: PollySpeech | None = None,
     ):
         self.settings = settings
         self.archive = archive
@@ -41,6 +42,8 @@ class Crew:
         self.store = store
         self.model = model
         self.provider = provider
+        # voice replies' speech (memagent.turn.voice): None where VoiceReplies is off
+        self.speech = speech
         self.tools = tools  # the operator's declared tools (memagent/model/tools.py), if any
         self.ledger_ttl = timedelta(days=settings.ledger_ttl_days)
         self.handoff_timeout = timedelta(hours=settings.handoff_timeout_hours)

@@ -18,6 +18,7 @@ from memagent.errors import AgentError, OptedOut, SendRejected, TransientError
 from memagent.observability import count, logger
 from memagent.providers import idempotency_key, split_text
 from memagent.store import ledger
+from memagent.turn.voice import send_voice
 
 if TYPE_CHECKING:
     from memagent.memory import Choices, Turn
@@ -37,6 +38,7 @@ def send(
     reply_seq: int | None = None,
     template: tuple[str, str] | None = None,
     choices: Choices | None = None,
+    voice: bool = False,
 ) -> str:
     """Send the reply stored under `event_id`'s ledger entry (for a burst: its last
     message's), the parts not yet `sent`, keyed by that event, so a repeat after any crash
@@ -46,12 +48,18 @@ def send(
     what the person saw, not what we meant to say. `template` (name, language): the text goes
     whole as an approved template's one parameter (a follow-up outside Meta's window).
     `choices`: the options the text ends with, sent for the person to tap where the provider
-    can (inside the window: never with a template, whose text keeps them numbered)."""
+    can (inside the window: never with a template, whose text keeps them numbered). `voice`:
+    the reply goes as one voice note where it can (memagent.turn.voice), else as text."""
     store = crew.store
     parts = [text] if template else split_text(text)
     tappable = choices if choices is not None and template is None and len(parts) == 1 else None
     sent = dict(sent or {})
     try:
+        if voice and template is None and 0 not in sent:
+            key = idempotency_key(event_id, 0)
+            spoken = send_voice(crew, pk, event_id, sender, message.address, text, key)
+            if spoken is not None:
+                sent[0], parts = spoken, [text]
         for part, chunk in enumerate(parts):
             if part in sent:
                 continue  # a redelivery: this part went out before

@@ -163,6 +163,26 @@ _FILLER = frozenset(
 _SHORT = 12  # words: a longer message mentioning "a person" is about something else
 
 
+# "answer in voice" and "text please" (VoiceReplies not off: memagent/turn/voice.py), whole
+# messages in the languages of the fixed replies
+VOICE_ON = (
+    "answer in voice", "reply in voice", "voice please", "send voice notes", "voice notes please",
+    "responde con voz", "respóndeme con audio", "audio por favor", "notas de voz por favor",
+    "réponds en vocal", "répondez en vocal", "vocal stp", "messages vocaux svp",
+    "responda em áudio", "responde em áudio", "áudio por favor", "mensagens de voz por favor",
+    "antworte mit sprachnachricht", "sprachnachricht bitte", "sprachnachrichten bitte",
+    "rispondi con un vocale", "vocale per favore", "messaggi vocali per favore",
+)  # fmt: skip
+VOICE_OFF = (
+    "text please", "answer in text", "reply in text", "no voice notes", "text only",
+    "texto por favor", "responde con texto", "sin audios",
+    "texte svp", "texte s'il vous plaît", "réponds par écrit", "pas de vocal",
+    "texto por favor", "responda por escrito", "sem áudio",
+    "text bitte", "antworte schriftlich", "keine sprachnachrichten",
+    "testo per favore", "rispondi per iscritto", "niente vocali",
+)  # fmt: skip
+
+
 class Words(Protocol):
     """The settings the keywords read (memagent.turn.settings.ConsumerSettings)."""
 
@@ -173,6 +193,8 @@ class Words(Protocol):
     def handoff_phrases(self) -> tuple[str, ...]: ...
     @property
     def opt_out_words(self) -> tuple[str, ...]: ...
+    @property
+    def voice_replies(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -242,6 +264,26 @@ KEYWORDS: tuple[Declared, ...] = (
         alone=True,
         in_handoff=False,  # the human who has the chat answers it
         answer=lambda memory, words, flags: Keyword(reply="data_request", flags=flags),
+    ),
+    Declared(
+        "voice on",
+        matches=lambda said, state, words: words.voice_replies != "off"
+        and said in _said(VOICE_ON),
+        alone=True,
+        in_handoff=False,
+        answer=lambda memory, words, flags: Keyword(
+            reply="voice_on", flags={**flags, "voice_choice": "voice"}
+        ),
+    ),
+    Declared(
+        "voice off",
+        matches=lambda said, state, words: words.voice_replies != "off"
+        and said in _said(VOICE_OFF),
+        alone=True,
+        in_handoff=False,
+        answer=lambda memory, words, flags: Keyword(
+            reply="voice_off", flags={**flags, "voice_choice": "text"}
+        ),
     ),
     Declared(
         "handoff",

@@ -89,6 +89,7 @@ def _stored(crew: Crew, pk: str, message: InboundMessage, entry: Entry) -> str:
         ledger.sent_parts(entry),
         reply_seq=reply.seq,
         choices=reply.choices,
+        voice=reply.voice,
     )
 
 
@@ -114,6 +115,7 @@ def _answered(crew: Crew, pk: str, message: InboundMessage, entry: Entry) -> str
                 ledger.sent_parts(by),
                 reply_seq=reply.seq,
                 choices=reply.choices,
+                voice=reply.voice,
             )
     if by is not None and by.get("status") == ledger.REPLIED:
         return _send_ledger_copy(crew, pk, message, entry["answered_by"], by)

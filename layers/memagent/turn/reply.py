@@ -32,6 +32,7 @@ from memagent.turn.delivery import say_goodbye_and_forget, send
 from memagent.turn.follow_ups import pending_note
 from memagent.turn.keywords import keyword
 from memagent.turn.replies import language_for
+from memagent.turn.voice import speaks
 from memagent.turn.tool_loop import Answer, RejectedAfterTools, answer_with_tools
 
 # a conversation opened this soon after the person's previous message is a return: the last one
@@ -324,6 +325,7 @@ def remember_and_send(
     turn's retry leaves the message to the human: memagent.turn.agent)."""
     assert answering.event_id is not None
     sender = answering.number or message.number
+    voice = speaks(crew.settings, memory.state, flags, message, text, choices)
     turn = Turn(
         seq=answering.seq + 1,  # the slot reserved when the message was stored
         role="assistant",
@@ -333,6 +335,7 @@ def remember_and_send(
         tools=tools,
         tokens=tokens,
         choices=choices,
+        voice=voice,
     )
     crew.store.remember_reply(
         pk,
@@ -348,5 +351,13 @@ def remember_and_send(
         handoff_since=memory.state.handoff.since if memory.state.handoff else None,
     )
     return send(
-        crew, pk, message, answering.event_id, sender, text, reply_seq=turn.seq, choices=choices
+        crew,
+        pk,
+        message,
+        answering.event_id,
+        sender,
+        text,
+        reply_seq=turn.seq,
+        choices=choices,
+        voice=voice,
     )

@@ -100,6 +100,16 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     person_daily_tokens: int = setting(
         "PERSON_DAILY_TOKENS", 0, minimum=0, parameter="PersonDailyTokens", deployed=750_000
     )
+    # voice replies (memagent/turn/voice.py): Meta only; the reply's text stays in memory
+    voice_replies: str = setting(
+        "VOICE_REPLIES", "off", choices=("off", "mirror", "always"), parameter="VoiceReplies"
+    )
+    # a longer reply goes as text (Polly takes 3,000 billed characters at most)
+    voice_max_chars: int = setting("VOICE_MAX_CHARS", 600, minimum=1, maximum=3000)
+    # a person's synthesized characters a day (0: no limit); past it, replies go as text
+    voice_daily_chars: int = setting("VOICE_DAILY_CHARS", 6000, minimum=0)
+    # Polly's engine (every voice memagent.aws.speech picks has standard and neural)
+    voice_engine: str = setting("VOICE_ENGINE", "neural", choices=("standard", "neural"))
     # every fixed text sent to a person, per language, with the operator's changes
     # (memagent/turn/replies.py: REPLIES_FILE, BUDGET_NOTICE, HANDOFF_NOTICE)
     replies: Replies = field(default_factory=built_in)

@@ -6,6 +6,10 @@ Sending
     we shrink that window). Errors are decided on ``error.code``, not the HTTP status.
 Read receipt and typing indicator
     The same endpoint, ``{"status": "read", "message_id", "typing_indicator": {"type": "text"}}``.
+Voice replies
+    ``POST {graph}/{phone_number_id}/media`` (multipart: ``messaging_product=whatsapp``, ``type``,
+    ``file``; audio up to 16 MB, a voice note ``audio/ogg`` with the opus codec) answers
+    ``{"id": media_id}``; then an ``audio`` message ``{"id": media_id}`` sends it.
 Media
     ``GET {graph}/{media_id}`` answers a URL that lives 5 minutes; ``GET <url>`` (Bearer) the bytes,
     fetched only from Meta's media hosts (memagent.providers.download's rules, as for whasp).
@@ -53,6 +57,8 @@ TEMPLATE_FIELDS = "name,language,status,category,components,parameter_format"
 TEMPLATE_PAGES = 10  # at most 1,000 templates listed
 # Where Meta's media lookup sends the download (https://lookaside.fbsbx.com/whatsapp_business/
 # attachments/?mid=...); META_MEDIA_ORIGINS adds others, https only
+# what WhatsApp plays as a voice note (Meta's "Supported media types": audio/ogg, opus codec only)
+VOICE_NOTE_TYPE = "audio/ogg; codecs=opus"
 MEDIA_ORIGINS = frozenset({("https", "lookaside.fbsbx.com", 443)})
 
 
@@ -253,6 +259,37 @@ class GraphClient:
             body = [{"type": "text", "text": text} for text in parameters]
             template["components"] = [{"type": "body", "parameters": body}]
         return self._send_message(sender, to, key, type="template", template=template)
+
+    def upload_voice(self, *, sender: str, audio: bytes) -> str | None:
+        """Upload a voice note (ogg/opus) to the number's media; return its media id. Nothing
+        is sent yet: a repeat uploads a second copy, never a second message."""
+        import urllib3
+
+        fields = {
+            "messaging_product": "whatsapp",
+            "type": VOICE_NOTE_TYPE,
+            "file": ("voice.ogg", audio, VOICE_NOTE_TYPE),
+        }
+        body, content_type = urllib3.encode_multipart_formdata(fields)
+        response = post_with_fresh_key(
+            self._http,
+            f"{self._graph}/{sender}/media",
+            body,
+            lambda fresh: {**self._bearer(fresh=fresh), "Content-Type": content_type},
+            refused=self._token_refused,
+            name="Graph API",
+            dependency="meta",
+        )
+        if response.status != 200:
+            self._raise_for(response)
+        try:
+            return str(json.loads(response.data)["id"])
+        except (ValueError, KeyError, TypeError):
+            raise TransientError("media upload answered without an id", dependency="meta") from None
+
+    def send_voice(self, *, sender: str, to: str, media_id: str, key: str) -> str:
+        """Send an uploaded voice note as an audio message; return its wamid."""
+        return self._send_message(sender, to, key, type="audio", audio={"id": media_id})
 
     def _send_message(self, sender: str, to: str, key: str, **content: Any) -> str:
         body: dict[str, Any] = {
