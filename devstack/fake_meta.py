@@ -340,7 +340,10 @@ class FakeGraph(RecordingServer):
             name = part.get_param("name", header="content-disposition")
             if isinstance(name, str):
                 payload = part.get_payload(decode=True)
-                fields[name] = (payload if isinstance(payload, bytes) else b"", part.get("content-type", ""))
+                fields[name] = (
+                    payload if isinstance(payload, bytes) else b"",
+                    part.get("content-type", ""),
+                )
         if fields.get("messaging_product", (b"",))[0] != b"whatsapp":
             return error_reply(100, message="messaging_product must be whatsapp")
         if "file" not in fields:

@@ -31,7 +31,9 @@ def _crc(data: bytes) -> int:
     return crc
 
 
-def _page(packet: bytes, *, sequence: int, granule: int, flags: int, serial: int = 0x0A11CE) -> bytes:
+def _page(
+    packet: bytes, *, sequence: int, granule: int, flags: int, serial: int = 0x0A11CE
+) -> bytes:
     segments = [255] * (len(packet) // 255) + [len(packet) % 255]
     header = struct.pack(
         "<4sBBqIIIB", b"OggS", 0, flags, granule, serial, sequence, 0, len(segments)
@@ -45,15 +47,22 @@ def voice_note(text: str) -> bytes:
     """An Ogg/Opus stream as long as `text` spoken (about 15 characters a second)."""
     head = b"OpusHead" + struct.pack("<BBHIhB", 1, 1, 312, 48_000, 0, 0)
     tags = b"OpusTags" + struct.pack("<I", 6) + b"devstk" + struct.pack("<I", 0)
-    pages = [_page(head, sequence=0, granule=0, flags=0x02), _page(tags, sequence=1, granule=0, flags=0)]
+    pages = [
+        _page(head, sequence=0, granule=0, flags=0x02),
+        _page(tags, sequence=1, granule=0, flags=0),
+    ]
     seconds = max(1, len(text) // 15)
     for second in range(seconds):
         last = second == seconds - 1
         # 50 frames of 20 ms: one second at 48 kHz; 0xF8 is a 20 ms CELT TOC byte
         packet = bytes([0xF8, 0xFF, 0xFE])
         pages.append(
-            _page(packet * 50, sequence=2 + second, granule=(second + 1) * 48_000,
-                  flags=0x04 if last else 0)
+            _page(
+                packet * 50,
+                sequence=2 + second,
+                granule=(second + 1) * 48_000,
+                flags=0x04 if last else 0,
+            )
         )
     return b"".join(pages)
 

@@ -267,8 +267,7 @@ KEYWORDS: tuple[Declared, ...] = (
     ),
     Declared(
         "voice on",
-        matches=lambda said, state, words: words.voice_replies != "off"
-        and said in _said(VOICE_ON),
+        matches=lambda said, state, words: words.voice_replies != "off" and said in _said(VOICE_ON),
         alone=True,
         in_handoff=False,
         answer=lambda memory, words, flags: Keyword(
@@ -277,8 +276,9 @@ KEYWORDS: tuple[Declared, ...] = (
     ),
     Declared(
         "voice off",
-        matches=lambda said, state, words: words.voice_replies != "off"
-        and said in _said(VOICE_OFF),
+        matches=lambda said, state, words: (
+            words.voice_replies != "off" and said in _said(VOICE_OFF)
+        ),
         alone=True,
         in_handoff=False,
         answer=lambda memory, words, flags: Keyword(

@@ -32,8 +32,8 @@ from memagent.turn.delivery import say_goodbye_and_forget, send
 from memagent.turn.follow_ups import pending_note
 from memagent.turn.keywords import keyword
 from memagent.turn.replies import language_for
-from memagent.turn.voice import speaks
 from memagent.turn.tool_loop import Answer, RejectedAfterTools, answer_with_tools
+from memagent.turn.voice import speaks
 
 # a conversation opened this soon after the person's previous message is a return: the last one
 # left something open (an outcome, memagent.store.outcomes)

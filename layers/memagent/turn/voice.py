@@ -48,11 +48,7 @@ def speaks(
     choice = flags.get("voice_choice", state.voice_choice)
     if choice == "text":
         return False
-    wanted = (
-        choice == "voice"
-        or settings.voice_replies == "always"
-        or message.kind == VOICE_NOTE
-    )
+    wanted = choice == "voice" or settings.voice_replies == "always" or message.kind == VOICE_NOTE
     if not wanted:
         return False
     if len(text) > settings.voice_max_chars:
@@ -89,7 +85,9 @@ def send_voice(
             media_id = crew.provider.upload_voice(sender=sender, audio=audio)
         except SendRejected as error:
             count("VoiceUploadRefused")
-            logger.warning("voice note upload refused: sent as text", extra={"http_status": error.status})
+            logger.warning(
+                "voice note upload refused: sent as text", extra={"http_status": error.status}
+            )
             return None
         if media_id is None:
             return None

@@ -265,11 +265,11 @@ class GraphClient:
         is sent yet: a repeat uploads a second copy, never a second message."""
         import urllib3
 
-        fields = {
-            "messaging_product": "whatsapp",
-            "type": VOICE_NOTE_TYPE,
-            "file": ("voice.ogg", audio, VOICE_NOTE_TYPE),
-        }
+        fields: list[tuple[str, str | tuple[str, bytes, str]]] = [
+            ("messaging_product", "whatsapp"),
+            ("type", VOICE_NOTE_TYPE),
+            ("file", ("voice.ogg", audio, VOICE_NOTE_TYPE)),
+        ]
         body, content_type = urllib3.encode_multipart_formdata(fields)
         response = post_with_fresh_key(
             self._http,
