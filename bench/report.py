@@ -803,6 +803,23 @@ fees only by cutting those short (with "…").
 
 
 # What the budgets and the webhook's edge bound (prices as listed above; not measured)
+# Amazon Polly's list prices (us-east-1): neural $16, standard $4 per 1M characters
+VOICE_REPLIES_COST = """## Voice replies (optional, off by default)
+
+With `VoiceReplies` on (provider `meta`), a reply spoken by Amazon Polly costs its characters:
+$16.00 per 1M characters with the `neural` engine (the default), $4.00 with `standard`. A
+600-character reply (`VOICE_MAX_CHARS`, the longest sent as voice) costs $0.0096; a typical
+300-character one $0.0048, so 1,000 voice replies add about $4.80 to the table's $0.68 of model
+tokens. The upload to Meta's media endpoint is free, and a voice note is one message: one
+service-message fee, never split into parts. The consumer waits on Polly (about a second for a
+short reply) and the upload: about 0.75 GB-s more per voice reply at 512 MB, $0.00001. Each
+person's synthesized characters are capped per day (`VOICE_DAILY_CHARS`, 6,000: at most $0.096 a
+person a day with `neural`); past it replies go as text. The characters are counted on the
+person's state (`day_voice_chars`) and in the `SpeechSynthesized` metric's count of calls.
+
+"""
+
+
 def _bounds(worst: dict[str, Any], a: cost.Assumptions) -> str:
     """What one person can cost: cost.worst_day, in words."""
     return f"""## What one person can cost
@@ -1085,7 +1102,7 @@ against the AWS pricing pages before relying on this. No free tier is applied.
 {_snapstart_cost(measured, memory)}
 {_model_homes(measured, lines, a)}
 {_channel(lines, cost.reply_parts_cap(template, a))}
-{_bounds(cost.worst_day(template, a), a)}## Not in the table
+{_bounds(cost.worst_day(template, a), a)}{VOICE_REPLIES_COST}## Not in the table
 
 - **The full history instead**: sending every message to the model would cost
   ${full_in * 1000:.4f} per 1,000 messages in input tokens alone (no prompt cache) over this
