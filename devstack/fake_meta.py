@@ -288,7 +288,10 @@ class FakeGraph(RecordingServer):
                 audio = self._media.get(media_id) if isinstance(media_id, str) else None
             if audio is None:
                 return error_reply(131053, message="Media upload error: unknown media id")
-            text = "[voice note]"
+            from devstack.ogg import spoken
+
+            # what it says, where the Polly stand-in wrote it (devstack.ogg)
+            text = f"[voice note] {spoken(audio[0]) or ''}".rstrip()
         else:
             text = (body.get("text") or {}).get("body") if body.get("type") == "text" else None
         if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEXT_CHARS:

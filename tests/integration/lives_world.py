@@ -247,6 +247,8 @@ class Stack:
                 "INACTIVE_RETENTION_DAYS": str(RETENTION_DAYS),
                 "TOOLS_FILE": str(servers.tools_file),
                 "TOOL_HOSTS": servers.run_log.url,
+                # a voice note is answered with one (Meta only: whasp sends text)
+                "VOICE_REPLIES": "mirror",
             },
         )
         self.compactor = self._load(
@@ -344,6 +346,18 @@ class Stack:
             contacts=[meta_contact(phone=phone, bsuid=bsuid)],
             messages=[meta_message(text, phone=phone, bsuid=bsuid, timestamp=at, wamid=wamid)],
         )
+
+    def meta_voice(self, said: str, *, phone: str | None, bsuid: str | None, wamid: str) -> dict:
+        """A voice note saying `said` (devstack.ogg), its audio at the Graph stand-in."""
+        from devstack.ogg import voice_note
+
+        media_id = self.servers.graph.add_media(voice_note(said), "audio/ogg; codecs=opus")
+        body = {"mime_type": "audio/ogg; codecs=opus", "id": media_id, "voice": True}
+        at = int(self.now().timestamp())
+        note = meta_message(
+            phone=phone, bsuid=bsuid, kind="audio", body=body, timestamp=at, wamid=wamid
+        )
+        return meta_notification(contacts=[meta_contact(phone=phone, bsuid=bsuid)], messages=[note])
 
     def meta_tapped(
         self, sent: dict, option: str, *, phone: str | None, bsuid: str | None, wamid: str

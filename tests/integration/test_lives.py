@@ -243,7 +243,7 @@ class Lives(RuleBasedStateMachine):
     # ------------------------------------------------------------------ people write
 
     WRITES = ["chat", "chat", "remind", "remind", "remind", "cancel", "recall", "human", "tool"]
-    WRITES += ["burst", "stop", "forget me", "forget me, yes", "yes", "choose"]
+    WRITES += ["burst", "stop", "forget me", "forget me, yes", "yes", "choose", "voice"]
 
     @rule(slot=st.sampled_from(PHONES), what=st.sampled_from(WRITES), days=st.integers(1, 3))
     def writes(self, slot: str, what: str, days: int) -> None:
@@ -264,6 +264,8 @@ class Lives(RuleBasedStateMachine):
             self._post(person, f"{person.tag('m', now)} which slot suits me?")
             self._settle()
             self._tap(person, "10:00")
+        elif what == "voice":  # a voice note, answered with one on Meta (issue 43)
+            self._post(person, f"{person.tag('m', now)} how far today?", voice=True)
         elif what in ("stop", "recall", "human", "yes"):
             said = {"stop": "STOP", "recall": "what do you remember about me"}
             self._post(person, said.get(what, {"human": "talk to a human"}.get(what, what)))
@@ -281,13 +283,15 @@ class Lives(RuleBasedStateMachine):
             self._post(person, text)
         self._settle()
 
-    def _post(self, person: Person, text: str) -> None:
-        """`person` writes `text` from their phone (whasp) or phone and BSUID (Meta)."""
+    def _post(self, person: Person, text: str, *, voice: bool = False) -> None:
+        """`person` writes `text` from their phone (whasp) or phone and BSUID (Meta); `voice`:
+        says it in a voice note (Meta; whasp's people write it)."""
         stack, now = self.stack, self.stack.now()
         self._turn_meets(person, now)
         if self.provider == "meta":
             event_id = self._id("wamid.LIFE")
-            payload = stack.meta_text(text, phone=person.phone, bsuid=person.bsuid, wamid=event_id)
+            said = stack.meta_voice if voice else stack.meta_text
+            payload = said(text, phone=person.phone, bsuid=person.bsuid, wamid=event_id)
             stack.meta_post(payload)
         else:
             event_id = self._id("evt_life")

@@ -44,7 +44,7 @@ def test_a_classed_field_is_read_and_erased_without_another_list_to_keep():
 
 def test_an_erasure_strips_everything_but_the_mark_the_route_and_the_days_counters():
     # the day's budget counters are no content: "forget me" must not reset the day's turns
-    counters = {"budget_day", "day_turns", "day_tokens", "notice_day"}
+    counters = {"budget_day", "day_turns", "day_tokens", "notice_day", "day_voice_chars"}
     assert {"pk", "sk", "erased_at", "moved_to", *counters} == KEPT_ON_ERASURE
     # every attribute of the state, the handoff's and the old summary's, is one or the other
     assert "handoff_address" in _STATE_CONTENT and "summary" in _STATE_CONTENT
