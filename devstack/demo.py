@@ -37,6 +37,7 @@ from devstack.chat import persona_options, persona_parameters
 from devstack.clock import SQS_CLOCK
 from devstack.console import Console
 from devstack.fake_openai import notes_of, turns_of
+from devstack.ogg import opus_seconds
 from devstack.stack import LOG_PATH, DevStack
 
 MAYA = "+447700900123"
@@ -147,6 +148,7 @@ class Demo:
         self.booking()
         self.reminder()
         if self.meta:
+            self.voice_note()
             self.new_identifiers()
             self.recycled_number()
         else:
@@ -393,6 +395,41 @@ class Demo:
             told = [NEW_NUMBER_LINE in notes_of(c) for c in self._replies(before)]
             self.check(told == [True, False], "the model is told about the new number once")
 
+    def voice_note(self) -> None:
+        self.console.heading("5b. Maya sends a voice note; the answer is a voice note")
+        self.console.note("VoiceReplies=mirror: Polly speaks the reply, Meta's /media takes it")
+        address = self.address
+        before = len(self.stack.replies_to(address))
+        self.console.say("Maya", "(voice note) How long should my long run be on Sunday?", "cyan")
+        self.stack.send_voice_note(
+            self.phone, "How long should my long run be on Sunday?", bsuid=self.bsuid
+        )
+        arrived = self.stack.wait_for_replies(address, before + 1, timeout=120)
+        replies = self.stack.replies_to(address)[before:]
+        for reply in replies:
+            self.console.say(AGENT, reply["text"], style="green")
+        notes = [r["audio"] for r in replies if r.get("audio")]
+        self.check(arrived and len(replies) == 1 and len(notes) == 1, "one reply, a voice note")
+        if notes:
+            data, mime = notes[0]
+            seconds = opus_seconds(data) or 0
+            self.check(
+                mime.startswith("audio/ogg") and seconds > 0,
+                f"an Ogg/Opus voice note, {seconds:.0f} s long",
+            )
+        items = self.stack.store().everything(self.stack.view(MAYA).pk)
+        said = [i for i in items if i["sk"].startswith("MSG#") and i["role"] == "assistant"]
+        last = max(said, key=lambda i: int(i["seq"])) if said else {}
+        self.check(
+            bool(last.get("voice")) and bool(last.get("text")),
+            "memory keeps the reply's text (marked as spoken)",
+        )
+        self.talk("Text please")
+        self.check(
+            not (self.stack.replies_to(address)[-1].get("audio")),
+            '"Text please": the answer is text again',
+        )
+
     def new_identifiers(self) -> None:
         self.console.heading("6. Maya takes a username, then Meta regenerates her BSUID")
         pk_before = self.stack.view(MAYA).pk
@@ -580,6 +617,8 @@ def main(argv: list[str] | None = None) -> int:
         "ModelProvider": args.model_provider,
         "ExampleBookingTool": "true",
         "FollowUps": "true",
+        # scene 5b: a voice note answered with a voice note (Meta only: whasp sends text)
+        **({"VoiceReplies": "mirror"} if args.provider == "meta" else {}),
         **persona_parameters(args),
     }
     with DevStack(

@@ -1257,6 +1257,27 @@ class DevStack(Started):
         )
         self._expect_accepted(self.post_meta(notification))
 
+    def send_voice_note(
+        self, phone: str | None, said: str, *, bsuid: str | None = None, name: str = "WhatsApp user"
+    ) -> dict[str, Any]:
+        """Provider meta: the person sends a voice note saying `said` (devstack.ogg, its audio
+        at the Graph stand-in, fetched by its media id)."""
+        from devstack.events import meta_contact, meta_message, meta_notification
+        from devstack.ogg import voice_note
+
+        assert self.graph is not None, "voice notes: provider meta"
+        media_id = self.graph.add_media(voice_note(said), "audio/ogg; codecs=opus")
+        body = {"mime_type": "audio/ogg; codecs=opus", "id": media_id, "voice": True}
+        stamp = int(self.now().timestamp())
+        message = meta_message(phone=phone, bsuid=bsuid, kind="audio", body=body, timestamp=stamp)
+        notification = meta_notification(
+            contacts=[meta_contact(phone=phone, bsuid=bsuid, name=name)],
+            messages=[message],
+            number_id=self.business_number,
+        )
+        self._expect_accepted(self.post_meta(notification))
+        return notification
+
     def replies_to(self, phone: str) -> list[dict[str, Any]]:
         if self.graph is not None:  # Meta: `to` is a wa_id (no "+") or a BSUID
             who = phone.removeprefix("+")

@@ -38,6 +38,7 @@ SHAPES = {
     "bedrock": {"ModelProvider": "bedrock"},
     "whasp-with-tools": {"ExampleBookingTool": "true", "ToolFunctionArns": ORDERS_TOOL},
     "whasp-with-follow-ups": {"FollowUps": "true"},
+    "meta-with-voice": {"Provider": "meta", "VoiceReplies": "mirror"},
 }
 PROFILE = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/eu.openai.gpt-6-luna"
 
@@ -476,6 +477,15 @@ def test_the_person_key_is_read_by_the_functions_that_derive_keys_and_by_no_othe
         (function, "secretsmanager:GetSecretValue", key)
         for function in ("WebhookFunction", "ConsumerFunction", "AdminFunction")
     }
+
+
+def test_polly_is_granted_to_the_consumer_alone_and_only_with_voice_replies_on(shape) -> None:
+    # given each shape; then only the consumer may synthesize speech, and only where
+    # VoiceReplies is on with provider meta (whasp sends text: no grant it would not use)
+    cfn, parameters = shape
+    polly = {(f, a) for f, a, _ in listing(cfn, parameters) if a.startswith("polly:")}
+    on = parameters.get("Provider") == "meta" and parameters.get("VoiceReplies", "off") != "off"
+    assert polly == ({("ConsumerFunction", "polly:SynthesizeSpeech")} if on else set())
 
 
 def test_the_example_tool_may_read_and_write_its_calendar_and_no_other_table(shape) -> None:

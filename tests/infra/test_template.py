@@ -42,6 +42,9 @@ RESOURCE_STAR_ONLY = frozenset(
         "xray:GetSamplingRules",
         "xray:GetSamplingTargets",
         "cloudwatch:PutMetricData",
+        # its one resource type (a lexicon) is optional: a request naming none is authorised
+        # on "*" (the Service Authorization Reference; devstack/iam/actions.py)
+        "polly:SynthesizeSpeech",
     }
 )
 Template = dict[str, Any]

@@ -277,6 +277,8 @@ SAMPLES = [
     ("scheduler", "DeleteSchedule", {"Name": "fu-1", "GroupName": "g"}),
     ("events", "PutEvents", {"Entries": [{"EventBusName": "ops"}]}),
     ("lambda", "Invoke", {"FunctionName": "tool"}),
+    ("polly", "SynthesizeSpeech", {"Text": "hi", "VoiceId": "Joanna", "OutputFormat": "ogg_opus"}),
+    ("polly", "SynthesizeSpeech", {"Text": "hi", "LexiconNames": ["names"]}),
 ]
 
 
