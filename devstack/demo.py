@@ -400,7 +400,7 @@ class Demo:
         self.console.note("VoiceReplies=mirror: Polly speaks the reply, Meta's /media takes it")
         address = self.address
         before = len(self.stack.replies_to(address))
-        self.console.say("Maya", "(voice note) How long should my long run be on Sunday?", "cyan")
+        self.console.say("Maya", "(voice note) How long should my long run be on Sunday?", style="cyan")
         self.stack.send_voice_note(
             self.phone, "How long should my long run be on Sunday?", bsuid=self.bsuid
         )
@@ -521,7 +521,8 @@ class Demo:
         for text in ("My new badge doesn't open the staff room.", "Who can fix it?"):
             self.talk(text, expect_reply=False)
         self.check(
-            len(self.stack.replies_to(self.address)) == sent and len(self.model_calls()) == calls,
+            # a fold may run meanwhile (compaction's own call): no reply's call
+            len(self.stack.replies_to(self.address)) == sent and not self._replies(calls),
             "while a human has the chat, her messages are stored: no model call, no reply",
         )
         words = "Hi Maya, Sam from the team here: the badge office on floor 2 fixes it today."

@@ -905,3 +905,21 @@ def test_the_model_finds_what_it_found(servers, finding):
         assert finding in machine.known_seen, (
             f"{finding} no longer happens: remove it from KNOWN_DEFECTS"
         )
+
+
+def test_voice_notes_keep_the_invariants_a_voice_reply_each(servers):
+    # given a Meta life: a voice note, a crash, another, STOP, and a voice note after it
+    steps = [
+        ("begin", {"provider": "meta", "lag": 0}),
+        ("writes", {"slot": PHONES[0], "what": "voice", "days": 1}),
+        ("a_dependency_fails", {"where": "store", "times": 1}),
+        ("writes", {"slot": PHONES[0], "what": "voice", "days": 1}),
+        ("writes", {"slot": PHONES[0], "what": "stop", "days": 1}),
+        ("writes", {"slot": PHONES[0], "what": "voice", "days": 1}),
+    ]
+    before = len(servers.graph.sent)
+    # when they run, every invariant checked after each step (one reply each, none after STOP)
+    replay(steps)
+    # then each voice note was answered with one voice note, STOP with nothing
+    notes = [s for s in servers.graph.sent[before:] if s.get("audio")]
+    assert len(notes) == 3

@@ -329,6 +329,32 @@ def test_every_path_on_a_stack_with_every_part_on_is_granted_what_it_calls(tmp_p
     assert seen >= MUST_SEE, sorted(MUST_SEE - seen)
 
 
+@pytest.mark.slow  # a Meta stack with voice replies (about half a minute): make test-slow
+@pytest.mark.iam_refusals_expected  # recorded, not refused: asserted below, each named
+def test_a_voice_reply_on_meta_is_granted_what_it_calls(tmp_path):
+    # given a Meta stack with VoiceReplies=mirror, every call recorded against its role
+    # (voice replies need provider meta: the whasp run above cannot reach Polly)
+    with DevStack(
+        env={},
+        provider="meta",
+        parameters={"VoiceReplies": "mirror"},
+        iam="record",
+        level="quiet",
+        log_path=tmp_path / "stack.log",
+    ) as stack:
+        # when Maya sends a voice note
+        stack.send_voice_note(MAYA, "How far should I run today?")
+        answered = stack.wait_for_replies(MAYA, 1, timeout=60)
+        notes = [r for r in stack.replies_to(MAYA) if r.get("audio")]
+        refused = stack.iam_refusals()
+        seen = {(d["role"], d["action"]) for d in stack.iam_decisions() if d["allowed"]}
+    # then she got one voice note, AWS would have refused nothing, and Polly was asked as the
+    # consumer's role
+    assert answered and len(notes) == 1
+    assert not refused, sorted({f"{r['function']}: {r['action']}" for r in refused})
+    assert ("ConsumerRole", "polly:SynthesizeSpeech") in seen
+
+
 @pytest.mark.xdist_group("iam-stack")
 def test_an_operator_can_ask_iam_from_outside_what_a_role_may_do(stack):
     # given the template's roles in the local IAM, as CloudFormation creates them
