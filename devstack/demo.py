@@ -400,10 +400,9 @@ class Demo:
         self.console.note("VoiceReplies=mirror: Polly speaks the reply, Meta's /media takes it")
         address = self.address
         before = len(self.stack.replies_to(address))
-        self.console.say("Maya", "(voice note) How long should my long run be on Sunday?", style="cyan")
-        self.stack.send_voice_note(
-            self.phone, "How long should my long run be on Sunday?", bsuid=self.bsuid
-        )
+        said = "How long should my long run be on Sunday?"
+        self.console.say("Maya", f"(voice note) {said}", style="cyan")
+        self.stack.send_voice_note(self.phone, said, bsuid=self.bsuid)
         arrived = self.stack.wait_for_replies(address, before + 1, timeout=120)
         replies = self.stack.replies_to(address)[before:]
         for reply in replies:
@@ -418,8 +417,8 @@ class Demo:
                 f"an Ogg/Opus voice note, {seconds:.0f} s long",
             )
         items = self.stack.store().everything(self.stack.view(MAYA).pk)
-        said = [i for i in items if i["sk"].startswith("MSG#") and i["role"] == "assistant"]
-        last = max(said, key=lambda i: int(i["seq"])) if said else {}
+        answers = [i for i in items if i["sk"].startswith("MSG#") and i["role"] == "assistant"]
+        last: dict[str, Any] = max(answers, key=lambda i: int(i["seq"])) if answers else {}
         self.check(
             bool(last.get("voice")) and bool(last.get("text")),
             "memory keeps the reply's text (marked as spoken)",
