@@ -31,12 +31,19 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import BotoCoreError, ClientError
 
-from memagent.aws import FollowUpSchedules, KeptMedia, OperatorEvents, TranscriptArchive
+from memagent.aws import (
+    EventQueue,
+    FollowUpSchedules,
+    KeptMedia,
+    OperatorEvents,
+    TranscriptArchive,
+)
 from memagent.errors import (
     ConcurrentUpdate,
     ConfigurationError,
     EditConflict,
     InvalidEdit,
+    QueueUnavailable,
     ScheduleRefused,
     SecretUnavailable,
     SendRejected,
@@ -85,6 +92,7 @@ operator = Operator(
     )
     if settings.sends and settings.provider == "meta" and settings.meta_waba_id
     else None,
+    questions=EventQueue(settings.csat_queue_url) if settings.csat_queue_url else None,
 )
 app = APIGatewayHttpResolver()
 
@@ -100,6 +108,7 @@ ERRORS: tuple[tuple[type[Exception], int, str], ...] = (
     (SecretUnavailable, 503, "failed"),
     (ConfigurationError, 503, "failed"),
     (ScheduleRefused, 503, "failed"),  # nothing scheduled or cancelled
+    (QueueUnavailable, 503, "failed"),  # the CSAT question not queued: the hand-back's retry does
     # any other AWS error (a refused grant, throttling after botocore's retries, no answer):
     # the action did not finish, and every one is safe to ask again
     (ClientError, 503, "failed"),

@@ -92,6 +92,19 @@ class EventQueue:
             raise QueueUnavailable("SendMessage answered without a MessageId")
         return response["MessageId"]
 
+    def put_internal(self, body: dict[str, Any], *, group: str, event_id: str) -> None:
+        """Queue one of the stack's own signed events (the admin API's CSAT question) in the
+        person's FIFO group `group`, deduplicated by `event_id`; QueueUnavailable if not taken."""
+        try:
+            self._sqs.send_message(
+                QueueUrl=self.queue_url,
+                MessageBody=json.dumps(body, ensure_ascii=True),
+                MessageGroupId=group,
+                MessageDeduplicationId=deduplication_id(event_id),
+            )
+        except (BotoCoreError, ClientError) as error:
+            raise QueueUnavailable(_reason(error)) from None
+
     def enqueue_all(self, agent: str, envelopes: Sequence[Envelope]) -> int:
         """Queue many events (one provider POST's), 10 per SendMessageBatch call; return how
         many were queued, or raise QueueUnavailable if any entry was not taken: the provider

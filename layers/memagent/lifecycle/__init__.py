@@ -11,6 +11,7 @@ from memagent import face
 
 if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
     from memagent.lifecycle.audit_trail import ERASE, audit
+    from memagent.lifecycle.csat import CSAT, csat_body, csat_event_id, csat_fields
     from memagent.lifecycle.follow_ups import FOLLOW_UP, FollowUpRefused, Target, ask
     from memagent.lifecycle.rights import (
         Receipt,

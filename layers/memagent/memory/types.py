@@ -190,6 +190,14 @@ class PersonState:
     marketing: str | None = _held(Kind.CONTENT)
     marketing_at: datetime | None = _held(Kind.CONTENT)
     updated_at: datetime | None = _held(Kind.CONTENT)  # the last turn's or fold's write
+    # the CSAT question (memagent/turn/csat.py): a hand-back that asks for it keeps where it
+    # goes (the handoff's address) and the handoff it follows (its start, the question's id);
+    # once sent, the day of the conversation it rates and when; an answer within
+    # CSAT_ANSWER_WINDOW is recorded, any other message clears it
+    csat_address: str | None = _held(Kind.CONTENT)
+    csat_for: str | None = _held(Kind.CONTENT)
+    csat_day: str | None = _held(Kind.CONTENT)
+    csat_asked_at: datetime | None = _held(Kind.CONTENT)
     # the retention's end (InactiveRetentionDays after they last wrote): the TTL's attribute,
     # epoch seconds; a mark never expires (it refuses late redeliveries)
     expires_at: Epoch | None = _held(Kind.CONTENT)

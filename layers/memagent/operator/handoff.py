@@ -46,6 +46,7 @@ from memagent.errors import (
     TemplateRefused,
     WindowClosed,
 )
+from memagent.lifecycle import csat_body, csat_event_id
 from memagent.memory import Memory, Turn, agent_key, day_of
 from memagent.observability import count, logger
 from memagent.operator.seat import Seat, identifier, required_text
@@ -147,14 +148,32 @@ class ChatHandoff(Seat):
             count("OutcomesNotRecorded")
             logger.warning("outcome not recorded", extra={"error": type(error).__name__})
 
-    def hand_back(self, who: str) -> dict[str, Any]:
-        """Give the chat back to the agent (idempotent)."""
+    def hand_back(self, who: str, csat: bool | None = None) -> dict[str, Any]:
+        """Give the chat back to the agent (idempotent). `csat`: ask the person to rate the
+        conversation (None: CSAT_AFTER_HANDBACK decides); the consumer asks, in their language,
+        or says nothing (memagent/turn/csat.py). A retry of a hand-back that asked queues the
+        same question again while it is unsent: the queue and the ledger keep it one."""
         pk, _memory = self.person(who)
-        ended = self.store.hand_back(pk)
+        ask = self.settings.csat_after_handback if csat is None else csat
+        ask = ask and self.questions is not None
+        ended = self.store.hand_back(pk, csat_to=identifier(who) if ask else None)
         if ended:
             self.events.emit(HANDOFF_ENDED, pk, reason="operator")
-            logger.info("chat handed back to the agent")
-        return {"person": pk, "handoff": {"handed_off": False}, "ended": ended}
+            logger.info("chat handed back to the agent", extra={"csat": ask})
+        asked = ask and self._ask_for_rating(pk, who)
+        return {"person": pk, "handoff": {"handed_off": False}, "ended": ended, "csat": asked}
+
+    def _ask_for_rating(self, pk: str, who: str) -> bool:
+        """Queue the CSAT question the hand-back kept on the state, if it is still unsent."""
+        _pk, memory = self.person(who)
+        state, questions = memory.state, self.questions
+        if questions is None or not state.csat_for or state.last_inbound_at is None:
+            return False
+        day = day_of(state.last_inbound_at)  # the conversation handed back: the day they wrote
+        body = csat_body(pk, day, state.csat_for)
+        questions.put_internal(body, group=pk, event_id=csat_event_id(day, state.csat_for))
+        count("CsatQueued")
+        return True
 
     def reply(
         self,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from memagent.errors import InvalidEdit
 from memagent.lifecycle import audit_trail as actions
 from memagent.operator.doors import ADMINS, GROUPS, OPERATORS
 
@@ -183,7 +184,7 @@ ROUTES: tuple[Route, ...] = (
         "/people/{id}/handoff",
         OPERATORS,
         actions.HANDOFF_END,
-        lambda seat, r: seat.operator.hand_back(r.who),
+        lambda seat, r: seat.operator.hand_back(r.who, csat=_flag(r.query("csat"), "csat")),
         verb="hand-back",
     ),
     Route(
@@ -242,6 +243,15 @@ ROUTES: tuple[Route, ...] = (
         verb="cancel-follow-up",
     ),
 )
+
+
+def _flag(value: str | None, name: str) -> bool | None:
+    """A query string's true or false (None: not given, the setting decides)."""
+    if value is None:
+        return None
+    if value not in ("true", "false"):
+        raise InvalidEdit(f'"{name}" must be true or false')
+    return value == "true"
 
 
 def _one_each(routes: tuple[Route, ...]) -> None:

@@ -14,7 +14,7 @@ from memagent.observability import logger
 from memagent.providers import PERSON_ID
 
 if TYPE_CHECKING:
-    from memagent.aws import FollowUpSchedules, OperatorEvents
+    from memagent.aws import EventQueue, FollowUpSchedules, OperatorEvents
     from memagent.operator.settings import AdminSettings
     from memagent.operator.templates import TemplateCatalog
     from memagent.providers import Provider
@@ -54,6 +54,7 @@ class Seat:
         meta: bool,
         schedules: FollowUpSchedules | None = None,
         templates: TemplateCatalog | None = None,
+        questions: EventQueue | None = None,
     ):
         self.settings = settings
         self.schedules = schedules  # follow-ups' schedules (memagent.aws.scheduler), if any
@@ -64,6 +65,8 @@ class Seat:
         self.meta = meta  # Meta's 24-hour window applies to what the operator sends
         self.catalog = templates  # Meta's approved templates (MetaWabaId), if any
         self.timeout = timedelta(hours=settings.handoff_timeout_hours)
+        # the event queue, for the CSAT question a hand-back asks the consumer to send
+        self.questions = questions
 
     def person(self, who: str) -> tuple[str, Memory]:
         """The person's key and memory; UnknownPerson if we hold none. A memory whose retention

@@ -34,6 +34,13 @@ class AdminSettings(MemorySettings, ProviderSettings):
     # template list kept this long: memagent/operator/templates.py)
     meta_waba_id: str | None = setting("META_WABA_ID", None, parameter="MetaWabaId", custom=True)
     template_cache_seconds: int = setting("TEMPLATE_CACHE_SECONDS", 300, minimum=0, maximum=86400)
+    # the one-tap rating question after an operator's hand-back (memagent/turn/csat.py): off
+    # unless the business turns it on (a message it did not write itself); the hand-back's
+    # ?csat= asks, or not, either way. The question goes through the event queue.
+    csat_after_handback: bool = setting(
+        "CSAT_AFTER_HANDBACK", False, parameter="CsatAfterHandback"
+    )
+    csat_queue_url: str | None = setting("CSAT_QUEUE_URL", None)
 
     @classmethod
     def _read(cls, read: Environment) -> dict:

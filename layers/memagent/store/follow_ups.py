@@ -80,10 +80,14 @@ class FollowUpWrites(TurnWrites, LedgerWrites):
         compact: bool,
         ledger_ttl: timedelta,
         template: tuple[str, str] | None = None,
+        extra_set: dict[str, Any] | None = None,
+        remove: tuple[str, ...] = (),
     ) -> bool:
         """Store the follow-up's message as the agent's turn, with its ledger entry (the reply's
         words: a repeat sends the same), in one write; False when the entry exists (a repeat).
-        Guarded like a reply: the person's last_seq as read, no erasure since, no human."""
+        Guarded like a reply: the person's last_seq as read, no erasure since, no human.
+        `extra_set`, `remove`: state attributes the same write sets and removes (the CSAT
+        question's, memagent/turn/csat.py, which is stored the same way)."""
         # a template's (name, language) kept on the entry: a repeat sends it the same way
         entry = self._ledger_put(
             pk,
@@ -93,7 +97,14 @@ class FollowUpWrites(TurnWrites, LedgerWrites):
             reply_seq=turn.seq,
             **({"template": list(template)} if template is not None else {}),
         )
-        update = self._state_update(pk, previous=previous, seq=turn.seq, compact=compact)
+        update = self._state_update(
+            pk,
+            previous=previous,
+            seq=turn.seq,
+            compact=compact,
+            extra_set=extra_set,
+            remove=remove,
+        )
         # no human took the chat since the turn read it (a timed-out handoff read stays allowed)
         since = previous.handoff.since if previous.handoff else None
         unchanged, values = _no_handoff_since(since)

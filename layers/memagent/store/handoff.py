@@ -101,12 +101,25 @@ class HandoffWrites(TurnWrites, CompactionWrites):
             return False
         raise ConcurrentUpdate("memory changed while handing the chat over; retry")
 
-    def hand_back(self, pk: str) -> bool:
-        """End a handoff. False: none was in force."""
+    def hand_back(self, pk: str, *, csat_to: str | None = None) -> bool:
+        """End a handoff. False: none was in force. `csat_to`: the person is to be asked to
+        rate it (memagent/turn/csat.py): the state keeps where the question goes (the
+        handoff's address, else `csat_to`) and the handoff's start (the question's id), in
+        the same write."""
+        if csat_to is None:
+            return self._update_if(
+                Key={"pk": pk, "sk": STATE},
+                UpdateExpression="REMOVE " + ", ".join(HANDOFF_ATTRIBUTES),
+                ConditionExpression="attribute_exists(handoff_since)",
+            )
         return self._update_if(
             Key={"pk": pk, "sk": STATE},
-            UpdateExpression="REMOVE " + ", ".join(HANDOFF_ATTRIBUTES),
+            UpdateExpression=(
+                "SET csat_address = if_not_exists(handoff_address, :to), csat_for = handoff_since"
+                " REMOVE " + ", ".join(HANDOFF_ATTRIBUTES)
+            ),
             ConditionExpression="attribute_exists(handoff_since)",
+            ExpressionAttributeValues={":to": csat_to},
         )
 
     def handoffs(self, agent: str) -> list[dict[str, Any]]:

@@ -43,6 +43,7 @@ from memagent.observability import logger, metrics
 from memagent.providers import InboundMessage, provider_from_settings
 from memagent.store import MemoryStore
 from memagent.turn.agent import Agent
+from memagent.turn.csat import parse as csat_of
 from memagent.turn.follow_ups import parse as follow_up_of
 
 if TYPE_CHECKING:
@@ -258,8 +259,9 @@ class Consumer:
                 raise Deferred("not enough time left in this invocation")
         try:
             raw = json.loads(record.body)
-            # a follow-up whose time came (EventBridge Scheduler), else the provider's event
-            event = follow_up_of(raw) or self.parse_event(raw)
+            # a follow-up whose time came (EventBridge Scheduler), a hand-back's CSAT question
+            # (the admin API), else the provider's event
+            event = follow_up_of(raw) or csat_of(raw) or self.parse_event(raw)
         except (ValueError, MalformedEvent) as error:
             return self._park(record, str(error))
         except POISON as error:

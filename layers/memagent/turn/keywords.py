@@ -34,10 +34,11 @@ memagent/turn/replies.toml.
 
 from __future__ import annotations
 
+import dataclasses
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from memagent.memory import PersonState
@@ -45,6 +46,12 @@ from memagent.memory import PersonState
 if TYPE_CHECKING:
     from memagent.memory import Memory
     from memagent.providers import InboundMessage
+    from memagent.turn.replies import Replies
+
+# the CSAT question's options (memagent/turn/csat.py), in the order it offers them, each with
+# its score (GET /outcomes averages them: 3 is the best); a text of memagent/turn/replies.toml
+CSAT_OPTIONS = (("csat_good", 3), ("csat_okay", 2), ("csat_bad", 1))
+CSAT_ANSWER_WINDOW = timedelta(hours=24)  # a tap later than this is an ordinary message
 
 # always an opt-out, whatever OPT_OUT_WORDS says: whasp opts a chat out on STOP itself
 # (docs/whasp.md), and on Meta's Cloud API "STOP" is ours to honour (no opt-out event for chats)
@@ -195,6 +202,8 @@ class Words(Protocol):
     def opt_out_words(self) -> tuple[str, ...]: ...
     @property
     def voice_replies(self) -> str: ...
+    @property
+    def replies(self) -> Replies: ...
 
 
 @dataclass(frozen=True)
@@ -208,6 +217,7 @@ class Keyword:
     reply: str | None = None
     flags: dict[str, Any] = field(default_factory=dict)
     handoff: bool = False  # the person asked for a human: `reply` is the handoff notice
+    csat: tuple[str, int] | None = None  # the person rated a conversation: (its day, score)
 
 
 @dataclass(frozen=True)
@@ -257,6 +267,14 @@ KEYWORDS: tuple[Declared, ...] = (
         answer=lambda memory, words, flags: Keyword(
             reply="forget_question", flags={"forget_pending": True}
         ),
+    ),
+    Declared(
+        "csat answer",
+        matches=lambda said, state, words: csat_score(said, state, words) is not None,
+        alone=True,
+        in_handoff=False,  # a human has the chat again: theirs to read
+        # the score and the day it rates: `keyword`, which has the message
+        answer=lambda memory, words, flags: Keyword(reply="csat_thanks", flags=flags),
     ),
     Declared(
         "data request",
@@ -369,14 +387,35 @@ def keeps_its_meaning(text: str, state: PersonState, settings: Words) -> bool:
     return found is not None and found.in_handoff
 
 
+def csat_score(said: str, state: PersonState, words: Words) -> int | None:
+    """The score a message (normalised) answers the CSAT question with: its option's number
+    ("1"), its words in any language of the replies ("good", "bueno"), or both ("1 good"); None
+    when no question awaits an answer (none sent, answered, or over CSAT_ANSWER_WINDOW ago)."""
+    asked = state.csat_asked_at
+    if not state.csat_day or asked is None or datetime.now(UTC) - asked > CSAT_ANSWER_WINDOW:
+        return None
+    texts = words.replies.texts
+    for number, (name, score) in enumerate(CSAT_OPTIONS, 1):
+        options = {normalised(t) for t in texts[name].values()}
+        if said in {str(number), *options, *(f"{number} {o}" for o in options)}:
+            return score
+    return None
+
+
 def keyword(text: str, memory: Memory, settings: Words) -> Keyword:
     """The decision for the message being answered (`text`: the burst's last message)."""
     # anything but its "yes" cancels a pending "forget me": the memory stays
     flags: dict[str, Any] = {"forget_pending": False} if memory.state.forget_pending else {}
+    if memory.state.csat_day:  # anything but an answer leaves the rating question unanswered
+        flags.update(csat_day=None, csat_asked_at=None, csat_address=None)
     found = meaning(text, memory.state, settings)
     if found is None or found.answer is None:
         return Keyword(flags=flags)
-    return found.answer(memory, settings, flags)
+    decided = found.answer(memory, settings, flags)
+    score = csat_score(normalised(text), memory.state, settings)
+    if found.name == "csat answer" and score is not None and memory.state.csat_day:
+        return dataclasses.replace(decided, csat=(memory.state.csat_day, score))
+    return decided
 
 
 def answered_alone(message: InboundMessage, settings: Words) -> bool:

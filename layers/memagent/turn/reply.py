@@ -72,6 +72,14 @@ def reply(
 
     if asked.erase:
         return say_goodbye_and_forget(crew, pk, message, answering, fixed("forgotten"))
+    if asked.csat is not None and asked.reply is not None:
+        # the rating of the conversation handed back (memagent/turn/csat.py), kept with it: no
+        # model, and no conversation of its own (the first answer counts, a repeat nothing)
+        day, score = asked.csat
+        if _outcome(crew.store.record_csat, pk, agent_key(settings.agent_id), day, score):
+            count("CsatAnswers")
+        logger.info("CSAT answered", extra={"score": score})
+        return remember_and_send(crew, pk, message, memory, answering, fixed(asked.reply), flags)
     _open_conversation(crew, pk, answering, previous_inbound_at)
     if asked.handoff and asked.reply is not None:
         return hand_to_human(crew, pk, message, memory, answering, fixed(asked.reply), flags)
