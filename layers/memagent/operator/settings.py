@@ -37,9 +37,7 @@ class AdminSettings(MemorySettings, ProviderSettings):
     # the one-tap rating question after an operator's hand-back (memagent/turn/csat.py): off
     # unless the business turns it on (a message it did not write itself); the hand-back's
     # ?csat= asks, or not, either way. The question goes through the event queue.
-    csat_after_handback: bool = setting(
-        "CSAT_AFTER_HANDBACK", False, parameter="CsatAfterHandback"
-    )
+    csat_after_handback: bool = setting("CSAT_AFTER_HANDBACK", False, parameter="CsatAfterHandback")
     csat_queue_url: str | None = setting("CSAT_QUEUE_URL", None)
 
     @classmethod

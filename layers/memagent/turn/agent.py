@@ -51,9 +51,9 @@ from memagent.store import Standing
 from memagent.turn import events, identity, keywords
 from memagent.turn.bursts import answer_awaiting, end_of_burst
 from memagent.turn.crew import Crew
+from memagent.turn.csat import CsatDue, ask
 from memagent.turn.delivery import show_typing
 from memagent.turn.echoes import staff_echo
-from memagent.turn.csat import CsatDue, ask
 from memagent.turn.follow_ups import FollowUpDue, cancel_all, fire
 from memagent.turn.redelivery import resume, skipped
 from memagent.turn.remember import remember, to_text
@@ -68,9 +68,7 @@ RACE_ATTEMPTS = 3
 class Agent(Crew):
     """Handles one provider's events for one agent (persona); which provider, it does not know."""
 
-    def handle(
-        self, event: Event | FollowUpDue | CsatDue, *, followed: bool = False
-    ) -> str:
+    def handle(self, event: Event | FollowUpDue | CsatDue, *, followed: bool = False) -> str:
         """Process one event; return the decision taken (for logs and tests). `followed`: the
         person's next record in this batch is a message that joins this one's burst, so this
         one is stored and answered with it. A write that lost a race (a compaction committing
