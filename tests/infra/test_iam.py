@@ -440,11 +440,13 @@ def test_every_bucket_refuses_plain_http(sam_template: Template) -> None:
 def test_only_the_webhooks_role_may_send_to_the_event_queue(sam_template: Template) -> None:
     # given the stack with and without a redrive role of the operator's
     redrive = "arn:aws:iam::123456789012:role/ops"
+    # (and the admin function's role: a hand-back's CSAT question, signed with the stack's key
+    # like a follow-up's firing, which the consumer checks: memagent/lifecycle/csat.py)
     shapes = (
-        ({}, {"WebhookRole"}),
-        ({"QueueRedriveRoleArn": redrive}, {"WebhookRole", redrive}),
+        ({}, {"WebhookRole", "AdminRole"}),
+        ({"QueueRedriveRoleArn": redrive}, {"WebhookRole", "AdminRole", redrive}),
         # due follow-ups: EventBridge Scheduler sends them with the stack's scheduler role
-        ({"FollowUps": "true"}, {"WebhookRole", "FollowUpSchedulerRole"}),
+        ({"FollowUps": "true"}, {"WebhookRole", "AdminRole", "FollowUpSchedulerRole"}),
     )
     for extra, allowed in shapes:
         parameters = {**PARAMETERS, **extra}

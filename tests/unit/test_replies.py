@@ -12,6 +12,7 @@ import pytest
 from memagent.errors import ConfigurationError
 from memagent.memory import PersonState
 from memagent.turn import ConsumerSettings
+from memagent.turn.keywords import CSAT_OPTIONS, normalised
 from memagent.turn.language import LANGUAGES, language_of
 from memagent.turn.replies import built_in, language_for, placeholders
 from tests.unit.test_settings import CONSUMER
@@ -33,10 +34,23 @@ def test_every_fixed_reply_exists_in_every_language_with_the_same_placeholders()
 
 
 def test_the_languages_read_their_own_texts():
-    # a translation pasted into the wrong language would be answered in the wrong one
-    for name in NAMES:
+    # a translation pasted into the wrong language would be answered in the wrong one (the
+    # CSAT question's options are one word each: too short to tell, checked below)
+    options = {name for name, _score in CSAT_OPTIONS}
+    for name in (n for n in NAMES if n not in options):
         for language, text in built_in().texts[name].items():
             assert language_of(text) == language, (name, language, text)
+
+
+def test_the_csat_options_fit_a_reply_button_and_each_word_means_one_score():
+    # Meta's reply buttons take titles of at most 20 characters; a tap comes back as the title,
+    # and a word that answered "good" in one language and "bad" in another would be misread
+    texts = built_in().texts
+    scores: dict[str, int] = {}
+    for name, score in CSAT_OPTIONS:
+        for language, option in texts[name].items():
+            assert 0 < len(option) <= 20, (name, language, option)
+            assert scores.setdefault(normalised(option), score) == score, (name, language)
 
 
 def test_every_fixed_reply_the_turn_names_is_in_the_file():
