@@ -268,6 +268,7 @@ class Stack:
                 **provider,
                 **follow_ups,
                 "FOLLOW_UP_QUEUE_URL": self.queue_url,
+                "CSAT_QUEUE_URL": self.queue_url,  # a hand-back's rating question
                 "MEDIA_BUCKET": self.media,
                 "LEDGER_TTL_DAYS": "3650",
                 "CONSOLE_CLIENT_ID": servers.door.pool.client_id,
@@ -547,8 +548,14 @@ class Stack:
         raw = json.dumps(body).encode() if body is not None else b""
         headers = {"content-type": "application/json", **headers}
         if door == "iam":
+            path, _, query = path.partition("?")
             event = http_api_event(
-                method=method, path=path, headers=headers, body=raw, caller=OPERATOR_ARN
+                method=method,
+                path=path,
+                headers=headers,
+                body=raw,
+                query=query,
+                caller=OPERATOR_ARN,
             )
             response = self.admin.handler(event, LambdaContext())
             return response["statusCode"], json.loads(response["body"] or "null")

@@ -5,7 +5,8 @@ changes whose memory it is or what may be sent, and checks after every step:
 - nothing carrying one person's canary reaches a model request, a provider send, an admin or
   console answer that concerns someone else, nor any log line at all;
 - nothing is sent, unprompted, to a person who opted out, was erased, expired, or whose
-  number is now someone else's;
+  number is now someone else's; a hand-back's rating question (CSAT) reaches only the person
+  whose chat was handed back;
 - every inbound message ends with one reply or one recorded reason for none (its ledger entry,
   not left "stored"); each send (a follow-up's too) goes at most once; a person's messages
   reach the model in the order they wrote them;
@@ -117,6 +118,7 @@ RETENTION = timedelta(days=RETENTION_DAYS)
 SLACK = timedelta(minutes=5)  # around an expiry, what the turn decides is the model's guess
 FINAL = {"replied", "sent", "opted_out", "parked", "skipped", "answered", "for_human"}
 FINAL |= {"staff_echo"}  # what staff sent from the phone, stored: no reply is owed for it
+CSAT_QUESTION = "How did we do with your request?"  # memagent/turn/replies.toml, csat_question
 SERVERS: Servers | None = None  # the module's, set by the `servers` fixture
 
 
@@ -197,6 +199,7 @@ class Lives(RuleBasedStateMachine):
         self.sent_keys: Counter = Counter()
         self.fault_pending = self.step_faulted = False  # a failure struck into this step
         self.keywords_through_a_crash: set[str] = set()  # "forget me", "yes" after a failure
+        self.rated: set[int] = set()  # whose hand-back asked for a rating (the CSAT question)
 
     # ------------------------------------------------------------------ the world
 
@@ -436,6 +439,7 @@ class Lives(RuleBasedStateMachine):
 
     OPERATOR = ["erase", "export", "read", "facts", "follow-ups", "fact", "summary"]
     OPERATOR += ["follow-up", "cancel", "take over", "reply", "reply", "hand back"]
+    OPERATOR += ["hand back, rating"]
 
     @rule(
         slot=st.sampled_from(PHONES),
@@ -446,7 +450,7 @@ class Lives(RuleBasedStateMachine):
         """An operator, through IAM or signed in to the console (an admin to erase or export,
         an operator otherwise), erases, exports or reads the holder of the phone, adds a
         fact, replaces the summary, schedules or cancels a follow-up, takes the chat over,
-        replies, hands it back."""
+        replies, hands it back (asking for a rating, or not)."""
         now = self._begin_step("operator")
         person = self.holders[slot]
         admins = action in ("erase", "export")
@@ -477,6 +481,10 @@ class Lives(RuleBasedStateMachine):
             self._admin(person, door, "POST", "/handoff")
         elif action == "hand back":
             self._admin(person, door, "DELETE", "/handoff")
+        elif action == "hand back, rating":
+            # the CSAT question (issue 42): sent to the holder later, by the consumer
+            if self._admin(person, door, "DELETE", "/handoff?csat=true")[1].get("csat"):
+                self.rated.add(person.n)
         else:
             text = f"{self._written_by_seat(person, 'o', now)} Ana here, how can I help?"
             self._admin(person, door, "POST", "/messages", {"text": text}, **key)
@@ -649,6 +657,12 @@ class Lives(RuleBasedStateMachine):
             dead = {t: why for t in tags if (why := self._dead(t, in_table=False, at=at))}
             if dead:
                 self._violated(f"sent after they were gone: {dead} in {sent['text']!r}", cause)
+            if CSAT_QUESTION in sent["text"] and (
+                recipient is None or recipient.n not in self.rated
+            ):
+                # a hand-back's rating question goes to the person whose chat it was, only
+                who = recipient and recipient.n
+                self._violated(f"a CSAT question reached person {who}, never handed back", cause)
             if recipient is None or recipient.n in self.writers:
                 continue  # a reply to what they just wrote
             if recipient.opted_out or recipient.erased(at) or recipient.expired(at):
@@ -751,7 +765,7 @@ class Lives(RuleBasedStateMachine):
                 self._violated(f"{item['sk']} still holds {dead}", cause)
                 return
             if str(item["sk"]).startswith("EVT#") and item.get("status") not in FINAL | {None}:
-                if item.get("event_id", "").startswith("follow_up:"):
+                if item.get("event_id", "").startswith(("follow_up:", "csat:")):
                     continue  # the words stored, sent by the repeat: judged by the sends
                 crashed = item.get("event_id") in self.keywords_through_a_crash
                 self._violated(
