@@ -108,6 +108,19 @@ def test_a_person_whose_retention_ended_is_gone_for_the_seat_before_the_ttl_dele
     assert rows(env) == before and whasp.sent == sent and firing.pending() == []
 
 
+def test_a_person_whose_retention_ended_is_not_exported_before_the_ttl_deletes_them(
+    stack, lambda_context
+):
+    consumer, admin, _firing, _env = stack
+    # given Maya last wrote 31 days ago (30 days' retention), not yet deleted by the TTL
+    writes(consumer, lambda_context, "I run on Tuesdays", datetime.now(UTC) - timedelta(days=31))
+    # when an admin exports her (found by the life model: LIVES_SEED=39 LIVES_EXAMPLES=12)
+    status, answer = call(admin, lambda_context, "GET", person(), None)
+    # then it is a 404 as after the TTL: nothing of what expired is shown
+    assert status == 404
+    assert "Tuesdays" not in str(answer)
+
+
 def test_a_person_who_wrote_within_the_retention_is_the_seats_as_ever(stack, lambda_context):
     consumer, admin, _firing, _env = stack
     writes(consumer, lambda_context, "I run on Tuesdays", datetime.now(UTC) - timedelta(days=29))

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from memagent.errors import ScheduleRefused
+from memagent.errors import ScheduleRefused, UnknownPerson
 from memagent.lifecycle.audit_trail import ERASE, audit
 from memagent.lifecycle.upgrade import legacy_person
 from memagent.memory import legacy_key, person_key
@@ -411,8 +411,13 @@ def export(
     """Everything held about a person, every layer with its times, as JSON-ready data; by any
     of their identifiers (phone or BSUID). Outside the table: archived transcripts (`archive`)
     and kept media files (`kept_media`: anything with `export_person(pk) -> list[dict]`).
-    `legacy_keys`: with what the identifier's key before keyed keys holds (LEGACY_PERSON_KEYS)."""
+    `legacy_keys`: with what the identifier's key before keyed keys holds (LEGACY_PERSON_KEYS).
+    A memory whose retention has ended, or that an erasure left half-done, is gone here as for
+    the turn and the seat (UnknownPerson), whether or not DynamoDB's TTL has deleted it yet."""
     pk = resolve(store, agent, phone)
+    memory = store.load(pk)
+    if left_by_ttl(memory, datetime.now(UTC)) or left_half_done(memory):
+        raise UnknownPerson("no memory is held for this person")
     old = legacy(store, agent, phone) if legacy_keys else None
     items = store.everything(pk) + (store.everything(old) if old else [])
     state = next((item for item in items if item["sk"] == STATE), {})
