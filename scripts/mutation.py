@@ -28,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 KILLED = {"killed", "timeout", "caught by type check"}
+SHARED = ("examples", "docs", "scripts", "functions", "events", "template.yaml")
 
 
 def prepare(module: str, tests: list[str]) -> Path:
@@ -37,10 +38,13 @@ def prepare(module: str, tests: list[str]) -> Path:
     (work / "src").mkdir(parents=True)
     (work / "src" / "memagent").symlink_to(ROOT / "layers" / "memagent")
     (work / "tests").symlink_to(ROOT / "tests")
-    (work / "examples").symlink_to(ROOT / "examples")  # tests import the booking example
+    # what tests import or read by their path from the working folder: the booking example,
+    # the admin API document, the CLI, the functions' code, the events
+    for shared in SHARED:
+        (work / shared).symlink_to(ROOT / shared)
     selection = (
         f"only_mutate = {json.dumps([f'src/memagent/{path}.py'])}\n"
-        'also_copy = ["examples"]\n'
+        f"also_copy = {json.dumps(list(SHARED))}\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
     )
     config = (ROOT / "pyproject.toml").read_text()

@@ -299,3 +299,153 @@ def test_forget_me_keeps_the_days_counters(
     assert hellos[2:] == [NOTICE]
     mark = state(resources.table_name)
     assert int(mark["day_turns"]) == 2 and "last_seq" not in mark
+
+
+# ------------------------------------------------------------------ the stack's day, shared
+
+
+def spent_elsewhere(table_name: str, tokens: int) -> None:
+    """Another Lambda environment's replies on the stack's day: the ADD its StackBudget makes."""
+    import boto3
+
+    from memagent.memory.budget import day_of
+
+    key = {"pk": f"STACK#{AGENT}", "sk": f"DAY#{day_of(datetime.now(UTC))}"}
+    boto3.resource("dynamodb").Table(table_name).update_item(
+        Key=key, UpdateExpression="ADD tokens :n", ExpressionAttributeValues={":n": tokens}
+    )
+
+
+def hello(consumer: Any, chat: str, n: int, lambda_context: Any) -> None:
+    event = whasp_message("hello", chat=chat, created_at=at(n), event_id=f"evt_{n}")
+    assert failures(consumer.handler(sqs_batch(event), lambda_context)) == []
+
+
+def test_another_environments_spending_is_seen_within_a_minute_not_on_every_message(
+    consumer_env, resources, openai, whasp, monkeypatch, lambda_context
+):
+    import time as real_time
+    from types import SimpleNamespace
+
+    from memagent.memory import budget
+    from tests.integration.test_consumer import SAM
+
+    # given one environment, on a clock we move, whose first reply read the stack's day
+    clock = {"offset": 0.0}
+    moved = SimpleNamespace(
+        monotonic=lambda: real_time.monotonic() + clock["offset"], time=real_time.time
+    )
+    monkeypatch.setattr(budget, "time", moved)
+    env = {**consumer_env, "STACK_DAILY_TOKENS_HARD_LIMIT": "100000", "BUDGET_NOTICE": NOTICE}
+    consumer = load_function("consumer", env, monkeypatch)
+    hello(consumer, MAYA, 0, lambda_context)
+    # when other environments spend the rest of the day's tokens
+    spent_elsewhere(resources.table_name, 100_000)
+    # then within the minute this one still answers from what it read (one read a minute)
+    hello(consumer, SAM, 1, lambda_context)
+    assert whasp.texts_to(SAM) != [NOTICE]
+    # and a minute later it has read the day again: the next person gets the notice
+    clock["offset"] = 61.0
+    hello(consumer, "+447700900333", 2, lambda_context)
+    assert whasp.texts_to("+447700900333") == [NOTICE]
+    assert len(openai.calls()) == 2
+
+
+def test_an_environments_own_replies_count_at_once(
+    consumer_env, resources, openai, whasp, monkeypatch, lambda_context
+):
+    from tests.integration.test_consumer import SAM
+
+    # given a stack one token short of its limit when this environment first reads its day
+    env = {**consumer_env, "STACK_DAILY_TOKENS_HARD_LIMIT": "100000", "BUDGET_NOTICE": NOTICE}
+    consumer = load_function("consumer", env, monkeypatch)
+    spent_elsewhere(resources.table_name, 99_999)
+    # when Maya is answered, then Sam writes within the minute
+    hello(consumer, MAYA, 0, lambda_context)
+    hello(consumer, SAM, 1, lambda_context)
+    # then Maya's reply reached the limit here at once: Sam gets the notice, no model call
+    assert whasp.texts_to(MAYA) != [NOTICE]
+    assert whasp.texts_to(SAM) == [NOTICE]
+    assert len(openai.calls()) == 1
+
+
+def test_a_stack_that_spent_exactly_its_limit_answers_no_more(
+    consumer_env, resources, openai, whasp, monkeypatch, lambda_context
+):
+    # given a day on which the stack spent exactly its hard limit
+    env = {**consumer_env, "STACK_DAILY_TOKENS_HARD_LIMIT": "5000", "BUDGET_NOTICE": NOTICE}
+    consumer = load_function("consumer", env, monkeypatch)
+    spent_elsewhere(resources.table_name, 5000)
+    # when Maya writes, then she gets the notice and the model is not asked
+    hello(consumer, MAYA, 0, lambda_context)
+    assert whasp.texts_to(MAYA) == [NOTICE]
+    assert openai.calls() == []
+
+
+def test_a_person_who_spent_exactly_their_daily_tokens_gets_the_notice(
+    consumer_env, resources, openai, whasp, monkeypatch, lambda_context
+):
+    # given Maya's first reply of the day, and a daily token limit of exactly its tokens
+    consumer = load_function("consumer", consumer_env, monkeypatch)
+    assert failures(consumer.handler(sqs_batch(written_on(29, "one", 0, 0)), lambda_context)) == []
+    spent = reply_tokens(resources.table_name)
+    env = {**consumer_env, "PERSON_DAILY_TOKENS": str(spent), "BUDGET_NOTICE": NOTICE}
+    consumer = load_function("consumer", env, monkeypatch)
+    # when she writes again that day
+    assert failures(consumer.handler(sqs_batch(written_on(29, "two", 1, 1)), lambda_context)) == []
+    # then she gets the notice: the limit is reached, not only passed
+    assert whasp.texts_to(MAYA)[-1] == NOTICE
+    assert len(openai.calls()) == 1
+
+
+def test_without_a_hard_limit_the_stack_keeps_no_counter(
+    consumer_env, resources, openai, whasp, monkeypatch, lambda_context
+):
+    # given no StackDailyTokensHardLimit (the default)
+    env = {k: v for k, v in consumer_env.items() if k != "STACK_DAILY_TOKENS_HARD_LIMIT"}
+    consumer = load_function("consumer", env, monkeypatch)
+    # when Maya is answered, then nothing is written for the stack's day (no write a reply)
+    hello(consumer, MAYA, 0, lambda_context)
+    assert len(openai.calls()) == 1
+    assert stack_tokens(resources.table_name) == 0
+
+
+def test_the_stacks_day_counter_expires_three_days_on(
+    consumer_env, resources, openai, whasp, monkeypatch, lambda_context
+):
+    import time
+
+    import boto3
+
+    from memagent.memory.budget import day_of
+
+    # given a stack with a hard limit
+    env = {**consumer_env, "STACK_DAILY_TOKENS_HARD_LIMIT": "100000"}
+    consumer = load_function("consumer", env, monkeypatch)
+    # when Maya is answered
+    before = int(time.time())
+    hello(consumer, MAYA, 0, lambda_context)
+    after = int(time.time())
+    # then the day's counter item is set to expire (DynamoDB's TTL) three days on, so the
+    # table keeps no more than a few days' counters
+    key = {"pk": f"STACK#{AGENT}", "sk": f"DAY#{day_of(datetime.now(UTC))}"}
+    item = boto3.resource("dynamodb").Table(resources.table_name).get_item(Key=key)["Item"]
+    assert before + 3 * 86_400 <= int(item["expires_at"]) <= after + 3 * 86_400
+
+
+def test_a_photo_right_after_the_days_last_turn_is_not_described(
+    consumer_env, resources, openai, whasp, monkeypatch, lambda_context
+):
+    # given a limit of one model turn a day, and Maya answered once (not yet counted on her
+    # state: her next message's write counts it)
+    env = {**consumer_env, "PERSON_DAILY_TURNS": "1", "BUDGET_NOTICE": NOTICE}
+    consumer = load_function("consumer", env, monkeypatch)
+    assert failures(consumer.handler(sqs_batch(message("hello", 0)), lambda_context)) == []
+    asked = model_requests(openai)
+    # when she sends a photo
+    photo = whasp.add_media(b"\x89PNG....", "image/png")
+    event = media_message("image", photo, "image/png", 1, message_id="m1")
+    assert failures(consumer.handler(sqs_batch(event), lambda_context)) == []
+    # then it is not described (the answered turn counts) and she gets the notice
+    assert model_requests(openai) == asked
+    assert whasp.texts_to(MAYA)[-1] == NOTICE

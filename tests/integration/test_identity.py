@@ -83,9 +83,12 @@ def test_the_person_key_is_read_from_secrets_manager_and_computes_other_keys(
 ):
     import memagent.memory.person as person
 
-    # given a stack whose key is its generated secret (no plain PERSON_KEY)
+    import uuid
+
+    # given a stack whose key is its generated secret (no plain PERSON_KEY; a name of its own,
+    # as the moto server may outlive one run of this test: make mutation runs it again)
     arn = boto3.client("secretsmanager").create_secret(
-        Name="PersonKeySecret-identity-test", SecretString="s" * 64
+        Name=f"PersonKeySecret-identity-{uuid.uuid4().hex[:8]}", SecretString="s" * 64
     )["ARN"]
     local = person.person_key(AGENT, MAYA_PHONE)
     monkeypatch.delenv("PERSON_KEY")

@@ -194,6 +194,71 @@ def test_admin_export_holds_every_layer(admin, resources, lambda_context):
     assert body["state"]["last_seq"] == 6
 
 
+@pytest.mark.parametrize("summary_kept", ["on the state", "as its own item", "none"])
+def test_an_export_is_exactly_what_is_held_field_by_field(
+    admin, resources, lambda_context, summary_kept
+):
+    """Art. 15: every message with its number and time, every fact, every processed event,
+    the state (but the summary, which is its own section), and the summary with what it
+    covers, as plain JSON; nothing more, nothing renamed."""
+    start = datetime(2026, 6, 1, tzinfo=UTC)
+    fill(resources.table_name, MAYA, messages=3, facts=1, ledger=1)
+    table = boto3.resource("dynamodb").Table(resources.table_name)
+    pk = person_key(AGENT, MAYA)
+    summary: dict[str, Any] | None = {
+        "text": "Maya told me about her new job.",
+        "covers_up_to_message": 0,
+        "updated_at": None,
+    }
+    if summary_kept == "as its own item":  # where the compactor keeps it now
+        at = (start + timedelta(days=1)).isoformat()
+        table.put_item(Item={"pk": pk, "sk": "SUMMARY", "text": "Maya is a nurse.", "at": at})
+        table.update_item(
+            Key={"pk": pk, "sk": "STATE"},
+            UpdateExpression="SET marker = :m REMOVE summary",
+            ExpressionAttributeValues={":m": 2},
+        )
+        summary = {"text": "Maya is a nurse.", "covers_up_to_message": 2, "updated_at": at}
+    elif summary_kept == "none":
+        table.update_item(Key={"pk": pk, "sk": "STATE"}, UpdateExpression="REMOVE summary")
+        summary = None
+    # when an operator exports her
+    response = admin.handler(admin_event("GET", MAYA), lambda_context)
+    # then the export holds exactly what is kept about her
+    assert response["statusCode"] == 200
+    body = json.loads(response["body"])
+    assert datetime.fromisoformat(body.pop("exported_at")) <= datetime.now(UTC)
+    marker = 2 if summary_kept == "as its own item" else 0
+    assert body == {
+        "agent": AGENT,
+        "phone": MAYA,
+        "person": pk,
+        "summary": summary,
+        "facts": [{"text": "Fact 0", "at": start.isoformat()}],
+        "messages": [
+            {
+                "seq": seq,
+                "role": "user" if seq % 2 else "assistant",
+                "text": f"private text {seq}",
+                "at": (start + timedelta(minutes=seq)).isoformat(),
+                "whasp_number": BUSINESS,
+            }
+            for seq in (1, 2, 3)
+        ],
+        "follow_ups": [],
+        "processed_events": [{"event_id": f"evt_{MAYA}_0", "status": "sent", "at": None}],
+        "state": {
+            "last_seq": 3,
+            "marker": marker,
+            "last_number": BUSINESS,
+            "last_inbound_at": start.isoformat(),
+            "compaction_due": False,
+        },
+        "archived_transcripts": [],
+        "kept_media": [],
+    }
+
+
 def test_admin_delete_forgets_and_returns_a_receipt(admin, resources, lambda_context):
     fill(resources.table_name, MAYA, messages=6, facts=2, ledger=3)
     response = admin.handler(admin_event("DELETE", MAYA), lambda_context)
