@@ -81,9 +81,9 @@ def test_no_key_group_id_or_log_line_is_computable_from_a_phone_without_the_stac
 def test_the_person_key_is_read_from_secrets_manager_and_computes_other_keys(
     moto_server, monkeypatch
 ):
-    import memagent.memory.person as person
-
     import uuid
+
+    import memagent.memory.person as person
 
     # given a stack whose key is its generated secret (no plain PERSON_KEY; a name of its own,
     # as the moto server may outlive one run of this test: make mutation runs it again)
