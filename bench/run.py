@@ -132,7 +132,13 @@ def main(argv: list[str] | None = None) -> int:
             if args.only in (None, key):
                 step(label)
                 extra = {"tokenizer": tokenizer} if bench is context_bench else {}
+                # each benchmark's functions read the environment it leaves (harness
+                # .load_function keeps it set): the next one starts from the stack's, as each
+                # function has its own in AWS
+                kept = dict(os.environ)
                 measured[key] = bench.run(stack, **sizes.get(key, {}), **extra)
+                os.environ.clear()
+                os.environ.update(kept)
     if args.only in (None, "e2e"):
         step("5. the local stack end to end")
         measured["e2e"] = e2e_bench.run(**sizes["e2e"])
