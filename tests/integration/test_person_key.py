@@ -149,13 +149,15 @@ def a_stack(table: str) -> str:
 
 
 def mayas_memory(table: str) -> str:
-    """Maya's three messages, written under the stack's key (as its functions wrote them)."""
+    """Maya's three messages and her state, written under the stack's key (as its functions
+    wrote them: every turn writes the state, and messages without one are what an expiry left)."""
     pk = key_under(STACKS_KEY, MAYA)
     with boto3.resource("dynamodb").Table(table).batch_writer() as batch:
         for seq in (1, 2, 3):
             at = f"2026-11-29T10:0{seq}:00+00:00"
             item = {"pk": pk, "sk": f"MSG#{seq:012d}", "seq": seq, "role": "user", "at": at}
             batch.put_item(Item={**item, "text": f"private text {seq}"})
+        batch.put_item(Item={"pk": pk, "sk": "STATE", "last_seq": 3})
     return pk
 
 
@@ -192,7 +194,7 @@ def test_an_operator_shell_holding_the_local_key_is_refused(resources, action):
     # then the tool refuses, says why, and Maya's memory is untouched
     assert done.returncode == 2, done.stdout
     assert "published local key" in done.stderr and done.stdout == ""
-    assert len(items_of(table, pk)) == 3
+    assert len(items_of(table, pk)) == 4  # untouched: three messages and the state
 
 
 @pytest.mark.parametrize("action", ["export", "forget"])
@@ -205,7 +207,7 @@ def test_a_key_that_is_not_the_stacks_is_refused(resources, action):
     # then the tool refuses, naming the stack to give instead
     assert done.returncode == 2, done.stdout
     assert f"not stack {stack}'s" in done.stderr and f"--stack {stack}" in done.stderr
-    assert len(items_of(table, pk)) == 3
+    assert len(items_of(table, pk)) == 4  # untouched: three messages and the state
 
 
 def test_with_the_stack_its_own_key_is_used_whatever_the_shell_holds(resources):

@@ -43,7 +43,8 @@ def test_memory_kept_under_a_legacy_key_is_the_persons_context_on_their_next_mes
         consumer, lambda_context, monkeypatch, "I have a dog called Biscuit", "He is three"
     )
     old = partition(resources, legacy_key(AGENT, MAYA))
-    assert {i["sk"][:4] for i in old} == {"MSG#", "EVT#", "STATE"[:4]}
+    # the messages, their ledger, the state, and the day's conversation (outcomes)
+    assert {i["sk"][:4] for i in old} == {"MSG#", "EVT#", "STATE"[:4], "CONV"}
     # when she writes after the upgrade
     assert (
         failures(consumer.handler(sqs_batch(message("Guess his name?", 5)), lambda_context)) == []
