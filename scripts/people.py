@@ -60,7 +60,7 @@ import boto3
 
 from devstack.resources import parameter_default
 from memagent.aws.archive import KeptMedia, TranscriptArchive
-from memagent.errors import ConfigurationError, SecretUnavailable
+from memagent.errors import ConfigurationError, SecretUnavailable, UnknownPerson
 from memagent.lifecycle.rights import export, forget
 from memagent.memory import person_key_secret
 from memagent.operator.routes import ROUTES as ADMIN_ROUTES
@@ -251,7 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     archive = TranscriptArchive(bucket) if bucket else None
     media = KeptMedia(media_bucket) if media_bucket else None
     if args.action == "export":
-        person = export(store, agent, args.phone, archive=archive, kept_media=media)
+        try:
+            person = export(store, agent, args.phone, archive=archive, kept_media=media)
+        except UnknownPerson:  # their retention ended: gone, whether or not the TTL ran yet
+            sys.stderr.write("no memory is held for this person (their retention has ended)\n")
+            return 1
         json.dump(person, sys.stdout, indent=2, default=str)
     else:
         receipt = forget(store, agent, args.phone, archive=archive, media=media)

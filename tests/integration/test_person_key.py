@@ -229,3 +229,17 @@ def test_with_the_stack_its_own_key_is_used_whatever_the_shell_holds(resources):
     assert forgotten.returncode == 0, forgotten.stderr
     assert answer(forgotten)["by_kind"]["messages"] == 3
     assert [set(item) for item in items_of(table, pk)] == [{"pk", "sk", "erased_at"}]
+
+
+def test_the_tool_says_an_expired_person_is_gone_rather_than_exporting_them(resources):
+    # given Maya's messages with no state item: what her retention's expiry leaves until the
+    # stream's record erases the rest
+    table = resources.table_name
+    stack = a_stack(table)
+    pk = mayas_memory(table)
+    boto3.resource("dynamodb").Table(table).delete_item(Key={"pk": pk, "sk": "STATE"})
+    # when the operator exports her by the stack, then the tool says she is gone, shows nothing
+    exported = people("export", MAYA, "--stack", stack, PERSON_KEY=None, MEMAGENT_LOCAL_STACK=None)
+    assert exported.returncode == 1, exported.stderr
+    assert "retention has ended" in exported.stderr
+    assert "private text" not in exported.stdout + exported.stderr
