@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install test test-slow test-all mutation lint format validate scan build events bench demo chat invoke console smoke clean
+.PHONY: help install test test-slow test-all mutation lint format validate scan build events docs bench demo chat invoke console smoke clean
 
 help:
 	@echo "make test      the test suite, in parallel, without the slow tier (creates .venv)"
@@ -19,6 +19,7 @@ help:
 	@echo "make scan      checkov on template.yaml (its own virtualenv, .venv-scan)"
 	@echo "make build     sam build for python3.13/arm64, then check the artifacts"
 	@echo "make events    re-sign events/webhook-*.json with a fresh timestamp"
+	@echo "make docs      rewrite docs/deploy.md's parameters table from template.yaml's Descriptions"
 	@echo "make demo      the whole pipeline on this machine, a scripted conversation (no AWS, no key);"
 	@echo "               make demo PROVIDER=meta runs it through Meta's Cloud API payloads;"
 	@echo "               make demo MODEL_PROVIDER=bedrock with ModelProvider=bedrock (still offline)"
@@ -114,6 +115,11 @@ build: $(STAMP)
 
 events: $(STAMP)
 	$(PY) scripts/sign_events.py
+
+# docs/deploy.md's parameters table, from template.yaml (tests/infra/test_configuration.py fails
+# when it is stale)
+docs: $(STAMP)
+	$(PY) scripts/docs.py
 
 demo: $(STAMP)
 	$(PY) -m devstack.demo $(if $(PROVIDER),--provider $(PROVIDER)) $(if $(MODEL_PROVIDER),--model-provider $(MODEL_PROVIDER))

@@ -1,7 +1,8 @@
 """Each setting is declared once, in its settings class's table (memagent.environment.setting:
 its variable, default, bounds and template Parameter). template.yaml's Parameters (Default,
-AllowedValues, MinValue, MaxValue), the functions' environments and the docs' rows
-(docs/configuration.md, docs/deploy.md) are held to those tables here, so none of them drifts
+AllowedValues, MinValue, MaxValue), the functions' environments and the configuration table's
+rows (docs/configuration.md) are held to those tables here (docs/deploy.md's parameters are
+written from the template: scripts/docs.py), so none of them drifts
 from what the code reads."""
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ import pytest
 from devstack.resources import load_template
 from memagent.environment import Setting, table_of
 from tests.infra.test_configuration import CONFIGURATION_TABLE, FUNCTION_SETTINGS
-from tests.infra.test_template import ROOT, references
+from tests.infra.test_template import references
 
-DEPLOY_PAGE = ROOT / "docs" / "deploy.md"
 # the doc's names for the functions
 READERS = {
     "WebhookFunction": "webhook",
@@ -176,23 +176,4 @@ def test_each_settings_row_says_its_default_and_who_reads_it() -> None:
                     wrong.append(f"{name}: {default!r} does not say {value!r}")
             elif not re.match(re.escape(value) + r"\b", said):
                 wrong.append(f"{name}: {default!r} does not start with {value!r}")
-    assert wrong == [], "\n".join(wrong)
-
-
-def test_each_parameters_row_in_the_deploy_page_says_its_default(template) -> None:
-    # given the deploy page's parameters table (a row may hold several: "A / B", "x / y")
-    table = rows(DEPLOY_PAGE.read_text(encoding="utf-8"))
-    wrong = []
-    for parameter, spec in template["Parameters"].items():
-        if parameter not in table:
-            continue  # test_configuration requires the row
-        names = re.findall(r"`(\w+)`", table[parameter][0])
-        defaults = [plain(d).strip() for d in table[parameter][1].split(" / ")]
-        said = defaults[names.index(parameter)] if len(defaults) == len(names) else defaults[0]
-        value = as_text(spec.get("Default", ""))
-        # then the row gives the template's Default ("empty" for ""; digits may be grouped)
-        if value == "" and not said.startswith(("empty", "(required")):
-            wrong.append(f"{parameter}: {said!r}, the template's Default is empty")
-        elif value and not said.replace(",", "").startswith(value):
-            wrong.append(f"{parameter}: {said!r}, the template's Default is {value!r}")
     assert wrong == [], "\n".join(wrong)
