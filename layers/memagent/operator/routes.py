@@ -1,10 +1,10 @@
 """Every admin route, declared once: its method and path, the group that may use it, its audit
 action, the CLI's verb and what it does. functions/admin/app.py serves exactly these rows (and
 the console's page, GET /, which is no API route); scripts/people.py builds its operator verbs
-from them; tests hold template.yaml's events, docs/admin-api.yaml and docs/operator.md to them.
+from them; tests hold docs/admin-api.yaml and docs/operator.md to them.
 
 A new route is a row here, its domain call (reading.py, edits.py, handoff.py), its path in
-docs/admin-api.yaml, its HttpApi event in template.yaml and its test (CONTRIBUTING.md).
+docs/admin-api.yaml and its test (CONTRIBUTING.md): both APIs reach the function on /{proxy+}.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ Handler = Callable[[Seat, Request], dict[str, Any]]
 class Route:
     """`path` as API Gateway and docs/admin-api.yaml spell it ({id}); `group`: the least group
     that may use it (admins may use every route); `verb`: the CLI's (scripts/people.py), None
-    where the CLI has none; `console_only`: served on ConsoleApi alone (AdminApi has no event)."""
+    where the CLI has none. Both doors serve every row (each API reaches the function on
+    /{proxy+})."""
 
     method: str
     path: str
@@ -75,7 +76,6 @@ class Route:
     action: str
     handler: Handler
     verb: str | None = None
-    console_only: bool = False
 
     def __post_init__(self) -> None:
         # fail closed, at import: a route nobody's group was chosen for is not served to anyone
@@ -135,7 +135,6 @@ ROUTES: tuple[Route, ...] = (
         OPERATORS,
         actions.LIST_RECENT,
         lambda seat, r: seat.operator.recent(),
-        console_only=True,  # the sparse RecentIndex of OperatorConsole=true
     ),
     # editing the memory
     Route(
