@@ -798,6 +798,7 @@ def test_an_operators_cancel_scheduler_refuses_is_a_503_and_the_follow_up_stays(
 def test_whasp_refuses_a_template_and_sends_nothing(whasp_server):
     # given whasp's client: whasp has no templates, nor a window a template would cross
     from memagent.errors import SendRejected
+    from memagent.providers import TemplateMessage
     from memagent.providers.whasp import WhaspClient
 
     client = WhaspClient(whasp_server.url, "whasp-test-key")
@@ -807,9 +808,7 @@ def test_whasp_refuses_a_template_and_sends_nothing(whasp_server):
         client.send_template(
             sender="+15550001111",
             to=MAYA,
-            name="reminder",
-            language="en_GB",
-            parameters=("Hi",),
+            template=TemplateMessage("reminder", "en_GB", ("Hi",)),
             key="k",
         )
     # then it refused for good (SendRejected: never retried) and nothing reached whasp

@@ -11,6 +11,7 @@ import pytest
 
 from devstack.events import META_NUMBER_ID, META_WABA_ID
 from memagent.errors import TemplateRefused
+from memagent.providers import TemplateMessage
 from tests.conftest import AGENT, MAYA, load_function
 from tests.integration.test_operator import (  # noqa: F401 (admin, admin_env: fixtures)
     admin,
@@ -199,9 +200,7 @@ def test_the_graph_stand_in_refuses_a_template_as_meta_does(
         client.send_template(
             sender=META_NUMBER_ID,
             to=MAYA,
-            name="session_reminder",
-            language=language,
-            parameters=parameters,
+            template=TemplateMessage("session_reminder", language, parameters),
             key="k",
         )
     assert refused.value.code == code
@@ -211,9 +210,7 @@ def test_the_graph_stand_in_refuses_a_template_as_meta_does(
     client.send_template(
         sender=META_NUMBER_ID,
         to=MAYA,
-        name="session_reminder",
-        language="en_US",
-        parameters=("Maya", "Thursday"),
+        template=TemplateMessage("session_reminder", "en_US", ("Maya", "Thursday")),
         key="k",
     )
     assert graph.texts_to(MAYA) == ["Hi Maya, your session is on Thursday. Reply to confirm."]

@@ -50,7 +50,7 @@ from memagent.lifecycle import csat_body, csat_event_id
 from memagent.memory import Memory, Turn, agent_key, day_of
 from memagent.observability import count, logger
 from memagent.operator.seat import Seat, identifier, required_text
-from memagent.providers import idempotency_key, split_text
+from memagent.providers import TemplateMessage, idempotency_key, split_text
 from memagent.store import PART, SENDING, SENT, STORED, claim_holds, iso, sent_parts
 
 if TYPE_CHECKING:
@@ -371,9 +371,11 @@ class ChatHandoff(Seat):
                     provider.send_template(
                         sender=turn.number or "",
                         to=who,
-                        name=template["name"],
-                        language=template["language"],
-                        parameters=tuple(template["parameters"]),
+                        template=TemplateMessage(
+                            name=template["name"],
+                            language=template["language"],
+                            parameters=tuple(template["parameters"]),
+                        ),
                         key=idempotency_key(event_key, part),
                     )
                     if template

@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the face (memagent.face): what other wings and the function
         Provider,
         ReplyStatus,
         StaffEcho,
+        TemplateMessage,
         check_size,
         idempotency_key,
         parse_send_key,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -149,6 +149,16 @@ Event = (
 ParseEvent = Callable[[Any], Event]
 
 
+@dataclass(frozen=True)
+class TemplateMessage:
+    """An approved template as one message: its name and language as the provider approved
+    them, and its body's parameters, in order (none for a body without placeholders)."""
+
+    name: str
+    language: str
+    parameters: tuple[str, ...] = ()
+
+
 class Provider(Protocol):
     """The consumer's side of a provider. Failures are typed (memagent.errors): TransientError
     (retried), SendRejected (parked), OptedOut (recorded)."""
@@ -166,19 +176,10 @@ class Provider(Protocol):
         provider's message id."""
         ...
 
-    def send_template(
-        self,
-        *,
-        sender: str,
-        to: str,
-        name: str,
-        language: str,
-        parameters: Sequence[str],
-        key: str,
-    ) -> str:
-        """Send an approved template (`name`, `language`) with its body's `parameters`, in
-        order: what may cross a closed window (Meta's 24 hours). A provider without
-        templates refuses it for good (SendRejected). Returns the provider's message id."""
+    def send_template(self, *, sender: str, to: str, template: TemplateMessage, key: str) -> str:
+        """Send an approved template with its body's parameters: what may cross a closed
+        window (Meta's 24 hours). A provider without templates refuses it for good
+        (SendRejected). Returns the provider's message id."""
         ...
 
     def upload_voice(self, *, sender: str, audio: bytes) -> str | None:

@@ -20,10 +20,8 @@ from typing import TYPE_CHECKING
 from memagent.observability import logger
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from memagent.memory import Choices
-    from memagent.providers.seam import InboundMessage, Provider
+    from memagent.providers.seam import InboundMessage, Provider, TemplateMessage
 
 TEST_PERSON = "+12025550173"  # +1 202 555-0173: fictional by NANPA's rule, never a subscriber
 VOID_ID = "void"  # the "provider message id" a voided part records
@@ -53,22 +51,11 @@ class IntoTheVoid:
             sender=sender, to=to, text=text, choices=choices, key=key
         )
 
-    def send_template(
-        self,
-        *,
-        sender: str,
-        to: str,
-        name: str,
-        language: str,
-        parameters: Sequence[str],
-        key: str,
-    ) -> str:
+    def send_template(self, *, sender: str, to: str, template: TemplateMessage, key: str) -> str:
         """Meta's approved template (a follow-up outside the 24-hour window)."""
         if is_test_person(to):
             return _voided(key)
-        return self._provider.send_template(
-            sender=sender, to=to, name=name, language=language, parameters=parameters, key=key
-        )
+        return self._provider.send_template(sender=sender, to=to, template=template, key=key)
 
     def upload_voice(self, *, sender: str, audio: bytes) -> str | None:
         # an upload reaches nobody (Meta keeps it 30 days, unsent): the send below is voided

@@ -44,7 +44,7 @@ import hmac
 import json
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -76,6 +76,7 @@ from memagent.providers.signing import SECRET_PREFIX
 if TYPE_CHECKING:
     from memagent.environment import Secret
     from memagent.memory import Choices
+    from memagent.providers.seam import TemplateMessage
 
 HEADER_ID = "webhook-id"
 HEADER_TIMESTAMP = "webhook-timestamp"
@@ -370,16 +371,7 @@ class WhaspClient:
         numbered lines, and the person answers with a number or the option's words."""
         return self.send_text(sender=sender, to=to, text=text, key=key)
 
-    def send_template(
-        self,
-        *,
-        sender: str,
-        to: str,
-        name: str,
-        language: str,
-        parameters: Sequence[str],
-        key: str,
-    ) -> str:
+    def send_template(self, *, sender: str, to: str, template: TemplateMessage, key: str) -> str:
         """whasp has no templates (nor a window to cross: the turn asks for one only on Meta's
         closed window), so nothing is sent: a permanent refusal, as a 4xx would be."""
         raise SendRejected(400)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from memagent.errors import AgentError, OptedOut, SendRejected, TransientError
 from memagent.observability import count, logger
-from memagent.providers import idempotency_key, split_text
+from memagent.providers import TemplateMessage, idempotency_key, split_text
 from memagent.store import ledger
 from memagent.turn.voice import send_voice
 
@@ -106,9 +106,8 @@ def _send_part(
     if template is None:
         return crew.provider.send_text(sender=sender, to=to, text=text, key=key)
     name, language = template
-    return crew.provider.send_template(
-        sender=sender, to=to, name=name, language=language, parameters=(text,), key=key
-    )
+    whole = TemplateMessage(name=name, language=language, parameters=(text,))
+    return crew.provider.send_template(sender=sender, to=to, template=whole, key=key)
 
 
 def say_goodbye_and_forget(

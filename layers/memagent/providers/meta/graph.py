@@ -35,11 +35,9 @@ from memagent.providers.origins import Origin, url_origin
 from memagent.providers.seam import post_with_fresh_key
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from memagent.environment import Secret
     from memagent.memory import Choices
-    from memagent.providers.seam import InboundMessage
+    from memagent.providers.seam import InboundMessage, TemplateMessage
 
 # error.code -> what to do (docs/meta.md, "Replies"). Anything not listed and not 5xx is permanent.
 RETRY_CODES = frozenset({130429, 131056, 4, 80007, 131000, 1, 2, 131016, 131057})
@@ -237,28 +235,19 @@ class GraphClient:
             return self.send_text(sender=sender, to=to, text=text, key=key)
         return self._send_message(sender, to, key, type="interactive", interactive=shown)
 
-    def send_template(
-        self,
-        *,
-        sender: str,
-        to: str,
-        name: str,
-        language: str,
-        parameters: Sequence[str],
-        key: str,
-    ) -> str:
+    def send_template(self, *, sender: str, to: str, template: TemplateMessage, key: str) -> str:
         """Send an approved template with its body's parameters, in order (what may go
         outside the 24-hour window: docs/follow-ups.md, an operator's template); return its
         wamid. Its errors (132000, 132001, 132015, 132016) are permanent: SendRejected, never
         a fall back to free text."""
-        template: dict[str, Any] = {
-            "name": name,
-            "language": {"policy": "deterministic", "code": language},
+        sent: dict[str, Any] = {
+            "name": template.name,
+            "language": {"policy": "deterministic", "code": template.language},
         }
-        if parameters:
-            body = [{"type": "text", "text": text} for text in parameters]
-            template["components"] = [{"type": "body", "parameters": body}]
-        return self._send_message(sender, to, key, type="template", template=template)
+        if template.parameters:
+            body = [{"type": "text", "text": text} for text in template.parameters]
+            sent["components"] = [{"type": "body", "parameters": body}]
+        return self._send_message(sender, to, key, type="template", template=sent)
 
     def upload_voice(self, *, sender: str, audio: bytes) -> str | None:
         """Upload a voice note (ogg/opus) to the number's media; return its media id. Nothing
