@@ -24,22 +24,21 @@ ordinary message and clears the question.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from memagent.lifecycle import CSAT, csat_event_id, csat_fields, left_by_ttl, left_half_done
-from memagent.memory import Choices, Turn, agent_key, person_key
+from memagent.lifecycle import csat_event_id, csat_fields, left_by_ttl, left_half_done
+from memagent.memory import Choices, Turn
 from memagent.observability import count, logger
-from memagent.providers import InboundMessage
 from memagent.store import iso, ledger
-from memagent.turn.delivery import send
+from memagent.turn.delivery import say_unprompted, send_again, sending_number, window_closed
+from memagent.turn.identity import reaches
 from memagent.turn.keywords import CSAT_OPTIONS
 from memagent.turn.replies import language_for
 
 if TYPE_CHECKING:
     from memagent.turn.crew import Crew
 
-META_WINDOW = timedelta(hours=24)  # docs/meta.md: free text only within it
 # what the sent question takes off the state (its address stays, for a repeat, until answered)
 ASKED = ("csat_for",)
 
@@ -82,39 +81,34 @@ def ask(crew: Crew, due: CsatDue) -> str:
     address = state.csat_address
     if not state.last_seq or left_by_ttl(memory, now) or left_half_done(memory):
         return _dropped(crew, pk, "expired")
-    if crew.store.reached_by(person_key(crew.settings.agent_id, address)) != pk:
+    if not reaches(crew, pk, address):
         return _dropped(crew, pk, "address_moved")
     if state.opted_out:
         return _dropped(crew, pk, "opted_out")
     if state.handed_off(now, crew.handoff_timeout):
         return _dropped(crew, pk, "handed_off")
-    inside = state.last_inbound_at is not None and now - state.last_inbound_at < META_WINDOW
-    if crew.settings.provider == "meta" and not inside:
+    if window_closed(crew, state.last_inbound_at, now):
         return _dropped(crew, pk, "window_closed")
     replies = crew.settings.replies
     language = language_for(None, state, replies)
     choices = Choices(options=tuple(replies.text(name, language) for name, _ in CSAT_OPTIONS))
     text = choices.numbered(replies.text("csat_question", language))
-    seq, number = memory.next_seq, state.last_number or ""
-    # whasp: from the number that replaced the one they wrote to, if whasp replaced it since
-    number = crew.store.current_number(agent_key(crew.settings.agent_id), number) or number
-    turn = Turn(seq=seq, role="assistant", text=text, at=now, number=number, choices=choices)
-    stored = crew.store.remember_follow_up(
+    number = sending_number(crew, state.last_number or "")
+    turn = Turn(
+        seq=memory.next_seq, role="assistant", text=text, at=now, number=number, choices=choices
+    )
+    decision = say_unprompted(
+        crew,
         pk,
-        previous=state,
+        state,
         event_id=event_id,
+        to=address,
         turn=turn,
-        compact=seq - state.marker >= crew.settings.compact_threshold,
-        ledger_ttl=crew.ledger_ttl,
         extra_set={"csat_day": due.day, "csat_asked_at": iso(now)},
         remove=ASKED,
     )
-    if not stored:  # a repeat raced this one: it owns the words
+    if decision is None:  # a repeat raced this one: it owns the words
         return _resend(crew, pk, due, crew.store.ledger(pk, event_id) or {}, crew.store.load(pk))
-    decision = send(
-        crew, pk, _address(due, address, number), event_id, number, text, reply_seq=seq,
-        choices=choices,
-    )  # fmt: skip
     if decision == "sent":
         count("CsatAsked")
     logger.info("CSAT question done", extra={"decision": decision})
@@ -130,40 +124,13 @@ def _resend(crew: Crew, pk: str, due: CsatDue, entry: dict, memory: Any) -> str:
     if entry.get("status") != ledger.STORED or turn is None or not isinstance(address, str):
         count("CsatRepeated")
         return "csat_repeat"
-    if crew.store.reached_by(person_key(crew.settings.agent_id, address)) != pk:
+    if not reaches(crew, pk, address):
         return _dropped(crew, pk, "address_moved")
     if memory.state.opted_out:
         return _dropped(crew, pk, "opted_out")
-    decision = send(
-        crew,
-        pk,
-        _address(due, address, turn.number or ""),
-        due.event_id,
-        turn.number or "",
-        turn.text,
-        ledger.sent_parts(entry),
-        reply_seq=turn.seq,
-        choices=turn.choices,
-    )
+    decision = send_again(crew, pk, address, due.event_id, turn, entry, number="")
     count("CsatAsked" if decision == "sent" else "CsatRepeated")
     return f"csat_{decision}"
-
-
-def _address(due: CsatDue, address: str, number: str) -> InboundMessage:
-    """Where the question goes, in the shape delivery sends to (its address and our number)."""
-    return InboundMessage(
-        event_id=due.event_id,
-        created_at=due.created_at,
-        number=number,
-        chat=address,
-        label=None,
-        message_id=due.event_id,
-        kind=CSAT,
-        text=None,
-        caption=None,
-        media=None,
-        sent_at=due.created_at,
-    )
 
 
 def _dropped(crew: Crew, pk: str, reason: str) -> str:

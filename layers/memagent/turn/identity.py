@@ -91,6 +91,13 @@ def person(
     return pk, memory
 
 
+def reaches(crew: Crew, pk: str, address: str) -> bool:
+    """Does `address` (a phone, a BSUID) still reach the person `pk` (one GetItem)? What
+    the agent writes unprompted, asked for long ago, goes nowhere else: not to a recycled
+    number's new owner, nor to a BSUID that moved."""
+    return crew.store.reached_by(person_key(crew.settings.agent_id, address)) == pk
+
+
 def change_identity(crew: Crew, event: IdentityChanged) -> str:
     """The person now goes by new identifiers: each reaches them from now on (a person one of
     them started meanwhile is merged); a new phone retires the old one."""

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from memagent.lifecycle import left_half_done
 from memagent.observability import count, logger
 from memagent.store import ledger
-from memagent.turn.delivery import send
+from memagent.turn.delivery import send, send_again
 
 if TYPE_CHECKING:
     from memagent.memory import Memory
@@ -79,17 +79,8 @@ def _stored(crew: Crew, pk: str, message: InboundMessage, entry: Entry) -> str:
     if reply is None:
         return "stored"  # not answered yet: the caller answers it (with its burst)
     # stored in its slot, maybe not (all) sent: the same words under the same keys
-    return send(
-        crew,
-        pk,
-        message,
-        message.event_id,
-        reply.number or message.number,
-        reply.text,
-        ledger.sent_parts(entry),
-        reply_seq=reply.seq,
-        choices=reply.choices,
-        voice=reply.voice,
+    return send_again(
+        crew, pk, message.address, message.event_id, reply, entry, number=message.number
     )
 
 
@@ -105,17 +96,8 @@ def _answered(crew: Crew, pk: str, message: InboundMessage, entry: Entry) -> str
     if by is not None and by.get("status") == ledger.STORED and reply_seq is not None:
         reply = next((t for t in crew.store.load(pk).turns if t.seq == reply_seq), None)
         if reply is not None and reply.role == "assistant":
-            return send(
-                crew,
-                pk,
-                message,
-                entry["answered_by"],
-                reply.number or message.number,
-                reply.text,
-                ledger.sent_parts(by),
-                reply_seq=reply.seq,
-                choices=reply.choices,
-                voice=reply.voice,
+            return send_again(
+                crew, pk, message.address, entry["answered_by"], reply, by, number=message.number
             )
     if by is not None and by.get("status") == ledger.REPLIED:
         return _send_ledger_copy(crew, pk, message, entry["answered_by"], by)
@@ -145,7 +127,7 @@ def _send_ledger_copy(
     return send(
         crew,
         pk,
-        message,
+        message.address,
         event_id,
         entry.get("reply_from") or message.number,
         entry["reply"],

@@ -361,7 +361,7 @@ def remember_and_send(
     return send(
         crew,
         pk,
-        message,
+        message.address,
         answering.event_id,
         sender,
         text,
