@@ -88,35 +88,26 @@ class FollowUpWrites(TurnWrites, LedgerWrites):
         Guarded like a reply: the person's last_seq as read, no erasure since, no human.
         `extra_set`, `remove`: state attributes the same write sets and removes (the CSAT
         question's, memagent/turn/csat.py, which is stored the same way)."""
-        # a template's (name, language) kept on the entry: a repeat sends it the same way
-        entry = self._ledger_put(
+        actions = self._business_turn(
             pk,
-            event_id,
-            STORED,
-            ledger_ttl,
-            reply_seq=turn.seq,
-            **({"template": list(template)} if template is not None else {}),
-        )
-        update = self._state_update(
-            pk,
+            event_id=event_id,
+            status=STORED,
             previous=previous,
-            seq=turn.seq,
+            turn=turn,
             compact=compact,
+            ledger_ttl=ledger_ttl,
+            # a template's (name, language) kept on the entry: a repeat sends it the same way
+            entry={"template": list(template)} if template is not None else None,
             extra_set=extra_set,
             remove=remove,
         )
         # no human took the chat since the turn read it (a timed-out handoff read stays allowed)
         since = previous.handoff.since if previous.handoff else None
         unchanged, values = _no_handoff_since(since)
-        update["Update"]["ConditionExpression"] += f" AND ({unchanged})"
-        update["Update"]["ExpressionAttributeValues"].update(values)
-        reasons = self._transact(
-            [
-                entry,
-                self._new_turn(pk, turn),
-                update,
-            ]
-        )
+        update = actions[-1]["Update"]
+        update["ConditionExpression"] += f" AND ({unchanged})"
+        update["ExpressionAttributeValues"].update(values)
+        reasons = self._transact(actions)
         if reasons is None:
             return True
         if reasons[:1] == ["ConditionalCheckFailed"]:
