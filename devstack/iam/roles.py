@@ -10,7 +10,7 @@ role, and the resource-based policies of queues and buckets.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from devstack import cfn
@@ -27,12 +27,7 @@ class Role:
     policies: list[dict[str, Any]] = field(default_factory=list)  # policy documents
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "logical_id": self.logical_id,
-            "arn": self.arn,
-            "trust": self.trust,
-            "policies": self.policies,
-        }
+        return asdict(self)
 
 
 def _holds(resolver: cfn.Resolver, resource: Mapping[str, Any]) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from memagent.errors import InvalidEdit
@@ -40,13 +40,7 @@ class Template:
         return PLACEHOLDER.sub(lambda found: filled[found[1]], self.body)
 
     def view(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "language": self.language,
-            "category": self.category,
-            "body": self.body,
-            "parameters": list(self.parameters),
-        }
+        return {**asdict(self), "parameters": list(self.parameters)}
 
 
 def approved(listed: list[dict[str, Any]]) -> list[Template]:
