@@ -61,7 +61,7 @@ import boto3
 from devstack.resources import parameter_default
 from memagent.aws.archive import KeptMedia, TranscriptArchive
 from memagent.errors import ConfigurationError, SecretUnavailable, UnknownPerson
-from memagent.lifecycle.rights import export, forget
+from memagent.lifecycle.rights import Elsewhere, export, forget
 from memagent.memory import person_key_secret
 from memagent.operator.routes import ROUTES as ADMIN_ROUTES
 from memagent.providers.seam import PERSON_ID
@@ -250,15 +250,16 @@ def main(argv: list[str] | None = None) -> int:
     store = MemoryStore(table)
     archive = TranscriptArchive(bucket) if bucket else None
     media = KeptMedia(media_bucket) if media_bucket else None
+    elsewhere = Elsewhere(archive=archive, media=media)
     if args.action == "export":
         try:
-            person = export(store, agent, args.phone, archive=archive, kept_media=media)
+            person = export(store, agent, args.phone, elsewhere=elsewhere)
         except UnknownPerson:  # their retention ended: gone, whether or not the TTL ran yet
             sys.stderr.write("no memory is held for this person (their retention has ended)\n")
             return 1
         json.dump(person, sys.stdout, indent=2, default=str)
     else:
-        receipt = forget(store, agent, args.phone, archive=archive, media=media)
+        receipt = forget(store, agent, args.phone, elsewhere=elsewhere)
         json.dump(receipt.as_dict(), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

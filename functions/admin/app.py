@@ -51,7 +51,7 @@ from memagent.errors import (
     UnknownPerson,
     WindowClosed,
 )
-from memagent.lifecycle import audit, export, forget
+from memagent.lifecycle import Elsewhere, audit, export, forget
 from memagent.memory import person_key
 from memagent.observability import logger, metrics
 from memagent.operator import (
@@ -94,6 +94,7 @@ operator = Operator(
     else None,
     questions=EventQueue(settings.csat_queue_url) if settings.csat_queue_url else None,
 )
+elsewhere = Elsewhere(archive=archive, media=media, schedules=operator.schedules)
 app = APIGatewayHttpResolver()
 
 # typed errors -> (status, outcome); the first match wins (WindowClosed is a SendRejected)
@@ -217,9 +218,8 @@ class _Seat:
             store,
             settings.agent_id,
             who,
-            archive=archive,
+            elsewhere=elsewhere,
             legacy_keys=settings.legacy_person_keys,
-            kept_media=media,
         )
 
     def erase(self, who: str) -> dict[str, Any]:
@@ -227,10 +227,8 @@ class _Seat:
             store,
             settings.agent_id,
             who,
-            archive=archive,
+            elsewhere=elsewhere,
             legacy_keys=settings.legacy_person_keys,
-            media=media,
-            schedules=operator.schedules,
         ).as_dict()
 
 

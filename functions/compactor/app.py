@@ -38,7 +38,7 @@ from memagent.compaction import (
     job_of,
 )
 from memagent.environment import secrets_of
-from memagent.lifecycle import expire
+from memagent.lifecycle import Elsewhere, expire
 from memagent.model import ModelClient
 from memagent.observability import logger, metrics
 from memagent.store import MemoryStore
@@ -56,6 +56,7 @@ media = KeptMedia(settings.media_bucket) if settings.media_bucket else None
 # a silent person's follow-ups' schedules are deleted with them (cancel only: no role, no queue)
 group = settings.follow_up_group
 schedules = FollowUpSchedules(group, "", "") if group else None
+elsewhere = Elsewhere(archive=compactor.archive, media=media, schedules=schedules)
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
 failure_queue = FailureQueue(settings.failure_queue_url) if settings.failure_queue_url else None
 schedule = RetrySchedule(
@@ -74,14 +75,7 @@ def run(job: Job) -> str:
     if job.action == FOLD:
         return compactor.compact(job.person)
     store = compactor.store
-    expire(
-        store,
-        job.person,
-        deleted_at=job.at,
-        archive=compactor.archive,
-        media=media,
-        schedules=schedules,
-    )
+    expire(store, job.person, deleted_at=job.at, elsewhere=elsewhere)
     return "expired"
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import boto3
 import pytest
 
-from memagent.lifecycle.rights import forget
+from memagent.lifecycle.rights import Elsewhere, forget
 from memagent.memory.person import person_key
 from tests.conftest import AGENT, MAYA, load_function, seed_turns
 from tests.integration.test_lifecycle import admin_event
@@ -50,7 +50,8 @@ def test_a_compaction_losing_to_an_erasure_during_the_fold_leaves_no_archive_obj
     seed_turns(compactor.store, MAYA, [f"turn {i}" for i in range(45)])
 
     def erase_while_folding(request: dict[str, Any]) -> str:
-        forget(compactor.store, AGENT, MAYA, archive=compactor.archive)  # the admin erases her
+        # the admin erases her
+        forget(compactor.store, AGENT, MAYA, elsewhere=Elsewhere(archive=compactor.archive))
         return fold()
 
     openai.responder = erase_while_folding
@@ -69,7 +70,7 @@ def test_an_erasure_right_after_the_archive_write_is_seen_and_the_copy_withdrawn
     put = compactor.archive.put
 
     def put_after_the_erasure(pk, turns):
-        forget(compactor.store, AGENT, MAYA, archive=compactor.archive)
+        forget(compactor.store, AGENT, MAYA, elsewhere=Elsewhere(archive=compactor.archive))
         return put(pk, turns)
 
     monkeypatch.setattr(compactor.archive, "put", put_after_the_erasure)

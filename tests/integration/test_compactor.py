@@ -356,8 +356,13 @@ def test_optional_archive_keeps_the_folded_transcript_until_forget(
     transcript = json.loads(s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read())
     assert [t["seq"] for t in transcript] == list(range(1, 26))
     # and forget removes it with everything else
-    from memagent.lifecycle.rights import forget
+    from memagent.lifecycle.rights import Elsewhere, forget
 
-    receipt = forget(compactor.compactor.store, AGENT, MAYA, archive=compactor.compactor.archive)
+    receipt = forget(
+        compactor.compactor.store,
+        AGENT,
+        MAYA,
+        elsewhere=Elsewhere(archive=compactor.compactor.archive),
+    )
     assert receipt.by_kind["archived"] == 1
     assert s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0

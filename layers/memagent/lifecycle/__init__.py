@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # the face (memagent.face): what other wings and the function
     from memagent.lifecycle.csat import CSAT, csat_body, csat_event_id, csat_fields
     from memagent.lifecycle.follow_ups import FOLLOW_UP, FollowUpRefused, Target, ask
     from memagent.lifecycle.rights import (
+        Elsewhere,
         Receipt,
         expire,
         expired_by_ttl,

@@ -47,6 +47,21 @@ _MAX_PASSES = 5
 
 
 @dataclass(frozen=True)
+class Elsewhere:
+    """What a person has outside the memory table, each None where the stack keeps none:
+    archived transcripts (memagent.aws.TranscriptArchive), media files kept for a retry
+    (KeptMedia: voice notes, photos) and their follow-ups' schedules (FollowUpSchedules).
+    Erasure, expiry and export reach each of them."""
+
+    archive: Any | None = None
+    media: Any | None = None
+    schedules: Any | None = None
+
+
+NOWHERE = Elsewhere()  # a stack, or a test, that keeps nothing outside the table
+
+
+@dataclass(frozen=True)
 class Receipt:
     """What forget() removed, and when. Holds no content."""
 
@@ -95,22 +110,19 @@ def forget(
     agent: str,
     phone: str,
     *,
-    archive: Any | None = None,
     at: datetime | None = None,
-    media: Any | None = None,
+    elsewhere: Elsewhere = NOWHERE,
     legacy_keys: bool = False,
-    schedules: Any | None = None,
 ) -> Receipt:
-    """Forget a person by any of their identifiers (phone or BSUID); `legacy_keys`: and the
-    memory its key before keyed keys holds (LEGACY_PERSON_KEYS); `schedules`: and their
-    follow-ups' schedules."""
+    """Forget a person by any of their identifiers (phone or BSUID), with what they have
+    `elsewhere`; `legacy_keys`: and the memory its key before keyed keys holds
+    (LEGACY_PERSON_KEYS)."""
     pk = resolve(store, agent, phone)
-    erase: dict[str, Any] = {"archive": archive, "media": media, "schedules": schedules}
-    receipt = forget_key(store, pk, at=at, **erase)
+    receipt = forget_key(store, pk, at=at, elsewhere=elsewhere)
     old = legacy(store, agent, phone) if legacy_keys else None
     if old is None:
         return receipt
-    more = forget_key(store, old, at=receipt.at, **erase)
+    more = forget_key(store, old, at=receipt.at, elsewhere=elsewhere)
     kinds = {**receipt.by_kind, **more.by_kind}
     by_kind = {k: receipt.by_kind.get(k, 0) + more.by_kind.get(k, 0) for k in kinds}
     return Receipt(receipt.person, receipt.at, receipt.removed + more.removed, by_kind)
@@ -170,18 +182,17 @@ def forget_key(
     store: MemoryStore,
     pk: str,
     *,
-    archive: Any | None = None,
     at: datetime | None = None,
-    media: Any | None = None,
+    elsewhere: Elsewhere = NOWHERE,
     keep_later: bool = False,
     files_before: datetime | None = None,
-    schedules: Any | None = None,
 ) -> Receipt:
-    """Erase one partition; `keep_later`: only what was written up to the mark (`at`), keeping
-    what came after it, the state item and the links it names, and files kept or archived up
-    to `files_before` (retention: see expire). `schedules` (memagent.aws.FollowUpSchedules):
-    the schedules of the follow-ups erased are deleted too, so nothing of the person is left
-    in Scheduler (a follow-up asked for after the mark, by a new conversation, stays)."""
+    """Erase one partition, and what it has `elsewhere`; `keep_later`: only what was written
+    up to the mark (`at`), keeping what came after it, the state item and the links it
+    names, and files kept or archived up to `files_before` (retention: see expire). The
+    schedules of the follow-ups erased are deleted too, so nothing of the person is left in
+    Scheduler (a follow-up asked for after the mark, by a new conversation, stays)."""
+    schedules = elsewhere.schedules
     at = store.mark_erased(pk, at or datetime.now(UTC))
     by_kind: dict[str, int] = {}
     aliases: dict[str, bool] = {}  # the keys of identifiers that reach the person: merged?
@@ -225,17 +236,13 @@ def forget_key(
             store.reduce_state_to_mark(pk, at)
     for sk in kept:  # keep_later: a link the new conversation made, maybe meanwhile, is its own
         aliases.pop(sk.removeprefix(ALIAS), None)
-    if identifiers := _forget_identifiers(
-        store, pk, aliases, at, archive=archive, media=media, schedules=schedules
-    ):
+    if identifiers := _forget_identifiers(store, pk, aliases, at, elsewhere):
         by_kind["identifiers"] = by_kind.get("identifiers", 0) + identifiers
     before = (files_before or at) if keep_later else None
-    if archive is not None:
-        by_kind["archived"] = archive.delete_person(pk, before=before)
-    if (
-        media is not None
-    ):  # voice notes and photos kept for a retry (memagent.aws.archive.KeptMedia)
-        by_kind["media"] = media.delete_person(pk, before=before)
+    if elsewhere.archive is not None:
+        by_kind["archived"] = elsewhere.archive.delete_person(pk, before=before)
+    if elsewhere.media is not None:
+        by_kind["media"] = elsewhere.media.delete_person(pk, before=before)
     removed = sum(by_kind.values())
     metrics.add_metric(name="PeopleForgotten", unit=MetricUnit.Count, value=1)
     logger.info("person forgotten", extra={"person": pk, "removed": removed, **by_kind})
@@ -247,10 +254,7 @@ def _forget_identifiers(
     pk: str,
     aliases: dict[str, bool],
     at: datetime,
-    *,
-    archive: Any | None,
-    media: Any | None,
-    schedules: Any | None,
+    elsewhere: Elsewhere,
 ) -> int:
     """The erased person's other identifiers (`aliases`: key -> merged?), each left with only
     the erasure's mark, or taken from them; how many."""
@@ -264,7 +268,7 @@ def _forget_identifiers(
         elif own.alias_of in (pk, None) or own.moved_to == pk:
             # the person's other identifiers: each keeps only its own erasure mark, so a late
             # redelivery under any of them is refused too; and files kept under them go as well
-            forget_key(store, alias, at=at, archive=archive, media=media, schedules=schedules)
+            forget_key(store, alias, at=at, elsewhere=elsewhere)
         else:
             continue  # it reaches someone else now
         count += 1
@@ -347,13 +351,11 @@ def expire(
     pk: str,
     *,
     deleted_at: datetime | None = None,
-    archive: Any = None,
-    media: Any = None,
-    schedules: Any = None,
+    elsewhere: Elsewhere = NOWHERE,
 ) -> Receipt:
     """Forget a person who has been silent for the retention period: the same erasure, and the
     same audit line, as an operator's; the caller is the TTL process. Their follow-ups go too,
-    with their schedules (`schedules`), however far ahead they were due.
+    with their schedules, however far ahead they were due.
 
     `deleted_at`: when the TTL deleted their state item. The erasure mark is not that time but
     the newest one the expired memory holds (its newest message, reply, fact or summary, up to
@@ -382,14 +384,7 @@ def expire(
         mark = from_iso(state.get("erased_at")) or _held_until(items, deleted_at) or deleted_at
     try:
         receipt = forget_key(
-            store,
-            pk,
-            archive=archive,
-            media=media,
-            at=mark,
-            keep_later=True,
-            files_before=files_before,
-            schedules=schedules,
+            store, pk, at=mark, elsewhere=elsewhere, keep_later=True, files_before=files_before
         )
     except Exception:
         audit(ERASE, caller=f"retention ({TTL_PRINCIPAL})", person=pk, outcome="failed")
@@ -404,13 +399,12 @@ def export(
     agent: str,
     phone: str,
     *,
-    archive: Any | None = None,
-    kept_media: Any | None = None,
+    elsewhere: Elsewhere = NOWHERE,
     legacy_keys: bool = False,
 ) -> dict[str, Any]:
     """Everything held about a person, every layer with its times, as JSON-ready data; by any
-    of their identifiers (phone or BSUID). Outside the table: archived transcripts (`archive`)
-    and kept media files (`kept_media`: anything with `export_person(pk) -> list[dict]`).
+    of their identifiers (phone or BSUID). Outside the table (`elsewhere`): archived
+    transcripts and kept media files (each `export_person(pk) -> list[dict]`).
     `legacy_keys`: with what the identifier's key before keyed keys holds (LEGACY_PERSON_KEYS).
     A memory whose retention has ended, or that an erasure left half-done, is gone here as for
     the turn and the seat (UnknownPerson), whether or not DynamoDB's TTL has deleted it yet."""
@@ -454,8 +448,8 @@ def export(
         "state": {
             k: _plain(v) for k, v in state.items() if k not in ("pk", "sk", "summary", "summary_at")
         },
-        "archived_transcripts": archive.export_person(pk) if archive is not None else [],
-        "kept_media": kept_media.export_person(pk) if kept_media is not None else [],
+        "archived_transcripts": _exported(elsewhere.archive, pk),
+        "kept_media": _exported(elsewhere.media, pk),
     }
 
 
@@ -482,3 +476,7 @@ def _plain(value: Any) -> Any:
     if hasattr(value, "as_integer_ratio") and not isinstance(value, bool | int | float):
         return int(value) if value == int(value) else float(value)  # Decimal
     return value
+
+
+def _exported(kept: Any | None, pk: str) -> list[dict[str, Any]]:
+    return kept.export_person(pk) if kept is not None else []

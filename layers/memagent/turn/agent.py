@@ -146,14 +146,7 @@ class Agent(Crew):
             # the rest, or the TTL has not come yet (it deletes within days): the same expiry
             count("ExpiriesRunByTurn")
             logger.info("retention ended; expired first", extra={"person": pk})
-            expire(
-                self.store,
-                pk,
-                deleted_at=newest,
-                archive=self.archive,
-                media=self.media,
-                schedules=self.follow_ups,
-            )
+            expire(self.store, pk, deleted_at=newest, elsewhere=self.elsewhere)
         elif (mark := left_half_done(memory)) is not None:
             # its mark is written, its deletes are not (it timed out, was throttled, crashed)
             count("ErasuresFinishedByTurn")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from memagent.aws import OperatorEvents
 from memagent.errors import ScheduleRefused
-from memagent.lifecycle import forget_key
+from memagent.lifecycle import Elsewhere, forget_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -72,14 +72,13 @@ class Crew:
         follow-ups' schedules go with the follow-ups (memagent.lifecycle.rights.forget_key: a
         schedule left by a crash between, or that Scheduler would not delete, fires, finds
         nothing pending and sends nothing)."""
-        return forget_key(
-            self.store,
-            pk,
-            archive=self.archive,
-            at=at,
-            media=self.media,
-            schedules=self.follow_ups,
-        )
+        return forget_key(self.store, pk, at=at, elsewhere=self.elsewhere)
+
+    @property
+    def elsewhere(self) -> Elsewhere:
+        """What a person has outside the table here: archived transcripts, kept media and
+        their follow-ups' schedules, erased with them."""
+        return Elsewhere(archive=self.archive, media=self.media, schedules=self.follow_ups)
 
     def cancel_schedule(self, name: str) -> None:
         """Delete a follow-up's schedule where dropping the follow-up is what cancels it (STOP,
