@@ -88,19 +88,12 @@ class FollowUpWrites(TurnWrites, LedgerWrites):
         Guarded like a reply: the person's last_seq as read, no erasure since, no human.
         `extra_set`, `remove`: state attributes the same write sets and removes (the CSAT
         question's, memagent/turn/csat.py, which is stored the same way)."""
-        actions = self._business_turn(
-            pk,
-            event_id=event_id,
-            status=STORED,
-            previous=previous,
-            turn=turn,
-            compact=compact,
-            ledger_ttl=ledger_ttl,
-            # a template's (name, language) kept on the entry: a repeat sends it the same way
-            entry={"template": list(template)} if template is not None else None,
-            extra_set=extra_set,
-            remove=remove,
-        )
+        # a template's (name, language) kept on the entry: a repeat sends it the same way
+        kept = {"template": list(template)} if template is not None else {}
+        actions = [
+            self._ledger_put(pk, event_id, STORED, ledger_ttl, reply_seq=turn.seq, **kept),
+            *self._turn_with_state(pk, previous, turn, compact, extra_set=extra_set, remove=remove),
+        ]
         # no human took the chat since the turn read it (a timed-out handoff read stays allowed)
         since = previous.handoff.since if previous.handoff else None
         unchanged, values = _no_handoff_since(since)

@@ -169,18 +169,14 @@ class HandoffWrites(TurnWrites, CompactionWrites):
         The person's messages still awaiting a reply are answered by it (`answered`, naming
         it): the agent never answers what the human did. Raises ConcurrentUpdate if a turn
         took the seq first (the caller reads again)."""
-        actions = self._business_turn(
-            pk,
-            event_id=key,
-            status=STORED,
-            previous=previous,
-            turn=turn,
-            compact=compact,
-            ledger_ttl=ledger_ttl,
-            entry={"template": _listed(template)} if template else None,
-            extra_set={"handoff_replied_at": _iso(turn.at), "handoff_waiting": 0},
-            remove=("awaiting",),
-        )
+        kept = {"template": _listed(template)} if template else {}
+        replied = {"handoff_replied_at": _iso(turn.at), "handoff_waiting": 0}
+        actions = [
+            self._ledger_put(pk, key, STORED, ledger_ttl, reply_seq=turn.seq, **kept),
+            *self._turn_with_state(
+                pk, previous, turn, compact, extra_set=replied, remove=("awaiting",)
+            ),
+        ]
         actions += [
             self._settle(pk, e, ledger_ttl, status=ANSWERED, answered_by=key, reply_seq=turn.seq)
             for e in previous.awaiting[-90:]

@@ -23,38 +23,30 @@ DEFAULT_LEDGER_TTL = timedelta(days=30)
 
 
 class TurnWrites(LedgerWrites):
-    def _business_turn(
+    def _turn_with_state(
         self,
         pk: str,
-        *,
-        event_id: str,
-        status: str,
         previous: PersonState,
         turn: Turn,
         compact: bool,
-        ledger_ttl: timedelta,
-        entry: dict[str, Any] | None = None,
+        *,
         extra_set: dict[str, Any] | None = None,
         event_time: datetime | None = None,
         remove: Iterable[str] = (),
     ) -> list[dict[str, Any]]:
-        """The writes that store the business's words not written to answer one event (a
-        follow-up, the CSAT question, an operator's reply, staff's echo): `event_id`'s ledger
-        entry (`status`, naming the turn, with `entry`'s attributes), the turn, and the
-        state advanced to it (`_state_update`)."""
-        return [
-            self._ledger_put(pk, event_id, status, ledger_ttl, reply_seq=turn.seq, **(entry or {})),
-            self._new_turn(pk, turn),
-            self._state_update(
-                pk,
-                previous=previous,
-                seq=turn.seq,
-                compact=compact,
-                extra_set=extra_set,
-                event_time=event_time,
-                remove=remove,
-            ),
-        ]
+        """The business's words that answer no one event (a follow-up, the CSAT question, an
+        operator's reply, staff's echo): the turn, and the state advanced to it
+        (`_state_update`), two actions of the transaction that writes its ledger entry."""
+        update = self._state_update(
+            pk,
+            previous=previous,
+            seq=turn.seq,
+            compact=compact,
+            extra_set=extra_set,
+            event_time=event_time,
+            remove=remove,
+        )
+        return [self._new_turn(pk, turn), update]
 
     def _state_update(
         self,
@@ -284,18 +276,18 @@ class TurnWrites(LedgerWrites):
         awaiting a reply are answered by it, as by an operator's reply. False: a repeat of the
         echo, or the memory was erased after it was written. ConcurrentUpdate: a turn took the
         seq first (read again)."""
-        actions = self._business_turn(
-            pk,
-            event_id=event_id,
-            status=STAFF_ECHO,
-            previous=previous,
-            turn=turn,
-            compact=compact,
-            ledger_ttl=ledger_ttl,
-            extra_set=handoff,
-            event_time=turn.at,
-            remove=("awaiting",),
-        )
+        actions = [
+            self._ledger_put(pk, event_id, STAFF_ECHO, ledger_ttl, reply_seq=turn.seq),
+            *self._turn_with_state(
+                pk,
+                previous,
+                turn,
+                compact,
+                extra_set=handoff,
+                event_time=turn.at,
+                remove=("awaiting",),
+            ),
+        ]
         actions += [
             self._settle(
                 pk, e, ledger_ttl, status=ANSWERED, answered_by=event_id, reply_seq=turn.seq
