@@ -9,7 +9,6 @@ from typing import Any
 
 from boto3.dynamodb.conditions import Key
 
-from memagent.errors import ConcurrentUpdate
 from memagent.memory import PersonState, Turn
 from memagent.store.ledger import STORED, LedgerWrites
 from memagent.store.turn import TurnWrites, _no_handoff_since
@@ -100,9 +99,4 @@ class FollowUpWrites(TurnWrites, LedgerWrites):
         update = actions[-1]["Update"]
         update["ConditionExpression"] += f" AND ({unchanged})"
         update["ExpressionAttributeValues"].update(values)
-        reasons = self._transact(actions)
-        if reasons is None:
-            return True
-        if reasons[:1] == ["ConditionalCheckFailed"]:
-            return False
-        raise ConcurrentUpdate("memory changed while storing the follow-up; retry")
+        return self._write_once(actions, "storing the follow-up")

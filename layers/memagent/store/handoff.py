@@ -20,7 +20,6 @@ from typing import Any
 
 from boto3.dynamodb.conditions import Key
 
-from memagent.errors import ConcurrentUpdate
 from memagent.memory import PersonState, Turn
 from memagent.store.compaction import CompactionWrites
 from memagent.store.ledger import ANSWERED, OPTED_OUT, SENDING, SKIPPED, STORED, ledger_sk
@@ -94,12 +93,7 @@ class HandoffWrites(TurnWrites, CompactionWrites):
             self._settle(pk, e, ledger_ttl, status=SKIPPED, reason=HANDED_OVER)
             for e in awaiting[-(TRANSACTION_LIMIT - 1) :]
         ]
-        reasons = self._transact([state, *skipped])
-        if reasons is None:
-            return True
-        if reasons[0] == "ConditionalCheckFailed":
-            return False
-        raise ConcurrentUpdate("memory changed while handing the chat over; retry")
+        return self._write_once([state, *skipped], "handing the chat over")
 
     def hand_back(self, pk: str, *, csat_to: str | None = None) -> bool:
         """End a handoff. False: none was in force. `csat_to`: the person is to be asked to
@@ -181,12 +175,7 @@ class HandoffWrites(TurnWrites, CompactionWrites):
             self._settle(pk, e, ledger_ttl, status=ANSWERED, answered_by=key, reply_seq=turn.seq)
             for e in previous.awaiting[-90:]
         ]
-        reasons = self._transact(actions)
-        if reasons is None:
-            return True
-        if reasons[:1] == ["ConditionalCheckFailed"]:
-            return False
-        raise ConcurrentUpdate("memory changed while storing the operator's reply; retry")
+        return self._write_once(actions, "storing the operator's reply")
 
     def claim_send(self, pk: str, key: str, *, until: datetime, now: datetime) -> bool:
         """Claim the sending of a stored reply until `until` (the claimant's deadline): only

@@ -11,6 +11,7 @@ import boto3
 from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
+from memagent.errors import ConcurrentUpdate
 from memagent.memory import Turn
 
 STATE = "STATE"
@@ -130,6 +131,18 @@ class Table:
                 raise
             return _cancel_codes(error)
         return None
+
+    def _write_once(self, actions: list[dict[str, Any]], doing: str) -> bool:
+        """Write `actions` in one transaction: True when it committed, False when the first
+        action's condition failed (what it guards was there already: a repeat, mostly), and
+        ConcurrentUpdate when another failed or a concurrent transaction won (a write since
+        the caller's read: it reads again and retries)."""
+        reasons = self._transact(actions)
+        if reasons is None:
+            return True
+        if reasons[:1] == ["ConditionalCheckFailed"]:
+            return False
+        raise ConcurrentUpdate(f"memory changed while {doing}; retry")
 
     def _new_turn(self, pk: str, turn: Turn) -> dict[str, Any]:
         """The transaction action that stores a turn; its seq must be new (one writer per

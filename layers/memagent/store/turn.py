@@ -134,14 +134,9 @@ class TurnWrites(LedgerWrites):
         if stop:
             dropped = previous.awaiting[-(TRANSACTION_LIMIT - len(actions)) :]
             actions += [self._settle(pk, e, ledger_ttl, status=OPTED_OUT) for e in dropped]
-        reasons = self._transact(actions)
-        if reasons is None:
-            return True
-        if reasons[:1] == ["ConditionalCheckFailed"]:  # the ledger entry exists: a duplicate
-            return False
-        # a failed condition on the state (someone wrote first) or a TransactionConflict
-        # with a concurrent compaction: the caller retries from a fresh read
-        raise ConcurrentUpdate("memory changed while remembering; retry")
+        # False: the ledger entry exists (a duplicate); ConcurrentUpdate: a failed condition on
+        # the state (someone wrote first) or a TransactionConflict with a concurrent compaction
+        return self._write_once(actions, "remembering")
 
     def _inbound_state(
         self, previous: PersonState, turn: Turn, standing: Standing, *, end_handoff: bool
