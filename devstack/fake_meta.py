@@ -31,10 +31,12 @@ Implements what memagent.providers.meta uses (docs/meta.md), with Meta's error e
     POST /{phone_number_id}/media  multipart: messaging_product=whatsapp, type, file
                -> 200 {"id": media_id}; Meta's supported types and sizes ("Supported media
                types"): audio (aac, amr, mpeg, mp4, ogg with the opus codec only) up to 16 MB,
-               images (jpeg, png) 5 MB, video (mp4, 3gpp) 16 MB, documents 100 MB; an audio/ogg
+               images (jpeg, png) 5 MB, video (mp4, 3gpp) 16 MB, documents (text, pdf, the
+               Word, Excel and PowerPoint types) 100 MB, no other type; an audio/ogg
                file that is no Ogg/Opus stream is refused (131053, "Media upload error")
         audio: {..., "type": "audio", "audio": {"id": media_id}} -> as text, recorded with its
                `audio` (the uploaded bytes and type); an id this number never uploaded: 131053
+    add_media(data, mime_type): what a person sent, by the same limits for documents
     GET /{media_id}     -> {"url", "mime_type", "sha256", "file_size", "id", "messaging_product"}
     GET /download/<token>  (the url above, Bearer) -> the bytes; the url expires after
                         `url_ttl_seconds` (404 then), like Meta's 5-minute urls.
@@ -85,9 +87,17 @@ UPLOAD_LIMITS = {
     "image/png": 5 * MB,
     "video/mp4": 16 * MB,
     "video/3gpp": 16 * MB,
+    # documents: Meta's "Supported media types" names these and no others
     "text/plain": 100 * MB,
     "application/pdf": 100 * MB,
+    "application/vnd.ms-excel": 100 * MB,
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": 100 * MB,
+    "application/msword": 100 * MB,
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": 100 * MB,
+    "application/vnd.ms-powerpoint": 100 * MB,
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation": 100 * MB,
 }
+DOCUMENT_TYPES = frozenset(t for t in UPLOAD_LIMITS if t.startswith(("application/", "text/")))
 _TITLES = {
     100: "Invalid parameter",
     190: "Invalid OAuth access token",
@@ -202,7 +212,15 @@ class FakeGraph(RecordingServer):
             self._injected.extend([(kind, error_reply(code, status))] * n)
 
     def add_media(self, data: bytes, mime_type: str = "audio/ogg; codecs=opus") -> str:
-        """Register bytes and return their media id, as a webhook would carry it."""
+        """Register bytes and return their media id, as a webhook would carry it. A document
+        Meta would not carry (a type not among its supported document types, over 100 MB) is
+        refused: no test can deliver what no person could send."""
+        mime = mime_type.split(";")[0].strip().lower()
+        if mime.startswith(("application/", "text/")):
+            if mime not in DOCUMENT_TYPES:
+                raise ValueError(f"Meta carries no document of type {mime}")
+            if not data or len(data) > UPLOAD_LIMITS[mime]:
+                raise ValueError(f"Meta carries documents of 1 byte to {UPLOAD_LIMITS[mime]}")
         with self._lock:
             media_id = str(next(self._media_ids))
             self._media[media_id] = (data, mime_type)

@@ -484,6 +484,8 @@ def offline_model(request: dict[str, Any]) -> str | dict[str, Any]:
     handoff phrases ("can someone from the clinic call me?", in six languages), it calls it.
     A message "/tool NAME {json}" makes it call the declared tool NAME with those arguments, once,
     then say what the tool answered (`make chat`'s way to try a tool of your own).
+    A question after a document the person sent is answered with the document's line that
+    shares the most words with it (the demo's price list).
     Every reply starts with "[offline model]" so nobody mistakes it for real AI.
     """
     text_format = (request.get("text") or {}).get("format") or {}
@@ -499,7 +501,34 @@ def offline_model(request: dict[str, Any]) -> str | dict[str, Any]:
         return followed
     if (acted := _act(request)) is not None:
         return acted
+    if (looked_up := _from_a_document(request)) is not None:
+        return looked_up
     return _reply(request)
+
+
+# a document the person sent, as memory keeps it (memagent.turn.documents): its name, its text
+_DOCUMENT = re.compile(r'^\[sent ("[^"\n]*"|a document)(?: \([^)]*\))?: (.*)\]', re.S)
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"\w+", text.lower()) if len(w) > 3}
+
+
+def _from_a_document(request: dict[str, Any]) -> str | None:
+    """A question after a document the person sent ("How much is the long run plan?" after a
+    price list): the document's line that shares the most words with it, quoted."""
+    said = _user_messages(request)
+    if len(said) < 2 or "?" not in said[-1]:
+        return None
+    asked = _words(said[-1])
+    for earlier in reversed(said[:-1]):
+        if (document := _DOCUMENT.match(earlier)) is None:
+            continue
+        lines = [line.strip() for line in document.group(2).splitlines() if line.strip()]
+        best = max(lines, key=lambda line: len(asked & _words(line)), default="")
+        if asked & _words(best):
+            return f"{OFFLINE} From {document.group(1)}: {best}"
+    return None
 
 
 # "/tool NAME {json}": the person names a declared tool and its arguments (docs/tools.md)

@@ -33,6 +33,10 @@ class MalformedEvent(AgentError):
     """A queued event that can never be processed (parked for an operator, never retried)."""
 
 
+class MediaTooLarge(MalformedEvent):
+    """A media file over the size cap its caller set (the download stops at the cap)."""
+
+
 class TransientError(AgentError):
     """A dependency failed in a way that a retry may fix (5xx, 429, timeout). `dependency`
     names it ("model", "whasp", "meta", an AWS service), `status` is its HTTP status (None: no

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urljoin
 
-from memagent.errors import MalformedEvent, TransientError
+from memagent.errors import MalformedEvent, MediaTooLarge, TransientError
 from memagent.providers.origins import Origin, url_origin
 
 REDIRECTS = 3
@@ -49,9 +49,9 @@ def fetch(
     read_timeout: float,
 ) -> tuple[bytes, str]:
     """(bytes, content type) of `url`, through urllib3 PoolManager `http`. A URL off the
-    allow-list, a redirect leaving it or a file over max_bytes raises MalformedEvent; an
-    unreachable or slow host (past the deadline), a 429 or a 5xx raises TransientError; any
-    other status raises Refused."""
+    allow-list or a redirect leaving it raises MalformedEvent, a file over max_bytes
+    MediaTooLarge (a MalformedEvent); an unreachable or slow host (past the deadline), a 429 or
+    a 5xx raises TransientError; any other status raises Refused."""
     import urllib3
     from urllib3.util import Timeout
 
@@ -101,7 +101,7 @@ def _read(response: Any, *, max_bytes: int, deadline: float, sent_key: bool) -> 
         raise Refused(response.status, sent_key=sent_key)
     length = response.headers.get("Content-Length", "")
     if length.isdigit() and int(length) > max_bytes:
-        raise MalformedEvent("media larger than the configured cap")
+        raise MediaTooLarge("media larger than the configured cap")
     data = bytearray()
     sock = getattr(response.connection, "sock", None)
     try:
@@ -116,7 +116,7 @@ def _read(response: Any, *, max_bytes: int, deadline: float, sent_key: bool) -> 
                 break
             data += chunk
             if len(data) > max_bytes:
-                raise MalformedEvent("media larger than the configured cap")
+                raise MediaTooLarge("media larger than the configured cap")
     except (urllib3.exceptions.HTTPError, OSError) as error:
         raise TransientError(f"media download broke off: {type(error).__name__}") from None
     return bytes(data), response.headers.get("Content-Type", "application/octet-stream")

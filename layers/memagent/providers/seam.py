@@ -40,6 +40,7 @@ class Media:
     url: str  # where the provider fetches it: a URL (whasp) or a media id (Meta)
     mime_type: str
     size: int | None
+    filename: str | None = None  # a document's name, where the provider says it (Meta's)
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from memagent.errors import MalformedEvent, ModelRejected
-from memagent.observability import logger
+from memagent.errors import MalformedEvent, MediaTooLarge, ModelRejected
+from memagent.observability import count, logger
+from memagent.turn import documents
 
 if TYPE_CHECKING:
     from memagent.model import ModelClient
@@ -54,6 +56,15 @@ def voice_seconds(data: bytes) -> float | None:
     return max(0, granule - pre_skip) / 48_000
 
 
+@dataclass(frozen=True)
+class DocumentCaps:
+    """How much of a document is read (DOCUMENT_MAX_BYTES, _PAGES, _CHARS)."""
+
+    max_bytes: int
+    max_pages: int
+    max_chars: int
+
+
 def message_text(
     message: InboundMessage,
     *,
@@ -61,12 +72,16 @@ def message_text(
     model: ModelClient,
     max_media_bytes: int,
     max_audio_seconds: float | None = None,
+    document_caps: DocumentCaps | None = None,
 ) -> str:
-    """Text as is; voice notes transcribed; photos described (with their caption); anything
-    else a short bracketed note. A media file we cannot use becomes a note, never a failure
-    that blocks the person's queue; a dependency outage raises TransientError (retried)."""
+    """Text as is; voice notes transcribed; photos described (with their caption); a PDF's or
+    a plain-text file's text read (memagent/turn/documents.py); anything else a short bracketed
+    note. A media file we cannot use becomes a note, never a failure that blocks the person's
+    queue; a dependency outage raises TransientError (retried)."""
     if message.kind == "text":
         return (message.text or "").strip() or "[sent an empty message]"
+    if message.kind == "document" and message.media is not None and document_caps is not None:
+        return _with_caption(document_text(message, provider, document_caps), message.caption)
     if message.kind in CONVERTED and message.media is not None:
         try:
             data, content_type = provider.fetch_media(message.media.url, max_bytes=max_media_bytes)
@@ -100,3 +115,32 @@ def message_text(
     article = "an" if message.kind[:1] in "aeiou" else "a"
     note = NOTES.get(message.kind, f"[sent {article} {message.kind} message]")
     return _with_caption(note, message.caption)
+
+
+def document_text(message: InboundMessage, provider: Provider, caps: DocumentCaps) -> str:
+    """A document's note: its text, or why it was not read (which the turn answers with a
+    fixed reply: memagent.turn.documents.refusal). Only ids, counts and decisions are logged."""
+    assert message.media is not None
+    media = message.media
+    kind = documents.kind_of(media.mime_type, media.filename)
+    reason = None
+    if kind is None:
+        reason = documents.UNREAD_KIND  # not downloaded: nothing of it would be used
+    elif media.size is not None and media.size > caps.max_bytes:
+        reason = documents.TOO_LARGE  # the provider said its size: not downloaded either
+    else:
+        try:
+            data, _ = provider.fetch_media(media.url, max_bytes=caps.max_bytes)
+            return documents.read_note(
+                message, data, kind, max_pages=caps.max_pages, max_chars=caps.max_chars
+            )
+        except MediaTooLarge:
+            reason = documents.TOO_LARGE
+        except documents.NotRead as not_read:
+            reason = not_read.reason
+        except MalformedEvent as error:  # gone, refused: as other media, a note
+            logger.warning("media unusable", extra={"kind": message.kind, "reason": str(error)})
+            return NOTES["document"]
+    count("DocumentsNotRead")
+    logger.info("document not read", extra={"reason": documents.NOT_READ[reason]})
+    return documents.not_read_note(message, reason)

@@ -69,6 +69,9 @@ def resume(crew: Crew, pk: str, message: InboundMessage, entry: Entry | None) ->
     """Finish what a crash left undone; return the decision ("stored": answer it now)."""
     status = (entry or {}).get("status")
     logger.info("event seen before", extra={"status": status})
+    if entry is not None and crew.media is not None and message.media is not None:
+        # its text was stored with the entry: a copy a crash left kept is of no more use
+        crew.media.discard(pk, message.event_id)
     if entry is None or status not in RESUMES:
         return "duplicate"
     return RESUMES[status](crew, pk, message, entry)

@@ -22,7 +22,7 @@ from memagent.memory import (
 from memagent.observability import count, logger
 from memagent.store import Standing
 from memagent.turn.delivery import show_typing
-from memagent.turn.inbound import CONVERTED, message_text, over_budget_note
+from memagent.turn.inbound import CONVERTED, DocumentCaps, message_text, over_budget_note
 from memagent.turn.keywords import cancels_forget, is_stop, keeps_its_meaning, stopped_at
 from memagent.turn.language import language_of
 
@@ -42,8 +42,9 @@ class Remembered:
 
 def to_text(crew: Crew, pk: str, message: InboundMessage, memory: Memory) -> tuple[str, int]:
     """The message as text, and the model tokens that cost: voice notes transcribed, photos
-    described, other media noted. Past the person's or the stack's daily budget a voice note
-    or photo is neither fetched nor sent to the model: a note says so (memagent.memory.budget)."""
+    described, documents read (no model call), other media noted. Past the person's or the
+    stack's daily budget a voice note or photo is neither fetched nor sent to the model: a note
+    says so (memagent.memory.budget)."""
     settings = crew.settings
     if message.kind in CONVERTED and message.media is not None:
         stack = stack_budget(crew.store, settings)
@@ -62,6 +63,9 @@ def to_text(crew: Crew, pk: str, message: InboundMessage, memory: Memory) -> tup
         model=crew.model,
         max_media_bytes=settings.media_max_bytes,
         max_audio_seconds=settings.max_audio_seconds,
+        document_caps=DocumentCaps(
+            settings.document_max_bytes, settings.document_max_pages, settings.document_max_chars
+        ),
     )
     spent = crew.model.tokens_used - used
     if spent:

@@ -1,8 +1,9 @@
 """The reply to the message being answered: a keyword's (memagent/turn/keywords.py) or the model's,
 from the context (memagent/memory/context.py, store=false); remembered in the slot its message
 reserved, then sent (memagent/turn/delivery.py). A fixed reply (a keyword's answer, the handoff
-and budget notices, the fallback) is written in the person's language (memagent/turn/replies.py),
-which their state keeps from the message's write on (memagent/turn/remember.py)."""
+and budget notices, the fallback, a document not read) is written in the person's language
+(memagent/turn/replies.py), which their state keeps from the message's write on
+(memagent/turn/remember.py)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from memagent.observability import count, logger
 from memagent.providers import shorten
 from memagent.store import ledger
 from memagent.turn.delivery import say_goodbye_and_forget, send
+from memagent.turn.documents import refusal
 from memagent.turn.follow_ups import pending_note
 from memagent.turn.keywords import keyword
 from memagent.turn.replies import language_for
@@ -85,6 +87,11 @@ def reply(
         return hand_to_human(crew, pk, message, memory, answering, fixed(asked.reply), flags)
     if asked.reply is not None:
         return remember_and_send(crew, pk, message, memory, answering, fixed(asked.reply), flags)
+    if (not_read := refusal(answering.text)) is not None:
+        # a document not read (encrypted, too large, unreadable): said so, no model call
+        count("DocumentRefusals")
+        logger.info("document not read; fixed reply", extra={"reply": not_read})
+        return remember_and_send(crew, pk, message, memory, answering, fixed(not_read), flags)
     stack = stack_budget(crew.store, settings)
     if exhausted(memory.state, settings) or stack.reached():
         return over_budget(crew, pk, message, memory, answering, flags, fixed("budget_notice"))

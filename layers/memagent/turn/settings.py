@@ -45,6 +45,14 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     context_max_chars: int = setting("CONTEXT_MAX_CHARS", 12_000, minimum=100)
     context_max_facts: int = setting("CONTEXT_MAX_FACTS", 30, minimum=0)
     media_max_bytes: int = setting("MEDIA_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
+    # documents read (memagent/turn/documents.py): a PDF or a plain-text file up to this size
+    # (Meta delivers up to 100 MB; the text is read in memory), its first pages, its text cut
+    # to fit the context (CONTEXT_MAX_CHARS) beside the turns around it
+    document_max_bytes: int = setting(
+        "DOCUMENT_MAX_BYTES", 10 * 1024 * 1024, minimum=1024, maximum=100 * 1024 * 1024
+    )
+    document_max_pages: int = setting("DOCUMENT_MAX_PAGES", 30, minimum=1, maximum=500)
+    document_max_chars: int = setting("DOCUMENT_MAX_CHARS", 6000, minimum=200, maximum=50_000)
     opt_out_policy: str = setting(
         "OPT_OUT_POLICY", "keep", choices=("keep", "erase"), parameter="OptOutPolicy"
     )

@@ -430,6 +430,7 @@ def _inbound(message: dict, value: dict, contact: dict) -> InboundMessage:
                 url=body["id"],  # the media id: a fresh download URL is fetched at use
                 mime_type=_text(body.get("mime_type")) or "application/octet-stream",
                 size=None,
+                filename=_text(body.get("filename")) if kind == "document" else None,
             )
     elif kind in ("location", "contacts", "order"):
         text = _shared(message, kind)
