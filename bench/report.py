@@ -820,6 +820,23 @@ person's state (`day_voice_chars`) and in the `SpeechSynthesized` metric's count
 """
 
 
+# What a document read adds (memagent/turn/documents.py; prices as listed above; pypdf's time
+# measured once on this machine: a 30-page, 1,350-line price list read in 0.07 s of CPU)
+DOCUMENTS_COST = """## A document read
+
+A PDF or plain-text file a person sends (docs/documents.md) is read in the consumer with pypdf:
+no model call, so no tokens to read it. What it adds: the consumer's time to download and read
+it (a 30-page price list took 0.07 s of CPU here: under 0.05 GB-s at 512 MB, $0.0000007), one S3
+PUT of the kept copy ($0.000005) and its DELETE (free), and its text in the input of the turns
+that follow while it is among the context's recent turns, until a fold takes it into the summary:
+at most `DOCUMENT_MAX_CHARS` (6,000 characters, about 1,500 tokens), $0.0006 per reply at
+$0.40 per 1M input tokens, $0.00015 at the cached-input price when the prompt cache serves it (it
+stays in the same place in each request). A file not read (encrypted, too large, unreadable) is
+answered with a fixed reply: no tokens at all.
+
+"""
+
+
 def _bounds(worst: dict[str, Any], a: cost.Assumptions) -> str:
     """What one person can cost: cost.worst_day, in words."""
     return f"""## What one person can cost
@@ -1102,7 +1119,7 @@ against the AWS pricing pages before relying on this. No free tier is applied.
 {_snapstart_cost(measured, memory)}
 {_model_homes(measured, lines, a)}
 {_channel(lines, cost.reply_parts_cap(template, a))}
-{_bounds(cost.worst_day(template, a), a)}{VOICE_REPLIES_COST}## Not in the table
+{_bounds(cost.worst_day(template, a), a)}{VOICE_REPLIES_COST}{DOCUMENTS_COST}## Not in the table
 
 - **The full history instead**: sending every message to the model would cost
   ${full_in * 1000:.4f} per 1,000 messages in input tokens alone (no prompt cache) over this
