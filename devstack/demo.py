@@ -8,9 +8,10 @@ No AWS account, no network and no API key needed: the local stack (devstack.stac
 handlers behind moto, a local whasp and, unless OPENAI_BASE_URL or OPENAI_API_KEY is set, an
 offline stand-in for the model that is not AI and says so in every reply. The demo shows, as it
 happens: messages in and replies out; compaction firing once 40 turns are pending, with the
-summary and facts it produced; the person returning three weeks later; a replaced business
-number; an opt-out; Maya asking for a human, an operator answering through the admin API and
-handing back; and an operator's forget that leaves nothing of the person behind.
+summary and facts it produced; the person returning three weeks later; a PDF price list whose
+text the next answer uses; a replaced business number; an opt-out; Maya asking for a human, an
+operator answering through the admin API and handing back; and an operator's forget that leaves
+nothing of the person behind.
 
 With the Meta provider the same story runs through Meta-shaped notifications and a local Graph
 API stand-in, and step 4 is Meta's identity change instead: Maya's business-scoped user id
@@ -38,6 +39,7 @@ from devstack.clock import SQS_CLOCK
 from devstack.console import Console
 from devstack.fake_openai import notes_of, turns_of
 from devstack.ogg import opus_seconds
+from devstack.pdf import pdf
 from devstack.stack import LOG_PATH, DevStack
 
 MAYA = "+447700900123"
@@ -147,6 +149,7 @@ class Demo:
         self.burst()
         self.booking()
         self.reminder()
+        self.price_list()
         if self.meta:
             self.voice_note()
             self.new_identifiers()
@@ -374,6 +377,40 @@ class Demo:
                 "Booked: 2026-12-03 10:00" in reply["text"], "the reply says what was booked"
             )
 
+    def price_list(self) -> None:
+        self.console.heading(
+            "5c. Maya sends the coach's price list, a PDF; the next answer uses it"
+        )
+        self.console.note(
+            "The consumer reads the PDF's text (pypdf, no model call) and keeps it as her "
+            "message; the file stays only in the media bucket, until its text is stored"
+        )
+        address = self.address
+        before = len(self.stack.replies_to(address))
+        self.console.say("Maya", "(prices.pdf: the coach's price list, 1 page)", style="cyan")
+        self.stack.send_document(
+            self.phone, pdf(PRICE_LIST), filename="prices.pdf", bsuid=self.bsuid
+        )
+        arrived = self.stack.wait_for_replies(address, before + 1, timeout=120)
+        for reply in self.stack.replies_to(address)[before:]:
+            self.console.say(AGENT, reply["text"], style="green")
+        self.check(arrived and len(self.stack.replies_to(address)) == before + 1, "one reply")
+        mine = [text for _, role, text in self.stack.view(MAYA).turns if role == "user"]
+        self.check(
+            bool(mine) and mine[-1].startswith("[sent ") and PRICE_LIST[1] in mine[-1],
+            "memory keeps the document's text as her message",
+        )
+        calls = len(self.model_calls())
+        answer = self.talk("How much is the long run plan?")
+        self._check_context(
+            calls, (PRICE_LIST[1],), "the next model request carries the price list"
+        )
+        if self.offline:
+            self.check(
+                answer is not None and "40 EUR" in answer["text"],
+                "the answer uses the price list: 40 EUR a month",
+            )
+
     def replaced_number(self) -> None:
         self.console.heading("6. WhatsApp bans the business number; whasp hands over a new one")
         old = self.stack.business_number
@@ -582,6 +619,15 @@ class Demo:
             "Copies outside the table (stream records for 24 h, backups, logs with ids only) "
             "are listed in docs/privacy.md."
         )
+
+
+# scene 5c's PDF: what the coach charges, one item a line
+PRICE_LIST = [
+    "Coaching price list",
+    "Long run plan: 40 EUR a month",
+    "Race day kit (with gels): 25 EUR",
+    "One-to-one session: 60 EUR an hour",
+]
 
 
 def _last_input(calls: list[dict[str, Any]]) -> list[Any]:

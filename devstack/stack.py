@@ -1278,6 +1278,58 @@ class DevStack(Started):
         self._expect_accepted(self.post_meta(notification))
         return notification
 
+    def send_document(
+        self,
+        phone: str | None,
+        data: bytes,
+        *,
+        filename: str,
+        mime_type: str = "application/pdf",
+        bsuid: str | None = None,
+        name: str = "WhatsApp user",
+    ) -> dict[str, Any]:
+        """The person sends a document: with provider meta, its bytes at the Graph stand-in
+        (fetched by its media id; Meta's `document` with its `filename`); with whasp, at the
+        whasp stand-in's media URL (whasp's contract names no file)."""
+        from devstack.events import meta_contact, meta_message, meta_notification, whasp_message
+
+        if self.meta:
+            assert self.graph is not None
+            media_id = self.graph.add_media(data, mime_type)
+            body = {"id": media_id, "mime_type": mime_type, "filename": filename}
+            stamp = int(self.now().timestamp())
+            message = meta_message(
+                phone=phone, bsuid=bsuid, kind="document", body=body, timestamp=stamp
+            )
+            notification = meta_notification(
+                contacts=[meta_contact(phone=phone, bsuid=bsuid, name=name)],
+                messages=[message],
+                number_id=self.business_number,
+            )
+            self._expect_accepted(self.post_meta(notification))
+            return notification
+        assert phone is not None
+        url = self.whasp.add_media(data, mime_type)
+        event_id = f"evt_{uuid.uuid4().hex[:16]}"
+        created_at = self._stamp(None)
+        media = {"url": url, "mime_type": mime_type, "size": len(data)}
+        event = whasp_message(
+            "",
+            chat=phone,
+            created_at=created_at,
+            event_id=event_id,
+            number=self.business_number,
+            label=self.agent_id.title(),
+            message={
+                "id": f"msg_{event_id[4:]}",
+                "type": "document",
+                "timestamp": created_at,
+                "media": media,
+            },
+        )
+        self._expect_accepted(self.post(event))
+        return event
+
     def replies_to(self, phone: str) -> list[dict[str, Any]]:
         if self.graph is not None:  # Meta: `to` is a wa_id (no "+") or a BSUID
             who = phone.removeprefix("+")
