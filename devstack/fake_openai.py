@@ -9,6 +9,10 @@ Endpoints:
   is labelled as such in every reply and is never presented as real AI.
 - ``POST /v1/audio/transcriptions``: multipart upload; the text comes from
   `transcriber(audio_bytes) -> str` (default `offline_transcriber`).
+- ``POST /v1/audio/speech``: a text spoken (`response_format: "opus"`: an Ogg/Opus stream,
+  devstack.ogg); refused as OpenAI refuses it (CreateSpeechRequest's schema: input over 4,096
+  characters, an unknown field or format; an unknown model, 404; a voice not among the
+  built-in ones; instructions or sse with tts-1).
 - ``POST /openai/v1/responses``: the same, as Amazon Bedrock's bedrock-runtime serves it. It takes
   only a short-term Bedrock API key, unexpired and signed by `bedrock_key_id` (any key if None),
   and only what bedrock-runtime takes (`bedrock_problems`): 401 or 400 otherwise.
@@ -46,12 +50,29 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from devstack import RecordingServer, Reply, Request
+from devstack.ogg import voice_note
 from memagent.memory.context import FACTS_HEADING, NEW_NUMBER_LINE, PICKED_HEADING, SUMMARY_HEADING
 
 RESPONSES = "/v1/responses"
 BEDROCK_RESPONSES = "/openai/v1/responses"
 DATE = "%Y%m%dT%H%M%SZ"  # SigV4's X-Amz-Date
 TRANSCRIPTIONS = "/v1/audio/transcriptions"
+SPEECH = "/v1/audio/speech"
+# CreateSpeechRequest (OpenAI's OpenAPI document): the models its description names, the built-in
+# voices it names (a custom voice is {"id": "voice_..."}), each format's Content-Type
+SPEECH_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
+SPEECH_VOICES = (
+    "alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer",
+    "verse", "marin", "cedar",
+)  # fmt: skip
+SPEECH_TYPES = {
+    "mp3": "audio/mpeg",
+    "opus": "audio/ogg",
+    "aac": "audio/aac",
+    "flac": "audio/flac",
+    "wav": "audio/wav",
+    "pcm": "audio/pcm",
+}
 OFFLINE = "[offline model]"
 
 Responder = Callable[[dict[str, Any]], "str | dict[str, Any]"]
@@ -178,6 +199,8 @@ class FakeOpenAI(RecordingServer):
                     reply = self._checked(record["json"])
             elif request.method == "POST" and request.path == TRANSCRIPTIONS:
                 reply = self._transcribe(request, record["json"])
+            elif request.method == "POST" and request.path == SPEECH:
+                reply = self._speak(record.get("json"))
             else:
                 reply = error_reply(404, f"Invalid URL ({request.method} {request.path})")
         return reply
@@ -298,6 +321,31 @@ class FakeOpenAI(RecordingServer):
             "total_tokens": audio_tokens + text_tokens,
         }
         return Reply.json(200, {"text": text, "usage": usage})
+
+    def _speak(self, body: Any) -> Reply:
+        """`POST /v1/audio/speech`: the text spoken (devstack.ogg: an Ogg/Opus stream as long
+        as the text, its words in a comment); refused as OpenAI refuses it."""
+        from devstack.openai_schema import problems
+
+        if not isinstance(body, dict):
+            return error_reply(400, "We could not parse the JSON body of your request.")
+        if found := problems("CreateSpeechRequest", body):  # fields, input over 4,096, format
+            param, message = found[0]
+            return error_reply(400, message, param=param)
+        model, voice = body["model"], body["voice"]
+        if model not in SPEECH_MODELS:
+            message = f"The model `{model}` does not exist or you do not have access to it."
+            return error_reply(404, message, code="model_not_found")
+        if isinstance(voice, str) and voice not in SPEECH_VOICES:
+            message = f"Invalid value: '{voice}'. Supported values are: {', '.join(SPEECH_VOICES)}."
+            return error_reply(400, message, param="voice", code="invalid_value")
+        if model.startswith("tts-1") and (
+            "instructions" in body or body.get("stream_format") == "sse"
+        ):
+            return error_reply(400, f"{model} does not take instructions or stream_format=sse.")
+        kind = body.get("response_format", "mp3")
+        audio = voice_note(body["input"]) if kind == "opus" else f"[{kind} audio]".encode()
+        return Reply(200, audio, {"Content-Type": SPEECH_TYPES[kind]})
 
 
 def upload_fields(form: dict[str, Any]) -> dict[str, Any]:

@@ -236,3 +236,89 @@ def test_the_graph_stand_in_takes_only_ogg_opus_as_a_voice_note_and_within_meta_
     assert refused.value.code == 131053
     with pytest.raises(SendRejected):
         client.upload_voice(sender=META_NUMBER_ID, audio=voice_note("x") + b"\0" * (16 << 20))
+
+
+# ------------------------------------------------------------------ OpenAI's speech endpoint
+
+
+@pytest.fixture
+def openai_voice(consumer, monkeypatch) -> Any:
+    """The consumer of this module with VOICE_SPEECH=openai (and `more`): the model's own
+    OpenAI endpoint speaks."""
+
+    def load(**more: str) -> Any:
+        # the module's consumer has set the rest of its environment
+        return load_function("consumer", {"VOICE_SPEECH": "openai", **more}, monkeypatch)
+
+    return load
+
+
+def test_with_openai_speech_in_mirror_mode_a_voice_note_gets_one_ogg_opus_voice_note(
+    webhook, queue, openai_voice, openai, graph, resources, lambda_context
+):
+    # given VoiceReplies=mirror with VOICE_SPEECH=openai
+    consumer = openai_voice()
+    # when Maya sends a voice note
+    assert post(webhook, notify(voice_in(graph)), lambda_context) == 200
+    assert queue.drain(consumer, lambda_context) == 0
+    # then she gets exactly one Ogg/Opus voice note: what OpenAI's endpoint spoke, asked once
+    assert_one_voice_note(graph)
+    [spoken] = openai.calls("/v1/audio/speech")
+    assert spoken == {
+        "model": "gpt-4o-mini-tts",
+        "voice": "coral",
+        "input": spoken["input"],
+        "response_format": "opus",
+    }
+    assert graph.voice_notes_to(MAYA_PHONE) == [voice_note(spoken["input"])]
+    # and memory keeps the reply's text, marked as spoken
+    [reply] = replies(resources)
+    assert reply["text"] == spoken["input"] and reply.get("voice") is True
+
+
+def test_with_openai_speech_a_reply_the_endpoint_refuses_goes_as_text(
+    webhook, queue, openai_voice, openai, graph, lambda_context
+):
+    # given a speech model the endpoint does not have (404: refused for good)
+    consumer = openai_voice(VOICE_OPENAI_MODEL="tts-0")
+    assert post(webhook, notify(voice_in(graph)), lambda_context) == 200
+    assert queue.drain(consumer, lambda_context) == 0
+    # then the reply goes once, as text
+    assert len(openai.calls("/v1/audio/speech")) == 1
+    assert graph.voice_notes_to(MAYA_PHONE) == []
+    assert len(graph.texts_to(MAYA_PHONE)) == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "param"),
+    [
+        ({"input": "x" * 4097}, 400, "input"),  # maxLength 4096
+        ({"voice": "robot"}, 400, "voice"),  # not a built-in voice
+        ({"model": "tts-9"}, 404, None),  # no such model
+        ({"response_format": "ogg"}, 400, "response_format"),
+        ({"speed": 5}, 400, "speed"),
+        ({"language": "en"}, 400, None),  # a field the request does not declare
+        ({"model": "tts-1", "instructions": "cheerful"}, 400, None),
+    ],
+)
+def test_the_openai_stand_in_refuses_what_the_speech_endpoint_refuses(
+    openai, change, status, param
+):
+    import openai as sdk
+
+    client = sdk.OpenAI(base_url=f"{openai.url}/v1", api_key="sk-test", max_retries=0)
+    request = {
+        "model": "gpt-4o-mini-tts",
+        "voice": "coral",
+        "input": "hi",
+        "response_format": "opus",
+    }
+    extra = {k: change.pop(k) for k in list(change) if k == "language"}
+    with pytest.raises(sdk.APIStatusError) as refused:
+        client.audio.speech.create(**{**request, **change}, extra_body=extra or None)
+    assert refused.value.status_code == status
+    if param is not None:
+        assert refused.value.body["param"] == param
+    # and what it takes is an Ogg/Opus stream
+    spoken = client.audio.speech.create(**request)
+    assert (opus_seconds(spoken.content) or 0) > 0

@@ -265,3 +265,18 @@ def test_a_missing_empty_or_runaway_persona_stops_the_cold_start_naming_it(tmp_p
     both = {**env, "SYSTEM_PROMPT_FILE": "persona.md", "SYSTEM_PROMPT": "Be brief."}
     with pytest.raises(ConfigurationError, match="SYSTEM_PROMPT_FILE and SYSTEM_PROMPT"):
         ConsumerSettings.from_env(both)
+
+
+def test_openai_speech_is_the_model_endpoints_and_refused_where_the_model_is_bedrock():
+    # given VOICE_SPEECH=openai: with the model on OpenAI it is read, with its model and voice
+    voiced = {**CONSUMER, "VOICE_REPLIES": "mirror", "VOICE_SPEECH": "openai"}
+    settings = ConsumerSettings.from_env(voiced)
+    assert (settings.voice_speech, settings.voice_openai_model) == ("openai", "gpt-4o-mini-tts")
+    assert ConsumerSettings.from_env(CONSUMER).voice_speech == "polly"
+    # a voice OpenAI's endpoint does not have is refused at cold start
+    with pytest.raises(ConfigurationError, match="VOICE_OPENAI_VOICE"):
+        ConsumerSettings.from_env({**voiced, "VOICE_OPENAI_VOICE": "robot"})
+    # with the model on Bedrock there is no OpenAI endpoint to speak: refused, naming it
+    bedrock = {**voiced, "MODEL_PROVIDER": "bedrock", "OPENAI_MODEL": "us.openai.gpt-6-luna"}
+    with pytest.raises(ConfigurationError, match="VOICE_SPEECH=openai"):
+        ConsumerSettings.from_env({**bedrock, "AWS_REGION": "eu-west-1"})

@@ -1,6 +1,6 @@
 """The model: the Responses API client (client, always store=false), Amazon Bedrock's
 short-term key (bedrock, only with MODEL_PROVIDER=bedrock) and the operator's declared tools
-(tools, only with TOOLS_FILE).
+(tools, only with TOOLS_FILE), OpenAI's speech endpoint (speech, only with VOICE_SPEECH=openai).
 """
 
 from typing import TYPE_CHECKING
@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the face (memagent.face): what other wings and the function
         ModelSettings,
         tools_settings,
     )
+    from memagent.model.speech import OPENAI_VOICES, OpenAISpeech
     from memagent.model.tools import (
         Caller,
         ToolBox,

@@ -303,6 +303,10 @@ class ModelClient:
             error=type(refused).__name__,
         )
 
+    def on_model_endpoint(self, what: str, call: Any) -> Any:
+        """`call(client)` on the model's own endpoint and key (memagent.model.speech)."""
+        return self._call(self._model, what, call)
+
     def _what_to_fix(self, endpoint: _Endpoint) -> str:
         if self.bedrock and endpoint is self._model:
             model, region = self._settings.openai_model, self._settings.bedrock_region

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from memagent.model import ToolBox
     from memagent.providers import Event
     from memagent.turn.settings import ConsumerSettings
+    from memagent.turn.voice import Speech
 
 
 # What a record's own data makes its handling raise, the same on every retry (a poison pill)
@@ -112,6 +113,21 @@ class BackoffFifoProcessor(ScheduledRetries, SqsFifoPartialProcessor):
             )
         except Exception:
             logger.exception("watchdog could not settle the batch")
+
+
+def _speech(settings: ConsumerSettings, model: ModelClient) -> Speech | None:
+    """Who speaks voice replies (memagent/turn/voice.py): None with VoiceReplies off; Amazon
+    Polly, or OpenAI's speech endpoint on the model's own (VOICE_SPEECH=openai), which a stack
+    speaking through Polly never imports."""
+    if settings.voice_replies == "off":
+        return None
+    if settings.voice_speech == "openai":
+        from memagent.model import OpenAISpeech
+
+        return OpenAISpeech(
+            model, speech_model=settings.voice_openai_model, voice=settings.voice_openai_voice
+        )
+    return PollySpeech(settings.voice_engine)
 
 
 def _toolbox(settings: ConsumerSettings) -> ToolBox | None:
@@ -217,7 +233,7 @@ class Consumer:
             archive,
             media=media,
             tools=_toolbox(settings),
-            speech=PollySpeech(settings.voice_engine) if settings.voice_replies != "off" else None,
+            speech=_speech(settings, model),
         )
         parking = ParkingQueue(settings.parking_queue_url) if settings.parking_queue_url else None
         retries = Retries(

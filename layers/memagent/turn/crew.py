@@ -16,12 +16,13 @@ from memagent.lifecycle import Elsewhere, forget_key
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from memagent.aws import FollowUpSchedules, KeptMedia, PollySpeech, TranscriptArchive
+    from memagent.aws import FollowUpSchedules, KeptMedia, TranscriptArchive
     from memagent.lifecycle import Receipt, Target
     from memagent.model import ModelClient, ToolBox
     from memagent.providers import Provider
     from memagent.store import MemoryStore
     from memagent.turn.settings import ConsumerSettings
+    from memagent.turn.voice import Speech
 
 
 class Crew:
@@ -34,7 +35,7 @@ class Crew:
         archive: TranscriptArchive | None = None,
         media: KeptMedia | None = None,
         tools: ToolBox | None = None,
-        speech: PollySpeech | None = None,
+        speech: Speech | None = None,
     ):
         self.settings = settings
         self.archive = archive

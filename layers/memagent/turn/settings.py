@@ -14,7 +14,12 @@ from memagent.aws import DEAD_LETTER_ARN, RETRY_JITTER, RetrySchedule
 from memagent.environment import Environment, Secret, Setting, declare, setting, table_of
 from memagent.errors import ConfigurationError
 from memagent.memory import FOLLOW_UP_MAX_PENDING, RECENT_CONVERSATIONS
-from memagent.model import DEFAULT_TRANSCRIPTION_MODEL, ModelSettings, tools_settings
+from memagent.model import (
+    DEFAULT_TRANSCRIPTION_MODEL,
+    OPENAI_VOICES,
+    ModelSettings,
+    tools_settings,
+)
 from memagent.providers import ProviderSettings
 from memagent.turn.keywords import HANDOFF_PHRASES, OPT_OUT_WORDS, STOP_WORDS, normalised
 from memagent.turn.replies import WORD_LISTS, Replies, built_in, load
@@ -118,6 +123,11 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     voice_daily_chars: int = setting("VOICE_DAILY_CHARS", 6000, minimum=0)
     # Polly's engine (every voice memagent.aws.speech picks has standard and neural)
     voice_engine: str = setting("VOICE_ENGINE", "neural", choices=("standard", "neural"))
+    # who speaks: Amazon Polly in the account, or OpenAI's speech endpoint where the model's home
+    # is OpenAI (memagent/model/speech.py: the model's endpoint and key); checked in _voice
+    voice_speech: str = setting("VOICE_SPEECH", "polly", choices=("polly", "openai"), custom=True)
+    voice_openai_model: str = setting("VOICE_OPENAI_MODEL", "gpt-4o-mini-tts")
+    voice_openai_voice: str = setting("VOICE_OPENAI_VOICE", "coral", choices=OPENAI_VOICES)
     # every fixed text sent to a person, per language, with the operator's changes
     # (memagent/turn/replies.py: REPLIES_FILE, BUDGET_NOTICE, HANDOFF_NOTICE)
     replies: Replies = field(default_factory=built_in)
@@ -153,6 +163,7 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
             **tools_settings(read),
             **_replies(read),
             **_follow_ups(read, table_of(cls)),
+            "voice_speech": _voice_speech(read, table_of(cls)),
         }
 
     @property
@@ -160,6 +171,18 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
         """How long a silent person is kept (None: until erased)."""
         days = self.inactive_retention_days
         return timedelta(days=days) if days else None
+
+
+def _voice_speech(read: Environment, table: Mapping[str, Setting]) -> str:
+    """VOICE_SPEECH=openai speaks through the model's own OpenAI endpoint: not with Bedrock,
+    which has no speech endpoint (Polly is in the account)."""
+    speech = read.value(table["voice_speech"])
+    if speech == "openai" and read.value(table["model_provider"]) != "openai":
+        read.problems.append(
+            "VOICE_SPEECH=openai: OpenAI's speech endpoint is the model's, so MODEL_PROVIDER "
+            "must be openai (with bedrock, leave VOICE_SPEECH at polly)"
+        )
+    return speech
 
 
 def _system_prompt(read: Environment) -> str:

@@ -8,7 +8,8 @@ VOICE_MAX_CHARS and within the person's VOICE_DAILY_CHARS. The reply's turn reco
 redelivery sends it the same way, and the day's budget counts its characters
 (memagent.memory.budget).
 
-Sending it once (`send_voice`): the text is synthesized (Polly: memagent.aws.speech) and uploaded
+Sending it once (`send_voice`): the text is synthesized (Polly: memagent.aws.speech; or OpenAI's
+speech endpoint, VOICE_SPEECH=openai: memagent.model.speech) and uploaded
 (the provider's media endpoint); the media id is recorded on the event's ledger entry before the
 audio message goes out, under the reply's send key as part 0. A crash before the record uploads
 again (a second copy at the provider, never a second message); after it, the redelivery sends
@@ -18,7 +19,7 @@ the recorded media id; after the send, the part is recorded as a text part is
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memagent.errors import SendRejected
 from memagent.observability import count, logger
@@ -31,6 +32,16 @@ if TYPE_CHECKING:
     from memagent.turn.settings import ConsumerSettings
 
 MODES = ("off", "mirror", "always")
+
+
+class Speech(Protocol):
+    """Who speaks a reply (VOICE_SPEECH): Amazon Polly (memagent.aws.speech.PollySpeech) or
+    OpenAI's speech endpoint (memagent.model.speech.OpenAISpeech). Ogg/Opus bytes, or None when
+    refused for good (the reply goes as text); a failure a retry may fix raises TransientError."""
+
+    def synthesize(self, text: str, language: str | None) -> bytes | None: ...
+
+
 VOICE_NOTE = "audio"  # InboundMessage.kind of a voice note
 
 
