@@ -49,8 +49,8 @@ from memagent.turn.follow_ups import parse as follow_up_of
 if TYPE_CHECKING:
     from memagent.model import ToolBox
     from memagent.providers import Event
+    from memagent.turn.crew import Speech
     from memagent.turn.settings import ConsumerSettings
-    from memagent.turn.voice import Speech
 
 
 # What a record's own data makes its handling raise, the same on every retry (a poison pill)

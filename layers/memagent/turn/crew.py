@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from memagent.aws import OperatorEvents
 from memagent.errors import ScheduleRefused
@@ -22,7 +22,14 @@ if TYPE_CHECKING:
     from memagent.providers import Provider
     from memagent.store import MemoryStore
     from memagent.turn.settings import ConsumerSettings
-    from memagent.turn.voice import Speech
+
+
+class Speech(Protocol):
+    """Who speaks a reply (VOICE_SPEECH): Amazon Polly (memagent.aws.speech.PollySpeech) or
+    OpenAI's speech endpoint (memagent.model.speech.OpenAISpeech). Ogg/Opus bytes, or None when
+    refused for good (the reply goes as text); a failure a retry may fix raises TransientError."""
+
+    def synthesize(self, text: str, language: str | None) -> bytes | None: ...
 
 
 class Crew:

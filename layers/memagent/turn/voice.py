@@ -19,7 +19,7 @@ the recorded media id; after the send, the part is recorded as a text part is
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from memagent.errors import SendRejected
 from memagent.observability import count, logger
@@ -32,14 +32,6 @@ if TYPE_CHECKING:
     from memagent.turn.settings import ConsumerSettings
 
 MODES = ("off", "mirror", "always")
-
-
-class Speech(Protocol):
-    """Who speaks a reply (VOICE_SPEECH): Amazon Polly (memagent.aws.speech.PollySpeech) or
-    OpenAI's speech endpoint (memagent.model.speech.OpenAISpeech). Ogg/Opus bytes, or None when
-    refused for good (the reply goes as text); a failure a retry may fix raises TransientError."""
-
-    def synthesize(self, text: str, language: str | None) -> bytes | None: ...
 
 
 VOICE_NOTE = "audio"  # InboundMessage.kind of a voice note
