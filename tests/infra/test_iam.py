@@ -39,6 +39,11 @@ SHAPES = {
     "whasp-with-tools": {"ExampleBookingTool": "true", "ToolFunctionArns": ORDERS_TOOL},
     "whasp-with-follow-ups": {"FollowUps": "true"},
     "meta-with-voice": {"Provider": "meta", "VoiceReplies": "mirror"},
+    "meta-with-openai-voice": {
+        "Provider": "meta",
+        "VoiceReplies": "mirror",
+        "VoiceSpeech": "openai",
+    },
 }
 PROFILE = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/eu.openai.gpt-6-luna"
 
@@ -483,10 +488,12 @@ def test_the_person_key_is_read_by_the_functions_that_derive_keys_and_by_no_othe
 
 def test_polly_is_granted_to_the_consumer_alone_and_only_with_voice_replies_on(shape) -> None:
     # given each shape; then only the consumer may synthesize speech, and only where
-    # VoiceReplies is on with provider meta (whasp sends text: no grant it would not use)
+    # VoiceReplies is on with provider meta (whasp sends text: no grant it would not use) and
+    # Polly speaks (VoiceSpeech=openai speaks through the model's endpoint, with its key)
     cfn, parameters = shape
     polly = {(f, a) for f, a, _ in listing(cfn, parameters) if a.startswith("polly:")}
     on = parameters.get("Provider") == "meta" and parameters.get("VoiceReplies", "off") != "off"
+    on = on and parameters.get("VoiceSpeech", "polly") == "polly"
     assert polly == ({("ConsumerFunction", "polly:SynthesizeSpeech")} if on else set())
 
 

@@ -351,7 +351,7 @@ def test_sam_translator_transforms_the_template_offline(cfn: Template) -> None:
     assert len(resources(cfn, "AWS::Lambda::Function")) >= 3
 
 
-def test_a_whasp_stack_without_its_api_url_is_refused_before_deploying(cfn: Template) -> None:
+def test_a_stack_its_rules_refuse_is_refused_before_deploying(cfn: Template) -> None:
     def accepted(parameters: dict[str, str]) -> bool:
         """Whether CloudFormation's Rules let these parameters through."""
 
@@ -368,6 +368,11 @@ def test_a_whasp_stack_without_its_api_url_is_refused_before_deploying(cfn: Temp
     assert not accepted({"Provider": "whasp", "WhaspApiUrl": ""})
     assert accepted({"Provider": "whasp", "WhaspApiUrl": "https://api.whasp.example"})
     assert accepted({"Provider": "meta", "WhaspApiUrl": ""})
+    # and OpenAI's speech with the model on Bedrock (no speech endpoint there) is refused too
+    meta = {"Provider": "meta", "WhaspApiUrl": ""}
+    assert not accepted({**meta, "VoiceSpeech": "openai", "ModelProvider": "bedrock"})
+    assert accepted({**meta, "VoiceSpeech": "openai", "ModelProvider": "openai"})
+    assert accepted({**meta, "VoiceSpeech": "polly", "ModelProvider": "bedrock"})
 
 
 def test_event_queue_is_fifo_per_person_with_a_fifo_dead_letter_queue(cfn: Template) -> None:

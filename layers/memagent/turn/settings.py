@@ -125,7 +125,9 @@ class ConsumerSettings(ModelSettings, ProviderSettings):
     voice_engine: str = setting("VOICE_ENGINE", "neural", choices=("standard", "neural"))
     # who speaks: Amazon Polly in the account, or OpenAI's speech endpoint where the model's home
     # is OpenAI (memagent/model/speech.py: the model's endpoint and key); checked in _voice
-    voice_speech: str = setting("VOICE_SPEECH", "polly", choices=("polly", "openai"), custom=True)
+    voice_speech: str = setting(
+        "VOICE_SPEECH", "polly", choices=("polly", "openai"), custom=True, parameter="VoiceSpeech"
+    )
     voice_openai_model: str = setting("VOICE_OPENAI_MODEL", "gpt-4o-mini-tts")
     voice_openai_voice: str = setting("VOICE_OPENAI_VOICE", "coral", choices=OPENAI_VOICES)
     # every fixed text sent to a person, per language, with the operator's changes
