@@ -10,6 +10,7 @@ hashed key, so forget() finds them.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import uuid
@@ -51,7 +52,13 @@ class KeptMedia:
 
     def __init__(self, bucket: str, client: Any | None = None):
         self.bucket = bucket
-        self._s3 = client or boto3.client("s3")
+        if client is not None:
+            self._s3 = client
+
+    @functools.cached_property
+    def _s3(self) -> Any:
+        """Made on first use: a turn with no voice note, photo or document never needs it."""
+        return boto3.client("s3")
 
     @staticmethod
     def key(pk: str, event_id: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -192,10 +193,16 @@ class RetryQueue:
     visibility on its receipt handle brings it back after our backoff instead."""
 
     def __init__(self, queue_url: str, client: Any | None = None):
+        self.queue_url = queue_url
+        if client is not None:
+            self._sqs = client
+
+    @functools.cached_property
+    def _sqs(self) -> Any:
+        """Made on first use: a turn that fails nothing never needs it (a cold start's time)."""
         import boto3  # the consumer's: not on the webhook's cold path
 
-        self.queue_url = queue_url
-        self._sqs = client or boto3.client("sqs", config=VISIBILITY_CONFIG)
+        return boto3.client("sqs", config=VISIBILITY_CONFIG)
 
     def delete(self, handles: list[str]) -> int:
         """Delete records that were handled (the watchdog's, before a timeout would return
@@ -244,10 +251,16 @@ class ParkingQueue:
     (with their reason) for an operator to inspect, instead of being dropped or retried."""
 
     def __init__(self, queue_url: str, client: Any | None = None):
+        self.queue_url = queue_url
+        if client is not None:
+            self._sqs = client
+
+    @functools.cached_property
+    def _sqs(self) -> Any:
+        """Made on first use: most invocations park nothing."""
         import boto3  # the consumer's: not on the webhook's cold path
 
-        self.queue_url = queue_url
-        self._sqs = client or boto3.client("sqs")
+        return boto3.client("sqs")
 
     def park(self, body: str, *, group: str, reason: str) -> None:
         self._sqs.send_message(
