@@ -187,10 +187,12 @@ def _batches(entries: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return batches
 
 
-class RetryQueue:
-    """The consumer's side of the event queue: when a failed record comes back. Lambda leaves a
-    failed record alone, so it would return only at the queue's VisibilityTimeout; setting its
-    visibility on its receipt handle brings it back after our backoff instead."""
+class _Queue:
+    """A queue the consumer or the compactor writes to now and then, through a boto3 client
+    made on first use: a turn that fails nothing and parks nothing needs none (boto3 loads a
+    service's model at its first client: a cold start's time)."""
+
+    config: Config | None = None  # the client's
 
     def __init__(self, queue_url: str, client: Any | None = None):
         self.queue_url = queue_url
@@ -199,10 +201,17 @@ class RetryQueue:
 
     @functools.cached_property
     def _sqs(self) -> Any:
-        """Made on first use: a turn that fails nothing never needs it (a cold start's time)."""
-        import boto3  # the consumer's: not on the webhook's cold path
+        import boto3  # not on the webhook's cold path
 
-        return boto3.client("sqs", config=VISIBILITY_CONFIG)
+        return boto3.client("sqs", config=self.config)
+
+
+class RetryQueue(_Queue):
+    """The consumer's side of the event queue: when a failed record comes back. Lambda leaves a
+    failed record alone, so it would return only at the queue's VisibilityTimeout; setting its
+    visibility on its receipt handle brings it back after our backoff instead."""
+
+    config = VISIBILITY_CONFIG
 
     def delete(self, handles: list[str]) -> int:
         """Delete records that were handled (the watchdog's, before a timeout would return
@@ -246,21 +255,9 @@ class FailureQueue(RetryQueue):
             raise QueueUnavailable(f"SQS refused {refused} of {len(entries)} retries")
 
 
-class ParkingQueue:
+class ParkingQueue(_Queue):
     """The FIFO dead-letter queue, where events that can never be processed are parked at once
     (with their reason) for an operator to inspect, instead of being dropped or retried."""
-
-    def __init__(self, queue_url: str, client: Any | None = None):
-        self.queue_url = queue_url
-        if client is not None:
-            self._sqs = client
-
-    @functools.cached_property
-    def _sqs(self) -> Any:
-        """Made on first use: most invocations park nothing."""
-        import boto3  # the consumer's: not on the webhook's cold path
-
-        return boto3.client("sqs")
 
     def park(self, body: str, *, group: str, reason: str) -> None:
         self._sqs.send_message(
