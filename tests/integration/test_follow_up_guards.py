@@ -18,7 +18,7 @@ from devstack.clock import SQS_CLOCK
 from devstack.events import sqs_batch
 from devstack.scheduler import SchedulerFiring
 from memagent.memory.person import person_key
-from tests.conftest import AGENT, MAYA, load_function, whasp_message
+from tests.conftest import AGENT, MAYA, load_function, seed_turns, whasp_message
 from tests.integration.test_follow_ups import (  # noqa: F401 (fixtures)
     ASK,
     REMINDER,
@@ -208,6 +208,38 @@ def test_a_retention_expiry_takes_her_follow_ups_and_their_schedules(
     assert not pending_note_seen(openai)
     nothing_sent_at(consumer, firing, lambda_context, env, at, whasp)
     assert model.due_requests == []
+
+
+def test_a_follow_up_asked_for_after_the_ttls_deletion_outlives_the_expirys_record(
+    whasp_stack, compactor_env, tap, ttl, openai, whasp, monkeypatch, lambda_context
+):
+    from devstack.lambda_harness import passes_filters, stream_filters
+    from devstack.resources import load_template
+
+    consumer, firing, env = whasp_stack
+    at = tomorrow_at_nine()
+    openai.responder = Model(at)
+    # given Maya's conversation of 31 days ago (30 days' retention), and DynamoDB's TTL has
+    # deleted her state item; its stream record waits (Lambda retries it, or
+    # CompactionFailureQueue)
+    then = datetime.now(UTC) - timedelta(days=31)
+    seed_turns(consumer.consumer.agent.store, MAYA, ["Hi, I'm Maya", "Hi Maya!"], start=then)
+    ttl.lag = 0
+    ttl.sweep()
+    expiry = [r for r in tap.poll() if passes_filters(r, stream_filters(load_template()))]
+    # when she writes again meanwhile, asking for a reminder, and then the record is handled
+    maya_writes(consumer, lambda_context, ASK, datetime.now(UTC))
+    [asked] = due_items(env["TABLE_NAME"])
+    compactor = load_function(
+        "compactor",
+        {**compactor_env, "FOLLOW_UP_SCHEDULE_GROUP": env["FOLLOW_UP_SCHEDULE_GROUP"]},
+        monkeypatch,
+    )
+    assert compactor.handler({"Records": expiry}, lambda_context) == {"batchItemFailures": []}
+    # then her new conversation's follow-up is still pending, schedule and all, and comes
+    assert due_items(env["TABLE_NAME"]) == [asked] and len(firing.pending()) == 1
+    run_due(consumer, firing, lambda_context, env, at)
+    assert whasp.texts_to(MAYA)[-1] == REMINDER
 
 
 def test_a_turn_that_finds_her_retention_ended_takes_her_follow_ups_and_schedules(

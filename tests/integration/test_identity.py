@@ -323,21 +323,23 @@ def test_a_late_ttl_expiry_keeps_the_new_conversation_its_state_and_its_phone_li
     _exchange(webhook, queue, consumer, lambda_context, hello, alone)
     # then her phone still reaches the new conversation (the turn's expiry kept its link)
     assert _said(openai) == ["Hi! Is this the running club?", "It's Maya, on my phone"]
-    # when she asks for a human, and only then is the TTL's stream record handled
+    # when she asks for a human and writes again (stored for the human, not answered by the
+    # agent), and only then is the TTL's stream record handled
     human = text_from("talk to a human", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=new + 2)
     _exchange(webhook, queue, consumer, lambda_context, human)
+    sent = len(graph.sent)
+    waiting = text_from("Are you there?", phone=MAYA_PHONE, at=new + 3)
+    _exchange(webhook, queue, consumer, lambda_context, waiting)
+    assert len(graph.sent) == sent
     before = store.everything(pk)
     state = next(item for item in before if item["sk"] == "STATE")
     assert {"handoff_since", "expires_at", "last_seq", "phone_key", "bsuid_key"} <= set(state)
     assert compactor.handler({"Records": expiry}, lambda_context) == {"batchItemFailures": []}
     # then the new conversation stands as it was: its state (the human still has the chat, the
-    # retention counts from her new messages), its messages and its phone link
+    # retention counts from her new messages), its messages, the ledger entry of the one no
+    # reply answers yet, and its phone link
     assert store.everything(pk) == before
     assert store.state(person_key(AGENT, MAYA_PHONE)).alias_of == pk
-    sent = len(graph.sent)
-    waiting = text_from("Are you there?", phone=MAYA_PHONE, at=new + 3)
-    _exchange(webhook, queue, consumer, lambda_context, waiting)
-    assert len(graph.sent) == sent  # stored for the human, not answered by the agent
     assert [t.text for t in store.load(pk).turns if t.role == "user"][-1] == "Are you there?"
     # and nothing of the old memory is left, nor was any model call since shown it
     assert "HIV" not in json.dumps(_table_items(resources), default=str)

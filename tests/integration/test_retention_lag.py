@@ -248,3 +248,36 @@ def test_an_expired_persons_archived_transcripts_go_with_the_turns_expiry(
     # then the archived transcript is gone with the rest of the old memory
     assert s3.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
     assert "HIV" not in json.dumps(_table(resources), default=str)
+
+
+def test_an_expired_memory_whose_last_message_no_reply_answered_is_expired_whole(
+    pipeline, resources, openai
+):
+    # given Maya asked for a human 31 days ago (30 days' retention), then told them something
+    # private, stored for the human and never answered: the newest thing her memory holds
+    now = datetime.now(UTC)
+    pk = person_key(AGENT, MAYA)
+    table = boto3.resource("dynamodb").Table(resources.table_name)
+    then = now - timedelta(days=31)
+    said = [("user", "talk to a human"), ("assistant", "A person will answer you here soon.")]
+    said.append(("user", "my HIV test came back positive"))
+    for seq, (role, text) in enumerate(said, start=1):
+        at = (then + timedelta(seconds=seq)).isoformat()
+        item = {"pk": pk, "sk": f"MSG#{seq:012d}", "seq": seq, "role": role, "text": text}
+        table.put_item(Item={**item, "at": at})
+    table.put_item(
+        Item={
+            "pk": pk,
+            "sk": "STATE",
+            "last_seq": 3,
+            "last_inbound_at": (then + timedelta(seconds=3)).isoformat(),
+            "handoff_since": (then + timedelta(seconds=1)).isoformat(),
+            "expires_at": int((then + timedelta(days=30)).timestamp()),
+        }
+    )
+    # when her number's new owner writes
+    pipeline(MAYA, "Hi! Is this the running club?", now + timedelta(seconds=1))
+    # then that last message goes with the rest of the expired memory: the expiry's mark is
+    # its time, and only what was written after the mark is the new conversation's
+    assert turns_of(openai.calls()[-1]) == [("user", "Hi! Is this the running club?")]
+    assert "HIV" not in json.dumps(_table(resources), default=str)
