@@ -526,6 +526,37 @@ def test_an_expiry_that_stopped_half_way_never_reaches_the_next_persons_reply(
     assert _said(openai) == ["Hi! Is this the running club?", "Great, Tuesdays suit me"]
 
 
+def test_an_expiry_the_table_refuses_half_way_is_audited_as_failed_then_done_when_retried(
+    webhook, queue, consumer, resources, tap, ttl, compactor_env, monkeypatch, lambda_context
+):
+    from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+
+    from memagent.observability import logger
+    from tests.conftest import load_function
+    from tests.integration.faults import Crash, crash_before
+
+    compactor = load_function("compactor", compactor_env, monkeypatch)
+    pk = person_key(AGENT, MAYA_BSUID)
+    # given Maya's memory expired by the TTL, and the table refusing the expiry's first deletes
+    expiry = _silent_past_retention(webhook, queue, consumer, ttl, tap, lambda_context)
+    crash_before(compactor.compactor.store, "delete_items_as_read", monkeypatch, Crash("503"))
+    out = io.StringIO()
+    monkeypatch.setattr(logger.registered_handler, "stream", out)
+    # when the compactor handles its stream record (the batch fails: Lambda retries it), and
+    # again
+    with pytest.raises(BatchProcessingError):
+        compactor.handler({"Records": expiry}, lambda_context)
+    assert compactor.handler({"Records": expiry}, lambda_context) == {"batchItemFailures": []}
+    # then the audit trail says the TTL's erasure of her failed, then was done; and it was
+    audits = [json.loads(line) for line in out.getvalue().splitlines() if '"audit"' in line]
+    caller = "retention (dynamodb.amazonaws.com)"
+    assert [(a["audit"], a["person"], a["outcome"], a["caller"]) for a in audits] == [
+        ("erase", pk, "failed", caller),
+        ("erase", pk, "done", caller),
+    ]
+    assert "HIV" not in json.dumps(_table_items(resources), default=str)
+
+
 def test_the_retention_filter_names_only_the_dynamodb_key_and_passes_a_state_items_deletion():
     from devstack.lambda_harness import passes_filters, stream_filters
     from devstack.resources import load_template

@@ -85,6 +85,7 @@ def fill(table_name: str, phone: str, *, messages: int, facts: int, ledger: int)
                     "sk": ledger_sk(f"evt_{phone}_{n}"),
                     "event_id": f"evt_{phone}_{n}",
                     "status": "sent",
+                    "created_at": (start + timedelta(minutes=n)).isoformat(),
                 }
             )
         batch.put_item(
@@ -205,28 +206,52 @@ def test_an_export_is_exactly_what_is_held_field_by_field(
     fill(resources.table_name, MAYA, messages=3, facts=1, ledger=1)
     table = boto3.resource("dynamodb").Table(resources.table_name)
     pk = person_key(AGENT, MAYA)
+    # an older version kept the summary on the state, with when it was written
+    summary_at = (start + timedelta(hours=1)).isoformat()
+    table.update_item(
+        Key={"pk": pk, "sk": "STATE"},
+        UpdateExpression="SET summary_at = :t",
+        ExpressionAttributeValues={":t": summary_at},
+    )
     summary: dict[str, Any] | None = {
         "text": "Maya told me about her new job.",
         "covers_up_to_message": 0,
-        "updated_at": None,
+        "updated_at": summary_at,
     }
     if summary_kept == "as its own item":  # where the compactor keeps it now
         at = (start + timedelta(days=1)).isoformat()
         table.put_item(Item={"pk": pk, "sk": "SUMMARY", "text": "Maya is a nurse.", "at": at})
         table.update_item(
             Key={"pk": pk, "sk": "STATE"},
-            UpdateExpression="SET marker = :m REMOVE summary",
+            UpdateExpression="SET marker = :m REMOVE summary, summary_at",
             ExpressionAttributeValues={":m": 2},
         )
         summary = {"text": "Maya is a nurse.", "covers_up_to_message": 2, "updated_at": at}
     elif summary_kept == "none":
-        table.update_item(Key={"pk": pk, "sk": "STATE"}, UpdateExpression="REMOVE summary")
+        table.update_item(
+            Key={"pk": pk, "sk": "STATE"}, UpdateExpression="REMOVE summary, summary_at"
+        )
         summary = None
+    # and a message of hers waits for its reply (a burst's: the state lists it), and a
+    # follow-up she asked for is pending
+    table.update_item(
+        Key={"pk": pk, "sk": "STATE"},
+        UpdateExpression="SET awaiting = :a",
+        ExpressionAttributeValues={":a": [f"evt_{MAYA}_0"]},
+    )
+    follow_up = {
+        "at": "2026-06-02T08:00:00+00:00",
+        "local": "2026-06-02T09:00",
+        "zone": "Europe/London",
+        "about": "call the dentist",
+        "created_at": (start + timedelta(minutes=5)).isoformat(),
+    }
+    table.put_item(Item={"pk": pk, "sk": "DUE#fu-1", "name": "fu-1", **follow_up})
     # when an operator exports her
     response = admin.handler(admin_event("GET", MAYA), lambda_context)
-    # then the export holds exactly what is kept about her
+    # then the export holds exactly what is kept about her, its numbers written as integers
     assert response["statusCode"] == 200
-    body = json.loads(response["body"])
+    body = json.loads(response["body"], parse_float=lambda number: f"not an integer: {number}")
     assert datetime.fromisoformat(body.pop("exported_at")) <= datetime.now(UTC)
     marker = 2 if summary_kept == "as its own item" else 0
     assert body == {
@@ -245,14 +270,17 @@ def test_an_export_is_exactly_what_is_held_field_by_field(
             }
             for seq in (1, 2, 3)
         ],
-        "follow_ups": [],
-        "processed_events": [{"event_id": f"evt_{MAYA}_0", "status": "sent", "at": None}],
+        "follow_ups": [{"id": "fu-1", **follow_up, "status": "pending"}],
+        "processed_events": [
+            {"event_id": f"evt_{MAYA}_0", "status": "sent", "at": start.isoformat()}
+        ],
         "state": {
             "last_seq": 3,
             "marker": marker,
             "last_number": BUSINESS,
             "last_inbound_at": start.isoformat(),
             "compaction_due": False,
+            "awaiting": [f"evt_{MAYA}_0"],
         },
         "archived_transcripts": [],
         "kept_media": [],

@@ -5,6 +5,7 @@ admin API's forget reaches it."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import Counter
 
 import boto3
@@ -134,8 +135,16 @@ def test_forget_by_phone_removes_a_legacy_partition(
     assert "Biscuit" in exported["body"]
     # when an operator forgets her by phone
     response = admin.handler(admin_event("DELETE", MAYA), lambda_context)
-    # then nothing of it is left but erasure marks, under either key
+    # then nothing of it is left but erasure marks, under either key; the receipt counts what
+    # both held (her two messages, their ledger entry, the day's conversation, her state)
     assert response["statusCode"] == 200
+    receipt = json.loads(response["body"])
+    kinds = {"messages": 2, "ledger": 1, "other": 1, "state": 1, "media": 0}
+    assert (receipt["person"], receipt["removed"], receipt["by_kind"]) == (
+        person_key(AGENT, MAYA),
+        5,
+        kinds,
+    )
     for pk in (legacy_key(AGENT, MAYA), person_key(AGENT, MAYA)):
         assert [only_the_mark(i) for i in partition(resources, pk)] == [True]
     assert "Biscuit" not in admin.handler(admin_event("GET", MAYA), lambda_context)["body"]
