@@ -21,7 +21,7 @@ from devstack.lambda_harness import sqs_message_record
 from devstack.scheduler import SchedulerFiring
 from tests.conftest import AGENT, MAYA, load_function, whasp_message
 from tests.integration.test_meta import graph, graph_server  # noqa: F401 (fixtures)
-from tests.integration.test_tools import call
+from tests.integration.test_tools import call, outputs
 
 ROLE = "arn:aws:iam::123456789012:role/whasp-agent-FollowUpSchedulerRole"
 
@@ -335,6 +335,42 @@ def test_the_model_sees_pending_follow_ups_and_cancels_one_when_asked(
     nothing_sent_at(agent, firing, lambda_context, env, at, whasp)
 
 
+class CancellingModel(Model):
+    """Asked to cancel: calls cancel_follow_up without an id, then with one that is not
+    pending, then with the pending one, then answers."""
+
+    def __call__(self, request: dict[str, Any]) -> Any:
+        tail = json.dumps(request.get("input"))
+        if "cancel the reminder" not in tail or "A follow-up you scheduled" in tail:
+            return super().__call__(request)
+        made = [i for i in request["input"] if i.get("type") == "function_call_output"]
+        pending = re.findall(r"id (fu-[0-9a-f]+)", tail)
+        tries = [{}, {"id": "fu-0000"}, {"id": pending[0]}] if pending else []
+        if len(made) < len(tries):
+            return {"output": [call("cancel_follow_up", tries[len(made)], f"x{len(made)}")]}
+        return "Cancelled."
+
+
+def test_the_model_is_told_what_each_cancel_did_and_the_next_turn_remembers_it(
+    stack, openai, whasp, lambda_context
+):
+    agent, firing, env, at, _model = asked(stack, openai, lambda_context)
+    openai.responder = CancellingModel(at)
+    # when Maya asks to cancel, and the model's first two calls name no follow-up pending
+    say(agent, lambda_context, "Oh, cancel the reminder please, I called already")
+    # then it is told why each was refused, and that the third cancelled it
+    told = [json.loads(o) for o in outputs(openai.calls()[-1])]
+    assert told == [
+        {"error": "give the follow-up's 'id'"},
+        {"error": "no such follow-up pending"},
+        {"output": "cancelled"},
+    ]
+    assert firing.pending() == [] and due_items(env["TABLE_NAME"]) == []
+    # and her next turn's model sees, in the agent's words, that it was cancelled
+    say(agent, lambda_context, "Thanks!")
+    assert "cancel_follow_up: follow-up cancelled" in json.dumps(openai.calls()[-1]["input"])
+
+
 # ------------------------------------------------------------------ Meta's 24-hour window
 
 
@@ -424,6 +460,7 @@ def test_on_meta_a_follow_up_goes_only_inside_the_24_hour_window(
         "model answered",  # the firing turn dies after the model wrote the reminder
         "stored",  # ... after the reminder and its ledger entry were stored
         "sent",  # ... after whasp accepted it, before we recorded that
+        "recorded",  # ... after the send was recorded, before the follow-up was dropped
         "done",  # ... after everything, before the record was deleted
     ],
 )
@@ -432,7 +469,7 @@ def test_a_crash_at_each_step_still_ends_with_one_reminder(
 ):
     from devstack.events import sqs_batch
     from memagent.aws import FollowUpSchedules
-    from tests.integration.faults import crash_after
+    from tests.integration.faults import Crash, crash_after, crash_before
 
     agent, firing, env = stack
     at = tomorrow_at_nine()
@@ -457,6 +494,8 @@ def test_a_crash_at_each_step_still_ends_with_one_reminder(
     }
     if step in crashes:
         crash_after(*crashes[step], monkeypatch)
+    if step == "recorded":
+        crash_before(turn.store, "drop_follow_up", monkeypatch, Crash("drop"))
     # when 9:00 comes and the firing record fails once, then is redelivered
     SQS_CLOCK.advance(at.timestamp() - SQS_CLOCK.now())
     firing.fire_due()

@@ -112,14 +112,28 @@ def mine(items: list[dict], phone: str) -> list[dict]:
 def test_forget_leaves_only_the_content_free_erasure_mark(resources):
     fill(resources.table_name, MAYA, messages=500, facts=50, ledger=250)
     fill(resources.table_name, SAM, messages=30, facts=5, ledger=15)
+    # and Maya's summary in its own item, and her BSUID, which reaches her memory (a link)
+    table = boto3.resource("dynamodb").Table(resources.table_name)
+    pk, bsuid = person_key(AGENT, MAYA), person_key(AGENT, "GB.11122233344455566677")
+    written = datetime(2026, 6, 2, tzinfo=UTC).isoformat()
+    table.put_item(Item={"pk": pk, "sk": "SUMMARY", "text": "Maya is a nurse.", "at": written})
+    table.put_item(Item={"pk": pk, "sk": f"ALIAS#{bsuid}"})
+    table.put_item(Item={"pk": bsuid, "sk": "STATE", "alias_of": pk})
     store = MemoryStore(resources.table_name)
     before_sam = mine(scan(resources.table_name), SAM)
 
     receipt = forget(store, AGENT, MAYA)
 
-    assert receipt.by_kind["messages"] == 500
-    assert receipt.by_kind["facts"] == 50
-    assert receipt.by_kind["ledger"] == 250
+    # the receipt counts each kind of what was removed
+    assert receipt.by_kind == {
+        "messages": 500,
+        "facts": 50,
+        "ledger": 250,
+        "summary": 1,
+        "links": 1,
+        "state": 1,
+        "identifiers": 1,
+    }
     everything = scan(resources.table_name)
     [mark] = mine(everything, MAYA)
     assert only_the_mark(mark)
