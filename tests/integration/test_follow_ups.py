@@ -591,9 +591,9 @@ def test_a_sent_reminder_counts_toward_her_days_budget(
     assert "taking a break until tomorrow" in whasp.texts_to(MAYA)[-1]
 
 
-@pytest.mark.parametrize("approved", [True, False])
+@pytest.mark.parametrize(("approved", "crash"), [(True, False), (False, False), (True, True)])
 def test_on_meta_outside_the_window_a_follow_up_goes_as_the_approved_template(
-    meta_consumer_with, graph, openai, store, lambda_context, approved
+    meta_consumer_with, graph, openai, store, lambda_context, monkeypatch, approved, crash
 ):
     from devstack.events import META_NUMBER_ID
     from memagent.memory.person import person_key
@@ -612,12 +612,16 @@ def test_on_meta_outside_the_window_a_follow_up_goes_as_the_approved_template(
     values = {"at": "x", "local": "2026-12-04T09:00", "zone": "Europe/London"}
     values.update(about="call the dentist", address=MAYA, number=META_NUMBER_ID, created_at="x")
     store.add_follow_up(pk, "fu-2", values)
+    if crash:  # the first attempt dies once the message is stored, before it is sent
+        from tests.integration.faults import crash_after
+
+        crash_after(agent.consumer.agent.store, "remember_follow_up", monkeypatch)
     # when its time comes (and the record is delivered twice)
-    for _ in range(2):
+    for attempt in range(2):
         response = agent.handler({"Records": [due_record("fu-2", pk)]}, lambda_context)
-        assert response["batchItemFailures"] == []
-    # then it went once, as the template with the model's message; or, refused (132001), not
-    # at all: never as free text, and not in her memory as said
+        assert bool(response["batchItemFailures"]) == (crash and attempt == 0)
+    # then it went once, as the template with the model's message (a repeat of a stored one
+    # too); or, refused (132001), not at all: never as free text, and not in her memory as said
     sent = graph.texts_to(MAYA)
     if approved:
         assert sent == [f"[template reminder] {REMINDER}"]
