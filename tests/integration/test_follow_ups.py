@@ -16,6 +16,7 @@ import boto3
 import pytest
 
 from devstack.clock import SQS_CLOCK
+from devstack.fake_openai import notes_of
 from devstack.events import EVENT_QUEUE_ARN
 from devstack.lambda_harness import sqs_message_record
 from devstack.scheduler import SchedulerFiring
@@ -179,15 +180,43 @@ def test_a_reminder_arrives_once_at_nine_on_her_clock(stack, openai, whasp, lamb
     SQS_CLOCK.advance((at - timedelta(minutes=1)).timestamp() - SQS_CLOCK.now())
     assert firing.fire_due() == 0
     run_due(agent, firing, lambda_context, env, at, times=2)
-    # then the reminder arrived once, written by the model that saw her request
+    # then the reminder arrived once, written by the model that saw her request, in the
+    # operator's persona (their system prompt first, as on every turn)
     assert whasp.texts_to(MAYA) == ["Done: I'll remind you tomorrow at 9.", REMINDER]
     assert len(model.due_requests) == 1
     assert "call the dentist" in json.dumps(model.due_requests[0]["input"])
+    assert notes_of(model.due_requests[0]).startswith(env["SYSTEM_PROMPT"])
     # and nothing is left pending; the next turn's memory holds the reminder as the agent's
     assert due_items(env["TABLE_NAME"]) == [] and firing.pending() == []
     say(agent, lambda_context, "Thanks, called them!")
     last = openai.calls()[-1]
     assert REMINDER in json.dumps(last["input"])
+
+
+def test_at_its_time_the_model_sees_the_facts_about_its_subject(
+    resources, consumer_env, openai, whasp, monkeypatch, lambda_context
+):
+    from memagent.memory import fact_key
+    from memagent.memory.person import person_key
+    from memagent.store.operator import OperatorStore
+
+    # given a stack that puts one fact in front of the model, and Maya's two facts: her dentist
+    # (older) and her running (newer)
+    agent, firing, env = follow_up_stack(
+        resources, consumer_env, monkeypatch, CONTEXT_MAX_FACTS="1"
+    )
+    at = tomorrow_at_nine()
+    model = Model(at)
+    openai.responder = model
+    say(agent, lambda_context, ASK)
+    store, pk = OperatorStore(env["TABLE_NAME"]), person_key(AGENT, MAYA)
+    now = datetime.now(UTC)
+    for seconds, fact in enumerate(["Her dentist is Dr Patel in Leeds", "She runs on Tuesdays"]):
+        assert store.add_fact(pk, fact_key(fact), fact, now + timedelta(seconds=seconds))
+    # when the follow-up's time comes: the fact picked is the one about what it is about
+    run_due(agent, firing, lambda_context, env, at)
+    [due] = model.due_requests
+    assert "Dr Patel" in notes_of(due) and "Tuesdays" not in notes_of(due)
 
 
 def test_stop_cancels_and_nothing_is_sent_at_the_time(stack, openai, whasp, lambda_context):
