@@ -186,6 +186,9 @@ def test_a_reminder_arrives_once_at_nine_on_her_clock(stack, openai, whasp, lamb
     assert len(model.due_requests) == 1
     assert "call the dentist" in json.dumps(model.due_requests[0]["input"])
     assert notes_of(model.due_requests[0]).startswith(env["SYSTEM_PROMPT"])
+    # and told the time on her clock, in the zone she asked in
+    [now] = [line for line in notes_of(model.due_requests[0]).splitlines() if "It is" in line]
+    assert now.endswith("(Europe/London) for the person.")
     # and nothing is left pending; the next turn's memory holds the reminder as the agent's
     assert due_items(env["TABLE_NAME"]) == [] and firing.pending() == []
     say(agent, lambda_context, "Thanks, called them!")
