@@ -16,8 +16,8 @@ import boto3
 import pytest
 
 from devstack.clock import SQS_CLOCK
-from devstack.fake_openai import notes_of
 from devstack.events import EVENT_QUEUE_ARN
+from devstack.fake_openai import notes_of
 from devstack.lambda_harness import sqs_message_record
 from devstack.scheduler import SchedulerFiring
 from tests.conftest import AGENT, MAYA, load_function, whasp_message
@@ -186,6 +186,8 @@ def test_a_reminder_arrives_once_at_nine_on_her_clock(stack, openai, whasp, lamb
     assert len(model.due_requests) == 1
     assert "call the dentist" in json.dumps(model.due_requests[0]["input"])
     assert notes_of(model.due_requests[0]).startswith(env["SYSTEM_PROMPT"])
+    # under her own prompt cache key, as her turns are
+    assert model.due_requests[0]["prompt_cache_key"] == openai.calls()[0]["prompt_cache_key"]
     # and told the time on her clock, in the zone she asked in
     [now] = [line for line in notes_of(model.due_requests[0]).splitlines() if "It is" in line]
     assert now.endswith("(Europe/London) for the person.")
@@ -250,10 +252,11 @@ def test_a_follow_up_whose_schedule_outlived_stop_still_sends_nothing(
     assert schedule["Name"] not in [s["Name"] for s in firing.pending()]
 
 
-def test_the_model_may_find_nothing_to_say(stack, openai, whasp, lambda_context):
+@pytest.mark.parametrize("nothing", ["NOTHING", "Nothing."])
+def test_the_model_may_find_nothing_to_say(stack, openai, whasp, lambda_context, nothing):
     agent, firing, env = stack
     at = tomorrow_at_nine()
-    openai.responder = Model(at, due_answer="NOTHING")
+    openai.responder = Model(at, due_answer=nothing)
     say(agent, lambda_context, ASK)
     before = list(whasp.sent)
     run_due(agent, firing, lambda_context, env, at)
@@ -675,7 +678,7 @@ def test_an_operator_schedules_a_follow_up_the_agent_writes_at_its_time(
     openai.responder = model
     say(agent, lambda_context, "Hi! I move house on Saturday")
     path, body = f"{person()}/follow-ups", {"when": at.strftime("%Y-%m-%dT%H:%M")}
-    body["about"] = "ask how the move went"
+    body["about"] = "ask how the move to Málaga went"
     # an operator's request needs an Idempotency-Key; with one, a retry schedules nothing new
     assert admin_call(admin, lambda_context, "POST", path, body)[0] == 400
     for _ in range(2):
@@ -687,7 +690,8 @@ def test_an_operator_schedules_a_follow_up_the_agent_writes_at_its_time(
     # when its time comes: the agent writes it, once, having seen what it is about
     run_due(agent, firing, lambda_context, env, at)
     assert whasp.texts_to(MAYA).count(REMINDER) == 1
-    assert "ask how the move went" in json.dumps(model.due_requests[0]["input"])
+    # (its words as written: the model reads "Málaga", not an escape)
+    assert "ask how the move to Málaga went" in notes_of(model.due_requests[0])
     # and once she opted out, an operator can schedule none
     say(agent, lambda_context, "STOP")
     status, answer = admin_call(
