@@ -543,7 +543,9 @@ def test_a_crash_at_each_step_still_ends_with_one_reminder(
     assert due_items(env["TABLE_NAME"]) == [] and firing.pending() == []
 
 
-def test_a_memory_whose_retention_ended_is_never_followed_up(stack, openai, whasp, lambda_context):
+def test_a_memory_whose_retention_ended_is_never_followed_up(
+    stack, openai, whasp, lambda_context, caplog
+):
     agent, firing, env = stack
     at = tomorrow_at_nine()
     model = Model(at)
@@ -559,10 +561,13 @@ def test_a_memory_whose_retention_ended_is_never_followed_up(stack, openai, whas
         ExpressionAttributeValues={":e": expired},
     )
     before = list(whasp.sent)
-    # when its time comes: nothing is said from that memory, and the follow-up is dropped
-    run_due(agent, firing, lambda_context, env, at)
+    # when its time comes: nothing is said from that memory, and the follow-up is dropped,
+    # with its reason recorded
+    with caplog.at_level("INFO"):
+        run_due(agent, firing, lambda_context, env, at)
     assert whasp.sent == before and model.due_requests == []
     assert due_items(env["TABLE_NAME"]) == []
+    assert [line["reason"] for line in logged(caplog, "follow-up dropped")] == ["expired"]
 
 
 def test_forget_me_takes_her_follow_ups_and_nothing_is_sent_after(
