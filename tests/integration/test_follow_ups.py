@@ -235,7 +235,7 @@ def test_stop_cancels_and_nothing_is_sent_at_the_time(stack, openai, whasp, lamb
 
 
 def test_a_follow_up_whose_schedule_outlived_stop_still_sends_nothing(
-    stack, openai, whasp, lambda_context
+    stack, openai, whasp, lambda_context, caplog
 ):
     agent, firing, env, at, _model = asked(stack, openai, lambda_context)
     [schedule] = firing.pending()
@@ -246,9 +246,11 @@ def test_a_follow_up_whose_schedule_outlived_stop_still_sends_nothing(
         ExpressionAttributeValues={":t": True},
     )
     before = list(whasp.sent)
-    # when its time comes: then the fire-time check sends nothing, and drops it
-    run_due(agent, firing, lambda_context, env, at)
+    # when its time comes: then the fire-time check sends nothing, and drops it, saying why
+    with caplog.at_level("INFO"):
+        run_due(agent, firing, lambda_context, env, at)
     assert whasp.sent == before and due_items(env["TABLE_NAME"]) == []
+    assert [line["reason"] for line in logged(caplog, "follow-up dropped")] == ["opted_out"]
     assert schedule["Name"] not in [s["Name"] for s in firing.pending()]
 
 
@@ -629,6 +631,28 @@ def test_a_sent_reminder_counts_toward_her_days_budget(
     # then her day's two turns are spent: no model call, the budget's notice instead
     assert len(openai.calls()) == calls
     assert "taking a break until tomorrow" in whasp.texts_to(MAYA)[-1]
+
+
+def test_a_follow_up_due_when_her_days_turns_are_spent_is_dropped_unsent(
+    resources, consumer_env, openai, whasp, monkeypatch, lambda_context, caplog
+):
+    # given a stack that gives a person one model turn a day, and Maya spent it asking (her
+    # next message gets the budget's notice)
+    agent, firing, env = follow_up_stack(
+        resources, consumer_env, monkeypatch, PERSON_DAILY_TURNS="1"
+    )
+    at = tomorrow_at_nine()
+    model = Model(at)
+    openai.responder = model
+    say(agent, lambda_context, ASK)
+    say(agent, lambda_context, "Thanks!")
+    assert "taking a break until tomorrow" in whasp.texts_to(MAYA)[-1]
+    # when the follow-up's time comes within that day: no model call, nothing sent, dropped
+    # with its reason
+    with caplog.at_level("INFO"):
+        nothing_sent_at(agent, firing, lambda_context, env, at, whasp)
+    assert model.due_requests == [] and due_items(env["TABLE_NAME"]) == []
+    assert [line["reason"] for line in logged(caplog, "follow-up dropped")] == ["over_budget"]
 
 
 @pytest.mark.parametrize(("approved", "crash"), [(True, False), (False, False), (True, True)])
