@@ -22,6 +22,7 @@ from tests.integration.test_meta import (  # noqa: F401 (fixtures)
     consumer,
     graph,
     graph_server,
+    memory_rows,
     post,
     queue,
     text_from,
@@ -835,7 +836,7 @@ def test_a_new_bsuids_text_a_post_before_its_user_changed_user_id_ends_in_one_me
 def test_a_contacts_entry_for_another_wa_id_does_not_give_its_bsuid(
     webhook, queue, consumer, resources, lambda_context
 ):
-    from tests.integration.test_meta import SAM_PHONE, memory_rows
+    from tests.integration.test_meta import SAM_PHONE
 
     # given Sam's message carrying only someone else's contact entry (phone and BSUID)
     notification = meta_notification(
@@ -874,3 +875,231 @@ def test_a_recycled_number_does_not_carry_over_the_previous_owners_memory_of_bef
     assert _said(openai) == ["my HIV test came back positive", "still me"]
     old = {legacy_key(AGENT, MAYA_PHONE), legacy_key(AGENT, MAYA_BSUID)}
     assert [i for i in _table_items(resources) if i["pk"] in old] == []
+
+
+def _preference(phone: str, bsuid: str | None, at: int) -> dict:
+    """Meta's marketing preference (pywa's user_marketing_preferences.json shape): an event
+    about the person that carries their identifiers but is not from them writing."""
+    notification = meta_notification(
+        contacts=[meta_contact(phone=phone, bsuid=bsuid)], field="user_preferences"
+    )
+    notification["entry"][0]["changes"][0]["value"]["user_preferences"] = [
+        {
+            "wa_id": phone.lstrip("+"),
+            "detail": "User requested to stop marketing messages",
+            "category": "marketing_messages",
+            "value": "stop",
+            "timestamp": at,
+        }
+    ]
+    return notification
+
+
+def test_a_number_recycled_after_its_owners_bsuid_came_later_is_a_stranger(
+    webhook, queue, consumer, openai, lambda_context
+):
+    # given Maya, who wrote from her phone alone, then with the BSUID Meta gave her later
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("my HIV test came back positive", phone=MAYA_PHONE, at=NOW),
+        text_from("I run on Sundays", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW + 30),
+    )
+    assert _said(openai) == ["my HIV test came back positive", "I run on Sundays"]
+    # when her phone's next owner, with a BSUID of their own, writes
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("hello, who is this?", phone=MAYA_PHONE, bsuid=NEW_BSUID, at=NOW + 60),
+    )
+    # then they are a stranger to her memory, and she (by her BSUID) still has it
+    assert _said(openai) == ["hello, who is this?"]
+    assert "HIV" not in json.dumps(openai.calls()[-1])
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("still me", phone=MAYA_NEW_PHONE, bsuid=MAYA_BSUID, at=NOW + 90),
+    )
+    assert _said(openai)[0] == "my HIV test came back positive"
+
+
+def test_a_person_kept_by_an_older_version_writing_from_a_new_phone_is_reached_by_it(
+    webhook, queue, consumer, openai, resources, lambda_context
+):
+    # given Maya (phone P, BSUID X) as a version before `bsuid_key` kept her
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("I'm Maya, training for Berlin", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW),
+    )
+    boto3.resource("dynamodb").Table(resources.table_name).update_item(
+        Key={"pk": person_key(AGENT, MAYA_BSUID), "sk": "STATE"},
+        UpdateExpression="REMOVE bsuid_key",
+    )
+    # when she writes from a new phone Q with her BSUID, then from Q alone
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("new phone", phone=MAYA_NEW_PHONE, bsuid=MAYA_BSUID, at=NOW + 30),
+        text_from("Which race again?", phone=MAYA_NEW_PHONE, at=NOW + 60),
+    )
+    # then Q reaches her memory
+    assert _said(openai) == ["I'm Maya, training for Berlin", "new phone", "Which race again?"]
+    # and when Q is recycled (its next owner has another BSUID), they are a stranger
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("hello, who is this?", phone=MAYA_NEW_PHONE, bsuid=NEW_BSUID, at=NOW + 90),
+    )
+    assert _said(openai) == ["hello, who is this?"]
+
+
+def test_a_preference_naming_identifiers_she_never_wrote_with_links_none_of_them(
+    webhook, queue, consumer, openai, resources, lambda_context
+):
+    # given Maya, known by her phone alone, and Sam (phone and BSUID)
+    from tests.integration.test_meta import SAM_BSUID, SAM_PHONE
+
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("I'm Maya", phone=MAYA_PHONE, at=NOW),
+        text_from("I'm Sam", phone=SAM_PHONE, bsuid=SAM_BSUID, at=NOW),
+    )
+    # when marketing preferences arrive naming her phone with a BSUID, and Sam's BSUID with
+    # another phone (events about them, not messages from them)
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        _preference(MAYA_PHONE, MAYA_BSUID, NOW + 30),
+        _preference(MAYA_NEW_PHONE, SAM_BSUID, NOW + 30),
+    )
+    # then each is recorded for its person, and no identifier gets a record
+    assert next(r for r in memory_rows(resources, MAYA_PHONE) if r["sk"] == "STATE")["marketing"]
+    assert memory_rows(resources, MAYA_BSUID) == [] and memory_rows(resources, MAYA_NEW_PHONE) == []
+    # and the BSUID and the other phone, writing, are strangers until Meta says otherwise
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("hi", phone=MAYA_NEW_PHONE, at=NOW + 60),
+    )
+    assert _said(openai) == ["hi"]
+
+
+def test_a_number_change_about_a_phone_that_never_wrote_records_nothing(
+    webhook, queue, consumer, resources, lambda_context
+):
+    change = meta_notification(
+        messages=[
+            _user_changed(
+                "user_changed_number",
+                at=NOW,
+                **{"from": MAYA_PHONE.lstrip("+")},
+                wa_id=MAYA_NEW_PHONE.lstrip("+"),
+            )
+        ]
+    )
+    _exchange(webhook, queue, consumer, lambda_context, change)
+    assert _table_items(resources) == []
+
+
+def test_after_user_changed_user_id_her_phone_still_reaches_her(
+    webhook, queue, consumer, openai, graph, lambda_context
+):
+    # given Maya (phone P, BSUID X), whose BSUID Meta regenerates
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("I'm training for Berlin", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW),
+        meta_notification(
+            messages=[
+                _user_changed(
+                    "user_changed_user_id",
+                    at=NOW + 30,
+                    from_user_id=MAYA_BSUID,
+                    user_id=NEW_BSUID,
+                    previous_user_id=MAYA_BSUID,
+                )
+            ]
+        ),
+    )
+    # when she writes from her phone alone, then with the new BSUID
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("Which race again?", phone=MAYA_PHONE, at=NOW + 60),
+    )
+    assert _said(openai) == ["I'm training for Berlin", "Which race again?"]
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("And the date?", phone=MAYA_PHONE, bsuid=NEW_BSUID, at=NOW + 90),
+    )
+    # then both reach her memory, and the reply goes to her phone
+    assert _said(openai) == ["I'm training for Berlin", "Which race again?", "And the date?"]
+    assert graph.sent[-1]["to"] == MAYA_PHONE.lstrip("+")
+
+
+def test_after_user_changed_number_her_old_phone_alone_is_a_stranger_though_it_was_linked(
+    webhook, queue, consumer, openai, graph, lambda_context
+):
+    # given Maya, whose memory is her BSUID's (her phone links to it), moves to phone Q
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("I'm Maya, training for Berlin", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW),
+        meta_notification(
+            messages=[
+                _user_changed(
+                    "user_changed_number",
+                    at=NOW + 30,
+                    **{"from": MAYA_PHONE.lstrip("+")},
+                    wa_id=MAYA_NEW_PHONE.lstrip("+"),
+                )
+            ]
+        ),
+    )
+    # when the old phone writes alone (its next owner, before Meta gives them a BSUID)
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("hello?", phone=MAYA_PHONE, at=NOW + 60),
+    )
+    # then they are a stranger; Q alone is Maya
+    assert _said(openai) == ["hello?"]
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("Still me", phone=MAYA_NEW_PHONE, at=NOW + 90),
+    )
+    assert _said(openai) == ["I'm Maya, training for Berlin", "Still me"]

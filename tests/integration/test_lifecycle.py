@@ -316,6 +316,7 @@ def test_admin_delete_erases_media_kept_under_another_identifier(
     resources, monkeypatch, lambda_context
 ):
     from memagent.aws.archive import KeptMedia
+    from memagent.memory.types import PersonState
 
     bucket = f"{resources.table_name}-media"
     boto3.client("s3").create_bucket(Bucket=bucket)
@@ -328,7 +329,7 @@ def test_admin_delete_erases_media_kept_under_another_identifier(
     fill(resources.table_name, MAYA, messages=2, facts=0, ledger=1)
     store = MemoryStore(resources.table_name)
     other = person_key(AGENT, NEW_NUMBER)
-    assert store.link(other, person_key(AGENT, MAYA))
+    store.attach(other, person_key(AGENT, MAYA), own=PersonState())
     media = KeptMedia(bucket)
     media.put(other, "evt_voice", b"OggS....", "audio/ogg")
     # when she is forgotten

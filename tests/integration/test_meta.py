@@ -907,7 +907,7 @@ def test_no_memory_is_started_in_a_key_linked_to_another_person(resources):
     store = MemoryStore(resources.table_name)
     phone, bsuid = person_key(AGENT, MAYA_PHONE), person_key(AGENT, MAYA_BSUID)
     # given the phone's key became a link to the BSUID's memory after a turn read it as empty
-    assert store.link(phone, bsuid)
+    store.attach(phone, bsuid, own=PersonState())
     turn = Turn(seq=1, role="user", text="hi", at=datetime.now(UTC), event_id="wamid.race")
     # then the turn's first write is refused (the retry reads again and follows the link)
     with pytest.raises(ConcurrentUpdate):

@@ -22,39 +22,6 @@ class PersonWrites(Table):
 
         def everything(self, pk: str) -> list[dict[str, Any]]: ...
 
-    def link(self, alias_pk: str, person_pk: str) -> bool:
-        """Point another identifier's key at a person's key: its STATE gets `alias_of`, the
-        person's partition an ALIAS# item (so erasure finds every key). Only an identifier with
-        no memory of its own is linked; returns whether the link holds."""
-        return (
-            self._transact(
-                [
-                    {
-                        "Update": {
-                            "TableName": self.table_name,
-                            "Key": {"pk": alias_pk, "sk": STATE},
-                            "UpdateExpression": "SET alias_of = :person, updated_at = :now",
-                            "ConditionExpression": (
-                                "attribute_not_exists(last_seq)"
-                                " AND (attribute_not_exists(alias_of) OR alias_of = :person)"
-                            ),
-                            "ExpressionAttributeValues": {
-                                ":person": person_pk,
-                                ":now": iso(datetime.now(UTC)),
-                            },
-                        }
-                    },
-                    {
-                        "Put": {
-                            "TableName": self.table_name,
-                            "Item": {"pk": person_pk, "sk": f"{ALIAS}{alias_pk}", "key": alias_pk},
-                        }
-                    },
-                ]
-            )
-            is None
-        )
-
     def attach(
         self, key: str, pk: str, *, own: PersonState, role: str | None = None, merged: bool = False
     ) -> None:
