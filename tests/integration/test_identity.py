@@ -1103,3 +1103,91 @@ def test_after_user_changed_number_her_old_phone_alone_is_a_stranger_though_it_w
         text_from("Still me", phone=MAYA_NEW_PHONE, at=NOW + 90),
     )
     assert _said(openai) == ["I'm Maya, training for Berlin", "Still me"]
+
+
+def test_a_number_change_from_before_her_erasure_leaves_her_new_conversation_where_it_is(
+    webhook, queue, consumer, openai, lambda_context
+):
+    from memagent.lifecycle.rights import forget
+
+    # given Maya, forgotten, who then wrote again from her phone (a new conversation)
+    _exchange(
+        webhook, queue, consumer, lambda_context, text_from("I'm Maya", phone=MAYA_PHONE, at=NOW)
+    )
+    forget(
+        consumer.consumer.agent.store, AGENT, MAYA_PHONE, at=datetime.fromtimestamp(NOW + 60, UTC)
+    )
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("Hi again, I'm training for Berlin", phone=MAYA_PHONE, at=NOW + 90),
+    )
+    # when Meta's number change, made before the erasure, arrives now
+    change = _user_changed(
+        "user_changed_number",
+        at=NOW + 30,
+        **{"from": MAYA_PHONE.lstrip("+")},
+        wa_id=MAYA_NEW_PHONE.lstrip("+"),
+    )
+    _exchange(webhook, queue, consumer, lambda_context, meta_notification(messages=[change]))
+    # then her phone still reaches the new conversation, and the other phone does not
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("Which race?", phone=MAYA_PHONE, at=NOW + 120),
+    )
+    assert _said(openai) == ["Hi again, I'm training for Berlin", "Which race?"]
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("hello?", phone=MAYA_NEW_PHONE, at=NOW + 150),
+    )
+    assert _said(openai) == ["hello?"]
+
+
+def test_a_message_under_her_old_bsuid_delivered_after_the_change_is_still_hers(
+    webhook, queue, consumer, openai, lambda_context
+):
+    # given Maya, by her BSUID, whose BSUID Meta regenerates
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("I'm training for Berlin", bsuid=MAYA_BSUID, at=NOW),
+        meta_notification(
+            messages=[
+                _user_changed(
+                    "user_changed_user_id",
+                    at=NOW + 30,
+                    from_user_id=MAYA_BSUID,
+                    user_id=NEW_BSUID,
+                    previous_user_id=MAYA_BSUID,
+                )
+            ]
+        ),
+    )
+    # when a message she sent under the old BSUID before the change is delivered only now
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("Which race again?", bsuid=MAYA_BSUID, at=NOW + 20),
+    )
+    # then it is answered with her memory, and so is her next message under the new BSUID
+    assert _said(openai) == ["I'm training for Berlin", "Which race again?"]
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("And the date?", bsuid=NEW_BSUID, at=NOW + 60),
+    )
+    assert _said(openai) == ["I'm training for Berlin", "Which race again?", "And the date?"]
