@@ -1105,10 +1105,17 @@ def test_after_user_changed_number_her_old_phone_alone_is_a_stranger_though_it_w
     assert _said(openai) == ["I'm Maya, training for Berlin", "Still me"]
 
 
+def _decisions(out: io.StringIO) -> list[str]:
+    """The decisions the consumer logged, in order (what an operator reads in the logs)."""
+    lines = [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")]
+    return [line["decision"] for line in lines if line.get("message") == "event handled"]
+
+
 def test_a_number_change_from_before_her_erasure_leaves_her_new_conversation_where_it_is(
-    webhook, queue, consumer, openai, lambda_context
+    webhook, queue, consumer, openai, lambda_context, monkeypatch
 ):
     from memagent.lifecycle.rights import forget
+    from memagent.observability import logger
 
     # given Maya, forgotten, who then wrote again from her phone (a new conversation)
     _exchange(
@@ -1131,8 +1138,12 @@ def test_a_number_change_from_before_her_erasure_leaves_her_new_conversation_whe
         **{"from": MAYA_PHONE.lstrip("+")},
         wa_id=MAYA_NEW_PHONE.lstrip("+"),
     )
+    out = io.StringIO()
+    monkeypatch.setattr(logger.registered_handler, "stream", out)
     _exchange(webhook, queue, consumer, lambda_context, meta_notification(messages=[change]))
-    # then her phone still reaches the new conversation, and the other phone does not
+    # then the logs say it was skipped; her phone still reaches the new conversation, and the
+    # other phone does not
+    assert _decisions(out) == ["skipped"]
     _exchange(
         webhook,
         queue,
@@ -1152,15 +1163,25 @@ def test_a_number_change_from_before_her_erasure_leaves_her_new_conversation_whe
 
 
 def test_a_message_under_her_old_bsuid_delivered_after_the_change_is_still_hers(
-    webhook, queue, consumer, openai, lambda_context
+    webhook, queue, consumer, openai, lambda_context, monkeypatch
 ):
-    # given Maya, by her BSUID, whose BSUID Meta regenerates
+    from memagent.observability import logger
+
+    # given Maya, by her BSUID, whose BSUID Meta regenerates (the logs say it was recorded)
     _exchange(
         webhook,
         queue,
         consumer,
         lambda_context,
         text_from("I'm training for Berlin", bsuid=MAYA_BSUID, at=NOW),
+    )
+    out = io.StringIO()
+    monkeypatch.setattr(logger.registered_handler, "stream", out)
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
         meta_notification(
             messages=[
                 _user_changed(
@@ -1173,6 +1194,7 @@ def test_a_message_under_her_old_bsuid_delivered_after_the_change_is_still_hers(
             ]
         ),
     )
+    assert _decisions(out) == ["identity_changed"]
     # when a message she sent under the old BSUID before the change is delivered only now
     _exchange(
         webhook,
