@@ -1213,3 +1213,32 @@ def test_a_message_under_her_old_bsuid_delivered_after_the_change_is_still_hers(
         text_from("And the date?", bsuid=NEW_BSUID, at=NOW + 60),
     )
     assert _said(openai) == ["I'm training for Berlin", "Which race again?", "And the date?"]
+
+
+def test_a_recycled_number_kept_phone_first_before_keyed_keys_is_a_stranger_to_that_memory(
+    webhook, queue, consumer, openai, resources, lambda_context, monkeypatch
+):
+    from memagent.lifecycle.rights import export
+
+    # given Maya as a stack before keyed keys kept her: her phone's memory, her BSUID linked
+    # (that stack had no keys before its own to look up)
+    with monkeypatch.context() as old_stack:
+        old_stack.setattr(memagent.turn.identity, "person_key", legacy_key)
+        old_stack.setattr(memagent.turn.identity, "carry_over", lambda *_: False)
+        _exchange(
+            webhook,
+            queue,
+            consumer,
+            lambda_context,
+            text_from("my HIV test came back positive", phone=MAYA_PHONE, at=NOW),
+            text_from("I run on Sundays", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW + 30),
+        )
+    # when, after the upgrade, her phone's new owner (another BSUID) writes first
+    hello = text_from("hello, who is this?", phone=MAYA_PHONE, bsuid=NEW_BSUID, at=NOW + 60)
+    _exchange(webhook, queue, consumer, lambda_context, hello)
+    # then they are a stranger to her memory, which stays where it was, for her BSUID
+    assert _said(openai) == ["hello, who is this?"]
+    assert "HIV" not in json.dumps(openai.calls()[-1])
+    by_phone = export(consumer.consumer.agent.store, AGENT, MAYA_PHONE, legacy_keys=True)
+    assert "HIV" not in json.dumps(by_phone, default=str)
+    assert any(i["pk"] == legacy_key(AGENT, MAYA_PHONE) for i in _table_items(resources))
