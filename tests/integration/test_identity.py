@@ -1080,6 +1080,7 @@ def test_after_user_changed_number_her_old_phone_alone_is_a_stranger_though_it_w
                     "user_changed_number",
                     at=NOW + 30,
                     **{"from": MAYA_PHONE.lstrip("+")},
+                    from_user_id=MAYA_BSUID,  # her BSUID, as Meta names the sender
                     wa_id=MAYA_NEW_PHONE.lstrip("+"),
                 )
             ]
@@ -1093,7 +1094,7 @@ def test_after_user_changed_number_her_old_phone_alone_is_a_stranger_though_it_w
         lambda_context,
         text_from("hello?", phone=MAYA_PHONE, at=NOW + 60),
     )
-    # then they are a stranger; Q alone is Maya
+    # then they are a stranger; Q alone is Maya, and so is her BSUID alone
     assert _said(openai) == ["hello?"]
     _exchange(
         webhook,
@@ -1103,6 +1104,14 @@ def test_after_user_changed_number_her_old_phone_alone_is_a_stranger_though_it_w
         text_from("Still me", phone=MAYA_NEW_PHONE, at=NOW + 90),
     )
     assert _said(openai) == ["I'm Maya, training for Berlin", "Still me"]
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("And when?", bsuid=MAYA_BSUID, at=NOW + 120),
+    )
+    assert _said(openai) == ["I'm Maya, training for Berlin", "Still me", "And when?"]
 
 
 def _decisions(out: io.StringIO) -> list[str]:
