@@ -1251,3 +1251,40 @@ def test_a_recycled_number_kept_phone_first_before_keyed_keys_is_a_stranger_to_t
     by_phone = export(consumer.consumer.agent.store, AGENT, MAYA_PHONE, legacy_keys=True)
     assert "HIV" not in json.dumps(by_phone, default=str)
     assert any(i["pk"] == legacy_key(AGENT, MAYA_PHONE) for i in _table_items(resources))
+
+
+def test_erasing_her_after_a_number_change_leaves_her_old_phones_new_owner_alone(
+    webhook, queue, consumer, openai, lambda_context
+):
+    from memagent.lifecycle.rights import forget
+
+    # given Maya (phone P, BSUID X) moved to phone Q, and P's next owner wrote from it
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("I'm Maya", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW),
+        meta_notification(
+            messages=[
+                _user_changed(
+                    "user_changed_number",
+                    at=NOW + 30,
+                    **{"from": MAYA_PHONE.lstrip("+")},
+                    wa_id=MAYA_NEW_PHONE.lstrip("+"),
+                )
+            ]
+        ),
+        text_from("I'm Sam, new number", phone=MAYA_PHONE, at=NOW + 60),
+    )
+    # when Maya is forgotten (by her BSUID)
+    forget(consumer.consumer.agent.store, AGENT, MAYA_BSUID)
+    # then P's new owner keeps their memory
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("Remember me?", phone=MAYA_PHONE, at=NOW + 90),
+    )
+    assert _said(openai) == ["I'm Sam, new number", "Remember me?"]
