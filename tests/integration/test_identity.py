@@ -1288,3 +1288,28 @@ def test_erasing_her_after_a_number_change_leaves_her_old_phones_new_owner_alone
         text_from("Remember me?", phone=MAYA_PHONE, at=NOW + 90),
     )
     assert _said(openai) == ["I'm Sam, new number", "Remember me?"]
+
+
+def test_a_late_message_from_before_her_erasure_links_nothing_back(
+    webhook, queue, consumer, resources, lambda_context
+):
+    from memagent.lifecycle.rights import forget
+    from tests.integration.test_lifecycle import only_the_mark
+
+    # given Maya (phone and BSUID), forgotten
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("I'm Maya", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW),
+    )
+    forget(
+        consumer.consumer.agent.store, AGENT, MAYA_BSUID, at=datetime.fromtimestamp(NOW + 60, UTC)
+    )
+    # when a message she sent before the erasure is delivered after it
+    late = text_from("One more thing", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW + 30)
+    _exchange(webhook, queue, consumer, lambda_context, late)
+    # then each of her identifiers keeps only its erasure mark: no link comes back
+    rows = memory_rows(resources, MAYA_BSUID) + memory_rows(resources, MAYA_PHONE)
+    assert [only_the_mark(row) for row in rows] == [True, True]
