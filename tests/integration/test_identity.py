@@ -1313,3 +1313,69 @@ def test_a_late_message_from_before_her_erasure_links_nothing_back(
     # then each of her identifiers keeps only its erasure mark: no link comes back
     rows = memory_rows(resources, MAYA_BSUID) + memory_rows(resources, MAYA_PHONE)
     assert [only_the_mark(row) for row in rows] == [True, True]
+
+
+@pytest.mark.parametrize("moved", ["wrote-from-it", "user-changed-number"])
+def test_an_operators_follow_up_waits_in_the_group_of_the_phone_she_uses_now(
+    moved, resources, openai, graph, webhook, queue, monkeypatch, lambda_context
+):
+    from tests.conftest import load_function
+    from tests.integration.test_follow_ups import _meta_consumer, follow_up_env, tomorrow_at_nine
+    from tests.integration.test_meta import ACCESS_TOKEN
+    from tests.integration.test_operator import call as admin_call
+    from tests.integration.test_operator import person
+
+    consumer, env = _meta_consumer(resources, openai, graph, monkeypatch)
+    admin = load_function(
+        "admin",
+        {
+            **{k: env[k] for k in ("TABLE_NAME", "AGENT_ID", "META_GRAPH_URL")},
+            "PROVIDER": "meta",
+            "META_ACCESS_TOKEN": ACCESS_TOKEN,
+            **follow_up_env(resources, env["FOLLOW_UP_SCHEDULE_GROUP"]),
+            "FOLLOW_UP_QUEUE_URL": env["QUEUE_URL"],
+        },
+        monkeypatch,
+    )
+    # given Maya (phone P, BSUID X), who now uses phone Q: she wrote from it, or Meta said so
+    now_on_q = (
+        text_from("new phone, same me", phone=MAYA_NEW_PHONE, bsuid=MAYA_BSUID, at=NOW + 30)
+        if moved == "wrote-from-it"
+        else meta_notification(
+            messages=[
+                _user_changed(
+                    "user_changed_number",
+                    at=NOW + 30,
+                    **{"from": MAYA_PHONE.lstrip("+")},
+                    wa_id=MAYA_NEW_PHONE.lstrip("+"),
+                )
+            ]
+        )
+    )
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("Hi!", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW),
+        now_on_q,
+    )
+    # when an operator schedules a follow-up for her by her BSUID
+    body = {"when": tomorrow_at_nine().strftime("%Y-%m-%dT%H:%M"), "about": "ask about the race"}
+    status, _ = admin_call(
+        admin,
+        lambda_context,
+        "POST",
+        f"{person(MAYA_BSUID)}/follow-ups",
+        body,
+        **{"Idempotency-Key": "k"},
+    )
+    # then it will wait in the FIFO group her messages from Q use, ordered with them
+    assert status == 200
+    [schedule] = boto3.client("scheduler").list_schedules(
+        GroupName=env["FOLLOW_UP_SCHEDULE_GROUP"]
+    )["Schedules"]
+    target = boto3.client("scheduler").get_schedule(
+        Name=schedule["Name"], GroupName=env["FOLLOW_UP_SCHEDULE_GROUP"]
+    )["Target"]
+    assert json.loads(target["Input"])["MessageGroupId"] == person_key(AGENT, MAYA_NEW_PHONE)
