@@ -1379,3 +1379,52 @@ def test_an_operators_follow_up_waits_in_the_group_of_the_phone_she_uses_now(
         Name=schedule["Name"], GroupName=env["FOLLOW_UP_SCHEDULE_GROUP"]
     )["Target"]
     assert json.loads(target["Input"])["MessageGroupId"] == person_key(AGENT, MAYA_NEW_PHONE)
+
+
+def test_a_number_change_onto_a_recycled_phone_never_makes_its_previous_owner_hers(
+    webhook, queue, consumer, openai, lambda_context
+):
+    from memagent.lifecycle.rights import forget
+    from tests.integration.test_meta import SAM_BSUID
+
+    # given Sam, who wrote from phone Q alone, then with the BSUID Meta gave him later (his
+    # memory lives under Q's key), and Maya (phone P, her BSUID)
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("I'm Sam, I swim on Mondays", phone=MAYA_NEW_PHONE, at=NOW),
+        text_from("still Sam", phone=MAYA_NEW_PHONE, bsuid=SAM_BSUID, at=NOW + 10),
+        text_from("I'm Maya", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW + 20),
+    )
+    # when Q, recycled, becomes Maya's number (user_changed_number), and Maya is forgotten
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        meta_notification(
+            messages=[
+                _user_changed(
+                    "user_changed_number",
+                    at=NOW + 30,
+                    **{"from": MAYA_PHONE.lstrip("+")},
+                    wa_id=MAYA_NEW_PHONE.lstrip("+"),
+                )
+            ]
+        ),
+    )
+    receipt = forget(consumer.consumer.agent.store, AGENT, MAYA_BSUID)
+    # then Sam's memory was never hers to erase: writing by his BSUID, he is answered with it
+    calls = len(openai.calls())
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("do you remember me?", bsuid=SAM_BSUID, at=NOW + 60),
+    )
+    assert len(openai.calls()) == calls + 1
+    assert _said(openai) == ["I'm Sam, I swim on Mondays", "still Sam", "do you remember me?"]
+    assert receipt.removed > 0  # and Maya was forgotten

@@ -14,7 +14,8 @@ Meta's rules, a BSUID being the strongest identifier:
 - a message whose BSUID is new, from a phone whose person already has another BSUID, is someone
   else (a recycled number): a new, empty person, whom the phone reaches from now on; the
   previous owner keeps their memory, reached (and erased) by their BSUID;
-- `user_changed_number`: the old phone is retired, the new one reaches the person;
+- `user_changed_number`: the old phone is retired, the new one reaches the person (a memory the
+  new phone held is its previous owner's: it stays theirs);
 - `user_changed_user_id`: the new BSUID reaches the person whatever came first (the new id's
   messages in the same POST queue behind the change, memagent.providers.meta; a person the new id
   started meanwhile is merged: it is erased with the person).
@@ -125,7 +126,11 @@ def change_identity(crew: Crew, event: IdentityChanged) -> str:
     for identifier in event.current:
         key = person_key(agent_id, identifier)
         own = store.state(key)
-        store.attach(key, pk, own=own, role=_role(identifier), merged=bool(own.last_seq))
+        role = _role(identifier)
+        # a memory under her new BSUID is hers, started meanwhile (merged: erased with her); a
+        # memory under her new phone is its previous owner's (a recycled number): the phone
+        # reaches her from now on, and that memory stays theirs, reached by their BSUID
+        store.attach(key, pk, own=own, role=role, merged=role == "bsuid" and bool(own.last_seq))
     count("IdentitiesChanged")
     logger.info("identity change recorded", extra={"person": pk, "new": len(event.current)})
     return "identity_changed"
