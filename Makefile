@@ -45,12 +45,15 @@ $(STAMP): pyproject.toml layers/requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-# One pytest-xdist worker per core; `--dist loadgroup` (pyproject.toml's addopts) keeps tests
+# pytest-xdist workers (below); `--dist loadgroup` (pyproject.toml's addopts) keeps tests
 # that share a module-scoped fixture (a local stack, a sam build) on one worker. The slow tier
 # (end-to-end runs in subprocesses: sam build, the demo, the bench smoke, the full 20 x 60 stack
 # run) is its own target; CI runs both (.ci/run).
 # Run one test the plain way: .venv/bin/python -m pytest tests/path.py::name
-PYTEST_PARALLEL := -n auto
+# One worker more than the cores: a worker's process also waits (on its stand-ins' sockets and
+# timers), and with one a core 1.68 of 2 cores were busy. On 2 cores, from a quiet machine:
+# -n 2 197.5 s, -n 3 173.2 s, -n 4 206.2 s (the fourth's start-up and contention cost more).
+PYTEST_PARALLEL := -n $(shell $(PYTHON) -c 'import os; print((os.cpu_count() or 1) + 1)')
 # Python's bytecode cache on, whatever the shell says: with PYTHONDONTWRITEBYTECODE set, every
 # worker compiles the project and rewrites pytest's plugins from source at each start (12 s of
 # CPU per worker to collect, against 4 s), and so does every process a test starts.
@@ -59,8 +62,10 @@ unexport PYTHONDONTWRITEBYTECODE
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_PARALLEL) -m "not slow"
 
+# the slow tier's tests run subprocesses of their own (sam build, the demo, a whole stack): one
+# worker per core
 test-slow: $(STAMP)
-	$(PY) -m pytest $(PYTEST_PARALLEL) -m slow
+	$(PY) -m pytest -n auto -m slow
 
 test-all: $(STAMP)
 	$(PY) -m pytest $(PYTEST_PARALLEL)
