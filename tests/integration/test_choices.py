@@ -27,6 +27,7 @@ from tests.integration.test_meta import (
 )
 
 webhook, consumer, queue = test_meta.webhook, test_meta.consumer, test_meta.queue
+meta_consumer_env = test_meta.meta_consumer_env  # a fixture (the consumer's)
 graph, graph_server = test_meta.graph, test_meta.graph_server
 
 SLOTS = ["09:00", "10:00", "11:00", "14:00"]

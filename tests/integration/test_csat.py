@@ -26,6 +26,7 @@ from tests.integration.test_meta import ACCESS_TOKEN, MAYA_BSUID, MAYA_PHONE, NO
 from tests.integration.test_operator import OPERATOR_ARN, person
 
 webhook, consumer, queue = test_meta.webhook, test_meta.consumer, test_meta.queue
+meta_consumer_env = test_meta.meta_consumer_env  # a fixture (the consumer's)
 graph, graph_server = test_meta.graph, test_meta.graph_server
 
 WEEK = "from=2026-11-29&to=2026-12-05"  # the whasp tests' messages' week

@@ -21,7 +21,7 @@ from tests.conftest import AGENT, MAYA, load_function, sqs_batch, whasp_message
 from tests.integration import test_meta
 from tests.integration.faults import crash_after
 from tests.integration.test_consumer import at, failures, turns
-from tests.integration.test_meta import ACCESS_TOKEN, MAYA_BSUID, MAYA_PHONE, NOW, memory_rows, post
+from tests.integration.test_meta import MAYA_BSUID, MAYA_PHONE, NOW, memory_rows, post
 
 webhook, queue = test_meta.webhook, test_meta.queue
 graph, graph_server = test_meta.graph, test_meta.graph_server
@@ -46,23 +46,12 @@ def media_bucket(resources) -> str:
     return bucket
 
 
+meta_consumer_env = test_meta.meta_consumer_env  # a fixture
+
+
 @pytest.fixture
-def meta_env(resources, openai, graph, media_bucket) -> dict[str, str]:
-    return {
-        "PROVIDER": "meta",
-        "TABLE_NAME": resources.table_name,
-        "AGENT_ID": AGENT,
-        "META_GRAPH_URL": graph.url,
-        "META_ACCESS_TOKEN": ACCESS_TOKEN,
-        "OPENAI_API_KEY": "sk-test",
-        "OPENAI_MODEL": "gpt-6-luna",
-        "OPENAI_BASE_URL": f"{openai.url}/v1",
-        "SYSTEM_PROMPT": "You are Coach, a warm running coach.",
-        "PARKING_QUEUE_URL": resources.queue_urls["EventDeadLetterQueue"],
-        "LEDGER_TTL_DAYS": "3650",
-        "MEDIA_BUCKET": media_bucket,
-        "DOCUMENT_MAX_BYTES": "20000",
-    }
+def meta_env(meta_consumer_env, media_bucket) -> dict[str, str]:
+    return {**meta_consumer_env, "MEDIA_BUCKET": media_bucket, "DOCUMENT_MAX_BYTES": "20000"}
 
 
 @pytest.fixture

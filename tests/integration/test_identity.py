@@ -23,6 +23,7 @@ from tests.integration.test_meta import (  # noqa: F401 (fixtures)
     graph,
     graph_server,
     memory_rows,
+    meta_consumer_env,
     post,
     queue,
     text_from,

@@ -21,6 +21,7 @@ from tests.integration.test_meta import (
     Queue,
     graph,  # noqa: F401 (a fixture)
     graph_server,  # noqa: F401 (a fixture)
+    meta_consumer_env,  # noqa: F401 (a fixture)
     post,
     text_from,
 )

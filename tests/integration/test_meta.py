@@ -71,24 +71,26 @@ def webhook(resources, monkeypatch) -> Any:
 
 
 @pytest.fixture
-def consumer(resources, openai, graph, monkeypatch) -> Any:
-    return load_function(
-        "consumer",
-        {
-            "PROVIDER": "meta",
-            "TABLE_NAME": resources.table_name,
-            "AGENT_ID": AGENT,
-            "META_GRAPH_URL": graph.url,
-            "META_ACCESS_TOKEN": ACCESS_TOKEN,
-            "OPENAI_API_KEY": "sk-test",
-            "OPENAI_MODEL": "gpt-6-luna",
-            "OPENAI_BASE_URL": f"{openai.url}/v1",
-            "SYSTEM_PROMPT": "You are Coach, a warm running coach.",
-            "PARKING_QUEUE_URL": resources.queue_urls["EventDeadLetterQueue"],
-            "LEDGER_TTL_DAYS": "3650",
-        },
-        monkeypatch,
-    )
+def meta_consumer_env(resources, openai, graph) -> dict[str, str]:
+    """A Meta stack's consumer environment (the voice and document tests add their settings)."""
+    return {
+        "PROVIDER": "meta",
+        "TABLE_NAME": resources.table_name,
+        "AGENT_ID": AGENT,
+        "META_GRAPH_URL": graph.url,
+        "META_ACCESS_TOKEN": ACCESS_TOKEN,
+        "OPENAI_API_KEY": "sk-test",
+        "OPENAI_MODEL": "gpt-6-luna",
+        "OPENAI_BASE_URL": f"{openai.url}/v1",
+        "SYSTEM_PROMPT": "You are Coach, a warm running coach.",
+        "PARKING_QUEUE_URL": resources.queue_urls["EventDeadLetterQueue"],
+        "LEDGER_TTL_DAYS": "3650",
+    }
+
+
+@pytest.fixture
+def consumer(meta_consumer_env, monkeypatch) -> Any:
+    return load_function("consumer", meta_consumer_env, monkeypatch)
 
 
 def post(webhook, notification: dict, lambda_context, *, body: bytes | None = None, **headers):

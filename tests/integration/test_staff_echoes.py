@@ -21,6 +21,7 @@ from tests.integration.test_meta import MAYA_BSUID, MAYA_PHONE, NOW, memory_rows
 
 # test_meta's fixtures: its webhook and consumer on provider meta, the Graph stand-in, the queue
 webhook, consumer, queue = test_meta.webhook, test_meta.consumer, test_meta.queue
+meta_consumer_env = test_meta.meta_consumer_env  # a fixture (the consumer's)
 graph, graph_server = test_meta.graph, test_meta.graph_server
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"

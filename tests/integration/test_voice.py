@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 from devstack.events import meta_contact, meta_message, meta_notification, meta_status
 from devstack.fake_openai import OFFLINE
 from devstack.ogg import opus_seconds, voice_note
-from tests.conftest import AGENT, load_function
+from tests.conftest import load_function
 from tests.integration import test_meta
 from tests.integration.faults import crash_after
 from tests.integration.test_meta import (
@@ -32,26 +32,12 @@ webhook, queue = test_meta.webhook, test_meta.queue
 graph, graph_server = test_meta.graph, test_meta.graph_server
 
 
+meta_consumer_env = test_meta.meta_consumer_env  # a fixture
+
+
 @pytest.fixture
-def consumer(resources, openai, graph, monkeypatch) -> Any:
-    return load_function(
-        "consumer",
-        {
-            "PROVIDER": "meta",
-            "TABLE_NAME": resources.table_name,
-            "AGENT_ID": AGENT,
-            "META_GRAPH_URL": graph.url,
-            "META_ACCESS_TOKEN": ACCESS_TOKEN,
-            "OPENAI_API_KEY": "sk-test",
-            "OPENAI_MODEL": "gpt-6-luna",
-            "OPENAI_BASE_URL": f"{openai.url}/v1",
-            "SYSTEM_PROMPT": "You are Coach, a warm running coach.",
-            "PARKING_QUEUE_URL": resources.queue_urls["EventDeadLetterQueue"],
-            "LEDGER_TTL_DAYS": "3650",
-            "VOICE_REPLIES": "mirror",
-        },
-        monkeypatch,
-    )
+def consumer(meta_consumer_env, monkeypatch) -> Any:
+    return load_function("consumer", {**meta_consumer_env, "VOICE_REPLIES": "mirror"}, monkeypatch)
 
 
 def statuses(webhook, graph, lambda_context) -> None:
@@ -227,7 +213,7 @@ def test_the_polly_stand_in_speaks_ssml_whose_tags_are_not_billed(resources):
 def test_the_graph_stand_in_takes_only_ogg_opus_as_a_voice_note_and_within_meta_limits(graph):
     from memagent.errors import SendRejected
     from memagent.providers.meta.graph import GraphClient
-    from tests.integration.test_meta import ACCESS_TOKEN, META_NUMBER_ID
+    from tests.integration.test_meta import META_NUMBER_ID
 
     client = GraphClient(graph.url, ACCESS_TOKEN)
     assert client.upload_voice(sender=META_NUMBER_ID, audio=voice_note("hello there"))
