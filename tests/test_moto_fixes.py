@@ -170,3 +170,38 @@ def test_moto_still_confirms_an_email_subscription_at_once(released_moto):
 def test_patched_an_email_subscription_waits_for_its_owner_and_a_queue_does_not(patched_moto):
     # (a queue of the topic's own account is confirmed at once, as in SNS)
     assert patched_moto["subscriptions_listed"] == [("email", False), ("sqs", True)]
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["SET a = :v SET b = :v", "REMOVE a REMOVE b", "ADD n :one ADD m :one", "SET a = :v, b = :v"],
+)
+def test_patched_an_update_with_a_section_twice_is_still_refused_as_dynamodb_refuses_it(
+    moto_server, expression
+):
+    # make_dynamodb_faster checks the sections once, on the whole expression: a section used
+    # twice is still a ValidationException ("The "SET" section can only be used once in an
+    # update expression"), and one SET with two actions is still fine
+    dynamodb = boto3.client("dynamodb")
+    name = f"sections-{uuid.uuid4().hex[:8]}"
+    dynamodb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    values = {":v": {"S": "x"}, ":one": {"N": "1"}}
+    update = {
+        "TableName": name,
+        "Key": {"pk": {"S": "a"}},
+        "UpdateExpression": expression,
+    }
+    if ":" in expression:
+        update["ExpressionAttributeValues"] = {k: v for k, v in values.items() if k in expression}
+    if expression.count("SET") + expression.count("REMOVE") + expression.count("ADD") == 1:
+        dynamodb.update_item(**update)
+        item = dynamodb.get_item(TableName=name, Key={"pk": {"S": "a"}})["Item"]
+        assert item == {"pk": {"S": "a"}, "a": {"S": "x"}, "b": {"S": "x"}}
+        return
+    with pytest.raises(dynamodb.exceptions.ClientError, match="can only be used once"):
+        dynamodb.update_item(**update)
