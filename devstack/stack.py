@@ -1118,17 +1118,11 @@ class DevStack(Started):
         their profile named `name` (the same for everyone unless a caller names them: a
         recycled number's new owner is not Maya)."""
         if self.meta:
-            from devstack.events import meta_contact, meta_message, meta_notification
+            from devstack.events import meta_message
 
             stamp = int((at or self.now()).timestamp())
             message = meta_message(text, phone=phone, bsuid=bsuid, timestamp=stamp, wamid=event_id)
-            notification = meta_notification(
-                contacts=[meta_contact(phone=phone, bsuid=bsuid, name=name)],
-                messages=[message],
-                number_id=self.business_number,
-            )
-            self._expect_accepted(self.post_meta(notification))
-            return notification
+            return self._meta_from(message, phone, bsuid, name)
         assert phone is not None
         event = self.message_event(phone, text, at=at, number=number, event_id=event_id)
         stop = text.strip().casefold() in STOP_WORDS
@@ -1190,6 +1184,21 @@ class DevStack(Started):
         self._expect_accepted(self.post_meta(notification))
         return notification
 
+    def _meta_from(
+        self, message: dict[str, Any], phone: str | None, bsuid: str | None, name: str
+    ) -> dict[str, Any]:
+        """POST `message` as Meta delivers a person's message (their contact entry alongside);
+        return the notification once the webhook accepted it."""
+        from devstack.events import meta_contact, meta_notification
+
+        notification = meta_notification(
+            contacts=[meta_contact(phone=phone, bsuid=bsuid, name=name)],
+            messages=[message],
+            number_id=self.business_number,
+        )
+        self._expect_accepted(self.post_meta(notification))
+        return notification
+
     @staticmethod
     def _expect_accepted(delivery: Delivery) -> None:
         if delivery.status != 200:
@@ -1245,24 +1254,19 @@ class DevStack(Started):
         if not self.meta:
             self.send_message(phone, option, at=at, bsuid=bsuid)
             return
-        from devstack.events import meta_contact, meta_notification, meta_tap
+        from devstack.events import meta_tap
 
         offered = [s for s in self.replies_to(phone or bsuid or "") if s.get("interactive")]
         stamp = int((at or self.now()).timestamp())
         message = meta_tap(offered[-1], option, phone=phone, bsuid=bsuid, timestamp=stamp)
-        notification = meta_notification(
-            contacts=[meta_contact(phone=phone, bsuid=bsuid, name="WhatsApp user")],
-            messages=[message],
-            number_id=self.business_number,
-        )
-        self._expect_accepted(self.post_meta(notification))
+        self._meta_from(message, phone, bsuid, "WhatsApp user")
 
     def send_voice_note(
         self, phone: str | None, said: str, *, bsuid: str | None = None, name: str = "WhatsApp user"
     ) -> dict[str, Any]:
         """Provider meta: the person sends a voice note saying `said` (devstack.ogg, its audio
         at the Graph stand-in, fetched by its media id)."""
-        from devstack.events import meta_contact, meta_message, meta_notification
+        from devstack.events import meta_message
         from devstack.ogg import voice_note
 
         assert self.graph is not None, "voice notes: provider meta"
@@ -1270,13 +1274,7 @@ class DevStack(Started):
         body = {"mime_type": "audio/ogg; codecs=opus", "id": media_id, "voice": True}
         stamp = int(self.now().timestamp())
         message = meta_message(phone=phone, bsuid=bsuid, kind="audio", body=body, timestamp=stamp)
-        notification = meta_notification(
-            contacts=[meta_contact(phone=phone, bsuid=bsuid, name=name)],
-            messages=[message],
-            number_id=self.business_number,
-        )
-        self._expect_accepted(self.post_meta(notification))
-        return notification
+        return self._meta_from(message, phone, bsuid, name)
 
     def send_document(
         self,
@@ -1291,7 +1289,7 @@ class DevStack(Started):
         """The person sends a document: with provider meta, its bytes at the Graph stand-in
         (fetched by its media id; Meta's `document` with its `filename`); with whasp, at the
         whasp stand-in's media URL (whasp's contract names no file)."""
-        from devstack.events import meta_contact, meta_message, meta_notification, whasp_message
+        from devstack.events import meta_message, whasp_message
 
         if self.meta:
             assert self.graph is not None
@@ -1301,13 +1299,7 @@ class DevStack(Started):
             message = meta_message(
                 phone=phone, bsuid=bsuid, kind="document", body=body, timestamp=stamp
             )
-            notification = meta_notification(
-                contacts=[meta_contact(phone=phone, bsuid=bsuid, name=name)],
-                messages=[message],
-                number_id=self.business_number,
-            )
-            self._expect_accepted(self.post_meta(notification))
-            return notification
+            return self._meta_from(message, phone, bsuid, name)
         assert phone is not None
         url = self.whasp.add_media(data, mime_type)
         event_id = f"evt_{uuid.uuid4().hex[:16]}"
