@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from collections import Counter
 from collections.abc import Callable
@@ -75,7 +76,58 @@ def mutmut(args: list[str]) -> None:
         return skip(visitor, node)
 
     MutationVisitor._skip_node_and_children = skip_decorators  # type: ignore[method-assign,assignment]
+    _signal_own_children_only()
     cli(args)
+
+
+def _started(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot: /proc/<pid>/stat's 22nd field), or
+    None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]  # the fields after the name start at the 3rd
+
+
+def _signal_own_children_only() -> None:
+    """mutmut's timeout thread sends SIGXCPU to each mutant's pid when its time is up, even
+    when that mutant ended long before (mutmut keeps no record of which ended): by then the
+    pid may be another process's, and SIGXCPU ends it. On a machine where other work runs
+    (pid_max is often 32,768) that killed an unrelated pytest worker mid-test, and it could
+    also end a later mutant early and count it killed. A pid is signalled only while it is
+    still the process registered under it (same start time). Without /proc, as mutmut does."""
+    import os
+
+    import mutmut.__main__ as main
+    from mutmut.threading import timeout
+
+    if _started(os.getpid()) is None:
+        return
+    registered: dict[int, tuple[str | None, float]] = {}  # pid -> its start, its deadline
+    register = timeout.register_timeout
+
+    def register_timeout(pid: int, timeout_s: float) -> None:
+        registered[pid] = (_started(pid), time.time() + timeout_s)
+        register(pid, timeout_s)
+
+    class OwnChildren:
+        """The os module to mutmut's timeout thread, whose kill spares reused pids."""
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(os, name)
+
+        @staticmethod
+        def kill(pid: int, signal: int) -> None:
+            # the pid's process now is the mutant last registered under it, whose own time is
+            # up (an earlier mutant's entry, firing after its pid was reused, spares it)
+            started, deadline = registered.get(pid, (None, 0.0))
+            if started is None or _started(pid) != started or time.time() < deadline:
+                raise ProcessLookupError(pid)
+            os.kill(pid, signal)
+
+    timeout.os = OwnChildren()  # type: ignore[assignment]
+    main.register_timeout = register_timeout
 
 
 def mutate(module: str, tests: list[str], max_children: int) -> Counter[str]:
