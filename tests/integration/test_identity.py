@@ -1316,15 +1316,11 @@ def test_a_late_message_from_before_her_erasure_links_nothing_back(
     assert [only_the_mark(row) for row in rows] == [True, True]
 
 
-@pytest.mark.parametrize("moved", ["wrote-from-it", "user-changed-number"])
-def test_an_operators_follow_up_waits_in_the_group_of_the_phone_she_uses_now(
-    moved, resources, openai, graph, webhook, queue, monkeypatch, lambda_context
-):
+def _follow_up_seat(resources, openai, graph, monkeypatch) -> tuple:
+    """A Meta stack with follow-ups on: its consumer, its admin API and the consumer's settings."""
     from tests.conftest import load_function
-    from tests.integration.test_follow_ups import _meta_consumer, follow_up_env, tomorrow_at_nine
+    from tests.integration.test_follow_ups import _meta_consumer, follow_up_env
     from tests.integration.test_meta import ACCESS_TOKEN
-    from tests.integration.test_operator import call as admin_call
-    from tests.integration.test_operator import person
 
     consumer, env = _meta_consumer(resources, openai, graph, monkeypatch)
     admin = load_function(
@@ -1338,6 +1334,33 @@ def test_an_operators_follow_up_waits_in_the_group_of_the_phone_she_uses_now(
         },
         monkeypatch,
     )
+    return consumer, admin, env
+
+
+def _follow_up_group(admin, env, lambda_context, who: str) -> str:
+    """An operator schedules a follow-up for `who`: the FIFO group it will wait in."""
+    from tests.integration.test_follow_ups import tomorrow_at_nine
+    from tests.integration.test_operator import call as admin_call
+    from tests.integration.test_operator import person
+
+    body = {"when": tomorrow_at_nine().strftime("%Y-%m-%dT%H:%M"), "about": "ask about the race"}
+    status, _ = admin_call(
+        admin, lambda_context, "POST", f"{person(who)}/follow-ups", body, **{"Idempotency-Key": "k"}
+    )
+    assert status == 200
+    scheduler = boto3.client("scheduler")
+    [schedule] = scheduler.list_schedules(GroupName=env["FOLLOW_UP_SCHEDULE_GROUP"])["Schedules"]
+    target = scheduler.get_schedule(
+        Name=schedule["Name"], GroupName=env["FOLLOW_UP_SCHEDULE_GROUP"]
+    )["Target"]
+    return json.loads(target["Input"])["MessageGroupId"]
+
+
+@pytest.mark.parametrize("moved", ["wrote-from-it", "user-changed-number"])
+def test_an_operators_follow_up_waits_in_the_group_of_the_phone_she_uses_now(
+    moved, resources, openai, graph, webhook, queue, monkeypatch, lambda_context
+):
+    consumer, admin, env = _follow_up_seat(resources, openai, graph, monkeypatch)
     # given Maya (phone P, BSUID X), who now uses phone Q: she wrote from it, or Meta said so
     now_on_q = (
         text_from("new phone, same me", phone=MAYA_NEW_PHONE, bsuid=MAYA_BSUID, at=NOW + 30)
@@ -1362,24 +1385,30 @@ def test_an_operators_follow_up_waits_in_the_group_of_the_phone_she_uses_now(
         now_on_q,
     )
     # when an operator schedules a follow-up for her by her BSUID
-    body = {"when": tomorrow_at_nine().strftime("%Y-%m-%dT%H:%M"), "about": "ask about the race"}
-    status, _ = admin_call(
-        admin,
-        lambda_context,
-        "POST",
-        f"{person(MAYA_BSUID)}/follow-ups",
-        body,
-        **{"Idempotency-Key": "k"},
-    )
+    group = _follow_up_group(admin, env, lambda_context, MAYA_BSUID)
     # then it will wait in the FIFO group her messages from Q use, ordered with them
-    assert status == 200
-    [schedule] = boto3.client("scheduler").list_schedules(
-        GroupName=env["FOLLOW_UP_SCHEDULE_GROUP"]
-    )["Schedules"]
-    target = boto3.client("scheduler").get_schedule(
-        Name=schedule["Name"], GroupName=env["FOLLOW_UP_SCHEDULE_GROUP"]
-    )["Target"]
-    assert json.loads(target["Input"])["MessageGroupId"] == person_key(AGENT, MAYA_NEW_PHONE)
+    assert group == person_key(AGENT, MAYA_NEW_PHONE)
+
+
+def test_an_operators_follow_up_never_waits_in_the_group_of_her_old_phones_new_owner(
+    resources, openai, graph, webhook, queue, monkeypatch, lambda_context
+):
+    consumer, admin, env = _follow_up_seat(resources, openai, graph, monkeypatch)
+    # given Maya (phone P, BSUID X), whose phone P is now someone else's (their own BSUID),
+    # and who writes by her BSUID alone
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("Hi!", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW),
+        text_from("hello, who is this?", phone=MAYA_PHONE, bsuid=NEW_BSUID, at=NOW + 30),
+        text_from("It's Maya", bsuid=MAYA_BSUID, at=NOW + 60),
+    )
+    # when an operator schedules a follow-up for her by her BSUID
+    group = _follow_up_group(admin, env, lambda_context, MAYA_BSUID)
+    # then it waits in the group of her own messages, not in P's (its new owner's)
+    assert group == person_key(AGENT, MAYA_BSUID)
 
 
 def test_a_number_change_onto_a_recycled_phone_never_makes_its_previous_owner_hers(
@@ -1429,3 +1458,156 @@ def test_a_number_change_onto_a_recycled_phone_never_makes_its_previous_owner_he
     assert len(openai.calls()) == calls + 1
     assert _said(openai) == ["I'm Sam, I swim on Mondays", "still Sam", "do you remember me?"]
     assert receipt.removed > 0  # and Maya was forgotten
+
+
+def test_erasing_each_later_owner_of_a_recycled_phone_leaves_its_first_owners_memory(
+    webhook, queue, consumer, openai, graph, resources, monkeypatch, lambda_context
+):
+    from tests.conftest import load_function
+    from tests.integration.test_lifecycle import admin_event
+    from tests.integration.test_meta import SAM_BSUID, SAM_PHONE
+
+    admin = load_function(
+        "admin", {"TABLE_NAME": resources.table_name, "AGENT_ID": AGENT}, monkeypatch
+    )
+    # given phone P: Sam's first (from P alone, then with the BSUID Meta gave him: his memory
+    # lives under P's key), then Maya's (her BSUID), then Zoe's (hers), neither told by Meta
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("I'm Sam, I swim on Mondays", phone=SAM_PHONE, at=NOW),
+        text_from("still Sam", phone=SAM_PHONE, bsuid=SAM_BSUID, at=NOW + 10),
+        text_from("I'm Maya, training for Berlin", phone=SAM_PHONE, bsuid=MAYA_BSUID, at=NOW + 20),
+        text_from("I'm Zoe, I climb", phone=SAM_PHONE, bsuid=NEW_BSUID, at=NOW + 30),
+    )
+    assert _said(openai) == ["I'm Zoe, I climb"]
+    # when an operator erases Maya, then Zoe, each by her BSUID
+    receipts = [
+        admin.handler(admin_event("DELETE", bsuid), lambda_context)
+        for bsuid in (MAYA_BSUID, NEW_BSUID)
+    ]
+    # then each receipt counts her own memory; P is taken from Zoe, its owner then, and was no
+    # identifier of Maya's any more
+    assert [r["statusCode"] for r in receipts] == [200, 200]
+    maya, zoe = (json.loads(r["body"])["by_kind"] for r in receipts)
+    assert maya["messages"] == zoe["messages"] == 2
+    assert ("identifiers" in maya, zoe["identifiers"]) == (False, 1)
+    # and a message Zoe sent from P alone before her erasure, delivered after it, is neither
+    # answered nor kept
+    sent = len(graph.sent)
+    late = text_from("one more thing from Zoe", phone=SAM_PHONE, at=NOW + 40)
+    _exchange(webhook, queue, consumer, lambda_context, late)
+    assert len(graph.sent) == sent
+    assert "one more thing from Zoe" not in json.dumps(_table_items(resources), default=str)
+    # and Sam, writing by his BSUID, is answered with his memory
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("do you remember me?", bsuid=SAM_BSUID, at=NOW + 60),
+    )
+    assert _said(openai) == ["I'm Sam, I swim on Mondays", "still Sam", "do you remember me?"]
+
+
+def test_a_person_kept_before_keyed_keys_who_changed_number_is_found_by_her_phone_then_bsuid(
+    webhook, queue, consumer, openai, lambda_context, monkeypatch
+):
+    # given Maya as a stack before keyed keys kept her: her memory under phone P's key, her
+    # BSUID X linked to it, then her move to phone Q (user_changed_number: P retired)
+    with monkeypatch.context() as old_stack:
+        old_stack.setattr(memagent.turn.identity, "person_key", legacy_key)
+        old_stack.setattr(memagent.turn.identity, "carry_over", lambda *_: False)
+        _exchange(
+            webhook,
+            queue,
+            consumer,
+            lambda_context,
+            text_from("I'm Maya, training for Berlin", phone=MAYA_PHONE, at=NOW),
+            text_from("I run on Sundays", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW + 10),
+            meta_notification(
+                messages=[
+                    _user_changed(
+                        "user_changed_number",
+                        at=NOW + 20,
+                        **{"from": MAYA_PHONE.lstrip("+")},
+                        wa_id=MAYA_NEW_PHONE.lstrip("+"),
+                    )
+                ]
+            ),
+        )
+    # when, after the upgrade, she writes from Q alone, then from Q with her BSUID
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("Which race again?", phone=MAYA_NEW_PHONE, at=NOW + 30),
+    )
+    first = _said(openai)
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("And when?", phone=MAYA_NEW_PHONE, bsuid=MAYA_BSUID, at=NOW + 40),
+    )
+    # then both times her memory is the context: it moved under Q's key, which her BSUID
+    # reaches too
+    earlier = ["I'm Maya, training for Berlin", "I run on Sundays"]
+    assert first == [*earlier, "Which race again?"]
+    assert _said(openai) == [*earlier, "Which race again?", "And when?"]
+
+
+def test_a_person_kept_before_keyed_keys_is_found_when_dynamodb_serves_the_lookup_in_part(
+    webhook, queue, consumer, openai, lambda_context, monkeypatch
+):
+    # given Maya (BSUID X, phone P) as a stack before keyed keys kept her
+    with monkeypatch.context() as old_stack:
+        old_stack.setattr(memagent.turn.identity, "person_key", legacy_key)
+        first = text_from("I'm Maya, training for Berlin", phone=MAYA_PHONE, bsuid=MAYA_BSUID)
+        _exchange(webhook, queue, consumer, lambda_context, first)
+    # and DynamoDB, throttled, reads only part of the next BatchGetItem: "If at least one of
+    # the items is successfully processed, then BatchGetItem completes successfully, while
+    # returning the keys of the unread items in UnprocessedKeys" (the first key here)
+    client = consumer.consumer.agent.store._client
+    real = client.batch_get_item
+
+    def in_part(RequestItems, **kwargs):
+        monkeypatch.setattr(client, "batch_get_item", real)  # the next one is served in full
+        ((table, request),) = RequestItems.items()
+        unread, *read = request["Keys"]
+        assert read, "DynamoDB serves at least one key or refuses the request"
+        response = real(RequestItems={table: {**request, "Keys": read}}, **kwargs)
+        response["UnprocessedKeys"] = {table: {**request, "Keys": [unread]}}
+        return response
+
+    monkeypatch.setattr(client, "batch_get_item", in_part)
+    # when, after the upgrade, she writes with her BSUID from a new phone Q
+    again = text_from("Which race again?", phone=MAYA_NEW_PHONE, bsuid=MAYA_BSUID, at=NOW + 30)
+    _exchange(webhook, queue, consumer, lambda_context, again)
+    # then the lookup read the rest too: her memory is the context
+    assert client.batch_get_item == real
+    assert _said(openai) == ["I'm Maya, training for Berlin", "Which race again?"]
+
+
+def test_an_operators_follow_up_for_a_person_kept_before_keyed_keys_waits_in_her_phones_group(
+    resources, openai, graph, webhook, queue, monkeypatch, lambda_context
+):
+    consumer, admin, env = _follow_up_seat(resources, openai, graph, monkeypatch)
+    # given Maya (phone P, BSUID X) as a stack before keyed keys kept her, who writes after
+    # the upgrade from P alone (her memory moves under P's keyed key)
+    with monkeypatch.context() as old_stack:
+        old_stack.setattr(memagent.turn.identity, "person_key", legacy_key)
+        first = text_from("I'm Maya, training for Berlin", phone=MAYA_PHONE, bsuid=MAYA_BSUID)
+        _exchange(webhook, queue, consumer, lambda_context, first)
+    again = text_from("Which race again?", phone=MAYA_PHONE, at=NOW + 30)
+    _exchange(webhook, queue, consumer, lambda_context, again)
+    assert _said(openai) == ["I'm Maya, training for Berlin", "Which race again?"]
+    # when an operator schedules a follow-up for her by P
+    group = _follow_up_group(admin, env, lambda_context, MAYA_PHONE)
+    # then it waits in the FIFO group her messages from P use, never one named by a key
+    # from before the upgrade
+    assert group == person_key(AGENT, MAYA_PHONE)

@@ -590,6 +590,54 @@ def test_after_number_replaced_the_same_person_gets_the_same_context(
     assert NEW_NUMBER_LINE not in notes_of(openai.calls()[-1])
 
 
+def test_after_number_replaced_an_operators_reply_goes_out_from_the_new_number(
+    consumer, resources, whasp, monkeypatch, lambda_context
+):
+    from tests.integration.test_operator import call, person
+
+    admin = load_function(
+        "admin",
+        {
+            "TABLE_NAME": resources.table_name,
+            "AGENT_ID": AGENT,
+            "PROVIDER": "whasp",
+            "WHASP_API_URL": whasp.url,
+            "WHASP_API_KEY": "whasp-test-key",
+            "LEDGER_TTL_DAYS": "3650",
+        },
+        monkeypatch,
+    )
+    # given Maya wrote to the business number, and whasp then replaced it (banned for good)
+    consumer.handler(
+        sqs_batch(whasp_message("My order never arrived", created_at="2026-11-29T09:00:00Z")),
+        lambda_context,
+    )
+    replaced = {
+        "id": "evt_91c1",
+        "type": "number.replaced",
+        "created_at": "2026-11-29T10:00:00Z",
+        "data": {"old_number": BUSINESS, "new_number": NEW_NUMBER, "label": "Coach"},
+    }
+    assert failures(consumer.handler(sqs_batch(replaced), lambda_context)) == []
+    # when an operator takes her chat over and replies, before she writes again
+    assert call(admin, lambda_context, "POST", f"{person()}/handoff")[0] == 200
+    words = "Hi Maya, this is Sam from the shop. Your parcel is on its way."
+    status, _ = call(
+        admin,
+        lambda_context,
+        "POST",
+        f"{person()}/messages",
+        {"text": words},
+        **{"idempotency-key": "reply-1"},
+    )
+    # then the words go out once, from the number that replaced the retired one, and her
+    # export says which number carried them
+    assert status == 200
+    assert [(s["from"], s["text"]) for s in whasp.sent[1:]] == [(NEW_NUMBER, words)]
+    exported = json.loads(admin.handler(admin_event("GET", MAYA), lambda_context)["body"])
+    assert exported["messages"][-1]["whasp_number"] == NEW_NUMBER
+
+
 def test_the_command_line_tool_exports_and_forgets(resources, capsys):
     import runpy
     import sys

@@ -824,6 +824,12 @@ def test_a_marketing_preference_is_recorded_for_a_known_person_only(
     assert state["opted_out"] is False  # marketing only: her chat goes on
     # nothing is written for someone who never wrote to us
     assert memory_rows(resources, SAM_BSUID) == [] and memory_rows(resources, SAM_PHONE) == []
+    # a later "resume" replaces her "stop"; a "stop" from before it, delivered late, does not
+    for value, at in (("resume", NOW + 120), ("stop", NOW + 100)):
+        post(webhook, preference(MAYA_PHONE, MAYA_BSUID, value, at), lambda_context)
+        assert queue.drain(consumer, lambda_context) == 0
+    state = next(r for r in memory_rows(resources, MAYA_BSUID) if r["sk"] == "STATE")
+    assert state["marketing"] == "resume"
     post(
         webhook,
         text_from("Still here", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW + 90),

@@ -39,12 +39,7 @@ class PersonWrites(Table):
             actions = [self._set_state(key, values, f"SET {sets} REMOVE moved_to")]
         else:
             redirect = "moved_to" if own.last_seq else "alias_of"
-            item = {
-                "pk": pk,
-                "sk": f"{ALIAS}{key}",
-                "key": key,
-                **({"merged": merged} if merged else {}),
-            }
+            item = {"pk": pk, "sk": f"{ALIAS}{key}", **({"merged": merged} if merged else {})}
             actions = [
                 self._set_state(
                     key, {":pk": pk, ":now": now}, f"SET {redirect} = :pk, updated_at = :now"
@@ -80,7 +75,7 @@ class PersonWrites(Table):
             now = iso(datetime.now(UTC))
             redirect = "SET moved_to = :fresh, updated_at = :now"
             actions.append(self._set_state(key, {":fresh": fresh, ":now": now}, redirect))
-            item = {"pk": fresh, "sk": f"{ALIAS}{key}", "key": key}
+            item = {"pk": fresh, "sk": f"{ALIAS}{key}"}
             actions.append({"Put": {"TableName": self.table_name, "Item": item}})
             if mark is not None:
                 actions.append(self._set_state(fresh, {":at": iso(mark)}, "SET erased_at = :at"))
@@ -195,17 +190,6 @@ class PersonWrites(Table):
             ExpressionAttributeValues={**values, ":at": iso(at)},
         )
 
-    def record_number(
-        self, agent_pk: str, *, old: str, new: str, label: str | None, at: datetime
-    ) -> None:
+    def record_number(self, agent_pk: str, *, old: str, new: str) -> None:
         """Keep the agent's current whasp number (agent-wide, not per person: nothing migrates)."""
-        self.table.put_item(
-            Item={
-                "pk": agent_pk,
-                "sk": "NUMBER",
-                "current": new,
-                "previous": old,
-                "label": label,
-                "replaced_at": iso(at),
-            }
-        )
+        self.table.put_item(Item={"pk": agent_pk, "sk": "NUMBER", "current": new, "previous": old})

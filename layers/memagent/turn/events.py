@@ -73,11 +73,7 @@ def marketing_preference(crew: Crew, event: MarketingPreference) -> str:
 def replace_number(crew: Crew, event: NumberReplaced) -> str:
     logger.append_keys(event_id=event.event_id)
     crew.store.record_number(
-        agent_key(crew.settings.agent_id),
-        old=event.old_number,
-        new=event.new_number,
-        label=event.label,
-        at=event.created_at,
+        agent_key(crew.settings.agent_id), old=event.old_number, new=event.new_number
     )
     count("NumbersReplaced")
     logger.info("business number replaced")
