@@ -301,6 +301,27 @@ def test_an_export_is_exactly_what_is_held_field_by_field(
     }
 
 
+def test_a_summary_an_operator_wrote_before_any_fold_is_exported_as_covering_no_message(
+    admin, consumer, lambda_context
+):
+    from tests.integration.test_operator import call, person
+
+    # given Maya's first message, nothing of it folded yet, and a summary an operator wrote
+    said = whasp_message("I'm Maya, a nurse", created_at="2026-11-29T09:00:00Z")
+    assert failures(consumer.handler(sqs_batch(said), lambda_context)) == []
+    summary = {"text": "Maya is a nurse.", "based_on": None}
+    assert call(admin, lambda_context, "PUT", f"{person()}/summary", summary)[0] == 200
+    # when an operator exports her
+    status, body = call(admin, lambda_context, "GET", person())
+    # then the summary covers none of her messages: each is still held, word for word
+    assert status == 200
+    assert (body["summary"]["text"], body["summary"]["covers_up_to_message"]) == (
+        "Maya is a nurse.",
+        0,
+    )
+    assert [m["text"] for m in body["messages"] if m["role"] == "user"] == ["I'm Maya, a nurse"]
+
+
 def test_admin_delete_forgets_and_returns_a_receipt(admin, resources, lambda_context):
     fill(resources.table_name, MAYA, messages=6, facts=2, ledger=3)
     response = admin.handler(admin_event("DELETE", MAYA), lambda_context)

@@ -250,6 +250,44 @@ def test_an_expired_persons_archived_transcripts_go_with_the_turns_expiry(
     assert "HIV" not in json.dumps(_table(resources), default=str)
 
 
+def test_a_transcript_archived_by_a_fold_that_died_before_its_commit_goes_with_the_expiry(
+    resources, compactor_env, bucket, openai, tap, ttl, monkeypatch, lambda_context
+):
+    from tests.conftest import seed_turns
+    from tests.integration.faults import Died, crash_after
+
+    # given Maya's conversation of 31 days ago (30 days' retention), whose fold archived its
+    # transcript, then died before its commit (a timeout) and was never retried to the end: the
+    # archived copy is newer than anything her memory holds
+    now = datetime.now(UTC)
+    pk = person_key(AGENT, MAYA)
+    settings = {**compactor_env, "ARCHIVE_BUCKET": bucket}
+    compactor = load_function("compactor", settings, monkeypatch)
+    texts = ["my HIV test came back positive" if i == 0 else f"turn {i}" for i in range(45)]
+    seed_turns(compactor.compactor.store, MAYA, texts, start=now - timedelta(days=31, hours=1))
+    boto3.resource("dynamodb").Table(resources.table_name).update_item(
+        Key={"pk": pk, "sk": "STATE"},
+        UpdateExpression="SET expires_at = :t",
+        ExpressionAttributeValues={":t": int((now - timedelta(days=1)).timestamp())},
+    )
+    openai.responder = lambda request: json.dumps({"summary": "Maya's news.", "facts": []})
+    crash_after(compactor.compactor.archive, "put", monkeypatch, fault=Died)
+    with pytest.raises(Died):
+        compactor.compactor.compact(pk)
+    s3 = boto3.client("s3")
+    assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 1
+    # when DynamoDB's TTL deletes her state item, and the compactor gets its stream record
+    tap.poll()
+    ttl.lag = 0
+    assert ttl.sweep() == 1
+    delivered = tap.matching()
+    assert [r["eventName"] for r in delivered] == ["REMOVE"]
+    assert compactor.handler({"Records": delivered}, lambda_context) == {"batchItemFailures": []}
+    # then the archived transcript is gone with the rest of her memory
+    assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
+    assert "HIV" not in json.dumps(_table(resources), default=str)
+
+
 def test_an_expired_memory_whose_last_message_no_reply_answered_is_expired_whole(
     pipeline, resources, openai
 ):
@@ -279,5 +317,27 @@ def test_an_expired_memory_whose_last_message_no_reply_answered_is_expired_whole
     pipeline(MAYA, "Hi! Is this the running club?", now + timedelta(seconds=1))
     # then that last message goes with the rest of the expired memory: the expiry's mark is
     # its time, and only what was written after the mark is the new conversation's
+    assert turns_of(openai.calls()[-1]) == [("user", "Hi! Is this the running club?")]
+    assert "HIV" not in json.dumps(_table(resources), default=str)
+
+
+def test_a_message_the_new_owner_wrote_before_the_expiry_ran_is_answered_afresh(
+    pipeline, resources, openai, whasp
+):
+    from memagent.store.memory_store import MemoryStore
+    from tests.conftest import seed_turns
+
+    # given Maya's conversation of 31 days ago (30 days' retention): her retention ended a day
+    # ago, and DynamoDB's TTL has not deleted her yet
+    now = datetime.now(UTC)
+    store = MemoryStore(resources.table_name, retention=timedelta(days=30))
+    said = ["my HIV test came back positive", "I'm so sorry."]
+    seed_turns(store, MAYA, said, start=now - timedelta(days=31))
+    # when her number's new owner's message, written a minute ago (it waited in the queue), is
+    # handled: the turn expires the old memory first
+    pipeline(MAYA, "Hi! Is this the running club?", now - timedelta(minutes=1))
+    # then it is answered, as the person writing to us it is (the expiry's mark is the newest
+    # time the old memory holds, not the moment it ran), from a context without the old memory
+    assert len(whasp.sent) == 1
     assert turns_of(openai.calls()[-1]) == [("user", "Hi! Is this the running club?")]
     assert "HIV" not in json.dumps(_table(resources), default=str)

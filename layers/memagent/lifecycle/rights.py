@@ -100,7 +100,7 @@ def legacy(store: MemoryStore, agent: str, identifier: str) -> str | None:
     BSUID)."""
     key = legacy_key(agent, identifier)
     found = next((legacy_person(s) for s in store.states([key]).values()), None)
-    if found and identifier.startswith("+"):
+    if identifier.startswith("+"):
         return None if found != key or store.links(found) else found
     return found
 
@@ -428,7 +428,7 @@ def export(
             {
                 "seq": _plain(i["seq"]),
                 "role": i["role"],
-                "text": i.get("text", ""),
+                "text": i["text"],
                 "at": i.get("at"),
                 "whasp_number": i.get("number"),
             }
