@@ -348,6 +348,44 @@ def test_a_late_ttl_expiry_keeps_the_new_conversation_its_state_and_its_phone_li
     assert [c for c in openai.calls()[1:] if "HIV" in json.dumps(c)] == []
 
 
+def test_a_late_ttl_expiry_keeps_the_bsuid_her_new_conversation_linked(
+    webhook,
+    queue,
+    consumer,
+    openai,
+    resources,
+    tap,
+    ttl,
+    compactor_env,
+    monkeypatch,
+    lambda_context,
+):
+    from devstack.lambda_harness import passes_filters, stream_filters
+    from devstack.resources import load_template
+    from tests.conftest import load_function
+
+    compactor = load_function("compactor", compactor_env, monkeypatch)
+    # given Maya wrote from her phone alone (Meta gave no BSUID then), then was silent past the
+    # retention: DynamoDB's TTL deletes her state item, its stream record not handled yet
+    private = text_from("my HIV test came back positive", phone=MAYA_PHONE, at=NOW - 400 * 86400)
+    _exchange(webhook, queue, consumer, lambda_context, private)
+    expiry = [r for r in _ttl_sweep(ttl, tap) if passes_filters(r, stream_filters(load_template()))]
+    assert [r["dynamodb"]["Keys"]["pk"]["S"] for r in expiry] == [person_key(AGENT, MAYA_PHONE)]
+    # when she writes again from her phone (the turn runs the expiry itself), then with her
+    # BSUID beside it (linked to her new conversation), and only then is the record handled
+    new = int(datetime.now(UTC).timestamp()) + 2  # after everything the old memory holds
+    hello = text_from("Hi! Is this the running club?", phone=MAYA_PHONE, at=new)
+    both = text_from("It's Maya", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=new + 1)
+    _exchange(webhook, queue, consumer, lambda_context, hello, both)
+    assert compactor.handler({"Records": expiry}, lambda_context) == {"batchItemFailures": []}
+    # then her BSUID alone still reaches the new conversation: her next message is answered
+    # with it, and nothing of the old memory
+    alone = text_from("Tuesdays suit me", bsuid=MAYA_BSUID, at=new + 2)
+    _exchange(webhook, queue, consumer, lambda_context, alone)
+    assert _said(openai) == ["Hi! Is this the running club?", "It's Maya", "Tuesdays suit me"]
+    assert "HIV" not in json.dumps(_table_items(resources), default=str)
+
+
 def test_a_person_whose_retention_ended_before_the_ttl_came_is_answered_afresh_meta(
     webhook,
     queue,

@@ -341,3 +341,52 @@ def test_a_message_the_new_owner_wrote_before_the_expiry_ran_is_answered_afresh(
     assert len(whasp.sent) == 1
     assert turns_of(openai.calls()[-1]) == [("user", "Hi! Is this the running club?")]
     assert "HIV" not in json.dumps(_table(resources), default=str)
+
+
+def test_an_operators_reply_to_the_new_conversation_is_sent_once_across_a_late_expiry(
+    pipeline, resources, compactor_env, whasp, tap, ttl, monkeypatch, lambda_context
+):
+    from memagent.store.memory_store import MemoryStore
+    from tests.conftest import seed_turns
+    from tests.integration.test_operator import call, person
+
+    compactor = load_function("compactor", compactor_env, monkeypatch)
+    admin_env = {
+        "TABLE_NAME": resources.table_name,
+        "AGENT_ID": AGENT,
+        "PROVIDER": "whasp",
+        "WHASP_API_URL": whasp.url,
+        "WHASP_API_KEY": "whasp-test-key",
+    }
+    admin = load_function("admin", admin_env, monkeypatch)
+    # given Maya's conversation of 31 days ago (30 days' retention), and DynamoDB's TTL has
+    # deleted her state item; its stream record waits (Lambda retries it)
+    now = datetime.now(UTC)
+    said = ["my HIV test came back positive", "I'm so sorry."]
+    seed_turns(MemoryStore(resources.table_name), MAYA, said, start=now - timedelta(days=31))
+    boto3.resource("dynamodb").Table(resources.table_name).update_item(
+        Key={"pk": person_key(AGENT, MAYA), "sk": "STATE"},
+        UpdateExpression="SET expires_at = :t",
+        ExpressionAttributeValues={":t": int((now - timedelta(days=1)).timestamp())},
+    )
+    ttl.lag = 0
+    assert ttl.sweep() == 1
+    expiry = tap.matching()
+    # and meanwhile her number's new owner writes, and an operator takes the chat and answers
+    pipeline(MAYA, "Hi! Can a person help me?", now + timedelta(seconds=1))
+    assert call(admin, lambda_context, "POST", f"{person()}/handoff")[0] == 200
+    key = {"idempotency-key": "op-1"}
+    words = {"text": "Hello, I'm Ana from the club"}
+    assert call(admin, lambda_context, "POST", f"{person()}/messages", words, **key)[0] == 200
+    # when the stream record is handled, then the operator's client retries the request (its
+    # answer was lost) with the same key
+    assert compactor.handler({"Records": expiry}, lambda_context) == {"batchItemFailures": []}
+    status, _ = call(admin, lambda_context, "POST", f"{person()}/messages", words, **key)
+    # then the new owner got the operator's words once, and the conversation (the operator's
+    # view, the model's context) holds them once: the expiry took nothing of the new
+    # conversation, the record of that reply included
+    assert status == 200
+    assert whasp.texts_to(MAYA).count(words["text"]) == 1
+    _, conversation = call(admin, lambda_context, "GET", f"{person()}/conversation")
+    assert [m["text"] for m in conversation["messages"]].count(words["text"]) == 1
+    assert "HIV" not in json.dumps(_table(resources), default=str)
