@@ -327,6 +327,27 @@ def test_an_operators_erasure_deletes_her_follow_ups_schedules_too(
     assert due_items(env["TABLE_NAME"]) == [] and firing.pending() == []
 
 
+def test_an_erasure_scheduler_will_not_help_with_still_erases_her_and_nothing_is_sent(
+    stack, admin, openai, whasp, lambda_context, monkeypatch
+):
+    from tests.integration.test_follow_ups import scheduler_refuses
+    from tests.integration.test_operator import call as admin_call
+    from tests.integration.test_operator import person
+
+    agent, firing, env, at, model = asked(stack, openai, lambda_context)
+    # given Scheduler refuses to delete schedules (a grant missing from the admin's role)
+    with monkeypatch.context() as refusing:
+        scheduler_refuses(refusing, "delete_schedule", "AccessDeniedException")
+        # when an admin erases Maya
+        status, receipt = admin_call(admin, lambda_context, "DELETE", person())
+    # then she is erased all the same, her follow-up with her, though its schedule is left
+    assert status == 200 and receipt["removed"] > 0
+    assert due_items(env["TABLE_NAME"]) == [] and len(firing.pending()) == 1
+    # and when the left schedule fires at its time, nothing is written or sent
+    nothing_sent_at(agent, firing, lambda_context, env, at, whasp)
+    assert model.due_requests == []
+
+
 def test_a_follow_up_due_while_a_human_has_the_chat_is_not_kept_for_ever(
     stack, admin, openai, whasp, ttl, lambda_context
 ):
