@@ -390,3 +390,51 @@ def test_an_operators_reply_to_the_new_conversation_is_sent_once_across_a_late_e
     _, conversation = call(admin, lambda_context, "GET", f"{person()}/conversation")
     assert [m["text"] for m in conversation["messages"]].count(words["text"]) == 1
     assert "HIV" not in json.dumps(_table(resources), default=str)
+
+
+def test_a_voice_note_of_the_new_conversation_kept_for_its_retry_outlives_a_late_expiry(
+    resources, consumer_env, compactor_env, openai, whasp, tap, ttl, monkeypatch, lambda_context
+):
+    import time_machine
+
+    from devstack.events import sqs_batch
+    from memagent.store.memory_store import MemoryStore
+    from tests.conftest import seed_turns
+    from tests.integration.test_retries import kept, voice_note
+
+    # 30 days' retention; the template's model retries: one in-process retry, then the queue's
+    settings = {"INACTIVE_RETENTION_DAYS": "30", "OPENAI_MAX_RETRIES": "1"}
+    consumer = load_function("consumer", {**consumer_env, **settings}, monkeypatch)
+    compactor = load_function(
+        "compactor", {**compactor_env, "MEDIA_BUCKET": consumer_env["MEDIA_BUCKET"]}, monkeypatch
+    )
+    # given Maya's conversation of 31 days ago (30 days' retention), and DynamoDB's TTL has
+    # deleted her state item; its stream record waits (Lambda retries it)
+    now = datetime.now(UTC)
+    said = ["my HIV test came back positive", "I'm so sorry."]
+    seed_turns(MemoryStore(resources.table_name), MAYA, said, start=now - timedelta(days=31))
+    boto3.resource("dynamodb").Table(resources.table_name).update_item(
+        Key={"pk": person_key(AGENT, MAYA), "sk": "STATE"},
+        UpdateExpression="SET expires_at = :t",
+        ExpressionAttributeValues={":t": int((now - timedelta(days=1)).timestamp())},
+    )
+    ttl.lag = 0
+    assert ttl.sweep() == 1
+    expiry = tap.matching()
+    with time_machine.travel(now + timedelta(minutes=1), tick=True):
+        # when, a minute later, she sends a voice note whose transcription fails (the record
+        # is retried, its file kept), and then the stream record is handled
+        openai.transcriber = lambda audio: f"I ran {len(audio)} metres"
+        openai.fail_next(2, status=500)
+        batch = sqs_batch(voice_note(whasp, seconds_ago=1))
+        assert consumer.handler(batch, lambda_context)["batchItemFailures"] != []
+        assert len(kept(consumer_env)) == 1
+        assert compactor.handler({"Records": expiry}, lambda_context) == {"batchItemFailures": []}
+        # and whasp's media URL has expired by the retry
+        whasp.expire_media()
+        assert consumer.handler(batch, lambda_context) == {"batchItemFailures": []}
+    # then the retry transcribed the kept copy: she is answered to what she said, from a
+    # context without the old memory
+    assert turns_of(openai.calls()[-1]) == [("user", "[voice note] I ran 2004 metres")]
+    assert len(whasp.texts_to(MAYA)) == 1
+    assert "HIV" not in json.dumps(_table(resources), default=str)

@@ -237,7 +237,7 @@ def forget_key(
     for sk in kept:  # keep_later: a link the new conversation made, maybe meanwhile, is its own
         aliases.pop(sk.removeprefix(ALIAS), None)
     if identifiers := _forget_identifiers(store, pk, aliases, at, elsewhere):
-        by_kind["identifiers"] = by_kind.get("identifiers", 0) + identifiers
+        by_kind["identifiers"] = identifiers
     before = (files_before or at) if keep_later else None
     if elsewhere.archive is not None:
         by_kind["archived"] = elsewhere.archive.delete_person(pk, before=before)
