@@ -1467,3 +1467,78 @@ def test_a_number_change_onto_a_recycled_phone_never_makes_its_previous_owner_he
     assert len(openai.calls()) == calls + 1
     assert _said(openai) == ["I'm Sam, I swim on Mondays", "still Sam", "do you remember me?"]
     assert receipt.removed > 0  # and Maya was forgotten
+
+
+def test_forgetting_her_takes_every_identifier_that_reached_her(
+    webhook, queue, consumer, openai, lambda_context
+):
+    from memagent.lifecycle.rights import forget
+
+    # given Maya (phone P, BSUID X), whose BSUID Meta regenerated (Y): three identifiers
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("I'm training for Berlin", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW),
+        meta_notification(
+            messages=[
+                _user_changed(
+                    "user_changed_user_id",
+                    at=NOW + 30,
+                    from_user_id=MAYA_BSUID,
+                    user_id=NEW_BSUID,
+                    previous_user_id=MAYA_BSUID,
+                )
+            ]
+        ),
+    )
+    # when she is forgotten by her phone
+    receipt = forget(consumer.consumer.agent.store, AGENT, MAYA_PHONE)
+    # then the receipt counts her two other identifiers, and whoever writes by any of the
+    # three afterwards is a stranger to what she said
+    assert receipt.by_kind["identifiers"] == 2
+    later = int(datetime.now(UTC).timestamp()) + 2  # after the erasure
+    for at, (phone, bsuid) in enumerate(
+        [(MAYA_PHONE, None), (None, MAYA_BSUID), (None, NEW_BSUID)], start=later
+    ):
+        hello = text_from("Hi, who is this?", phone=phone, bsuid=bsuid, at=at)
+        _exchange(webhook, queue, consumer, lambda_context, hello)
+        assert _said(openai) == ["Hi, who is this?"]
+
+
+def test_erasing_a_recycled_numbers_new_owner_leaves_its_previous_owners_memory_alone(
+    webhook, queue, consumer, openai, lambda_context
+):
+    from memagent.lifecycle.rights import forget
+    from tests.integration.test_meta import SAM_BSUID, SAM_PHONE
+
+    # given Sam wrote from his phone P alone (his memory is under P's key), then with his BSUID
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("I'm Sam, I coach the under-12s", phone=SAM_PHONE, at=NOW),
+        text_from("Training is on Thursdays", phone=SAM_PHONE, bsuid=SAM_BSUID, at=NOW + 10),
+    )
+    # and P, recycled, now belongs to Maya (a new BSUID on it), who wrote
+    maya = text_from("Hi, I'm Maya, new number", phone=SAM_PHONE, bsuid=NEW_BSUID, at=NOW + 60)
+    _exchange(webhook, queue, consumer, lambda_context, maya)
+    assert _said(openai) == ["Hi, I'm Maya, new number"]
+    # when Maya is forgotten (by her BSUID)
+    receipt = forget(consumer.consumer.agent.store, AGENT, NEW_BSUID)
+    # then P, which reached her, is taken from her: its next writer is a stranger to both
+    assert receipt.by_kind["identifiers"] == 1
+    later = int(datetime.now(UTC).timestamp()) + 2  # after the erasure
+    again = text_from("Hello?", phone=SAM_PHONE, at=later)
+    _exchange(webhook, queue, consumer, lambda_context, again)
+    assert _said(openai) == ["Hello?"]
+    # and Sam keeps his memory, reached by his BSUID
+    sam = text_from("What day is training?", bsuid=SAM_BSUID, at=later + 1)
+    _exchange(webhook, queue, consumer, lambda_context, sam)
+    assert _said(openai) == [
+        "I'm Sam, I coach the under-12s",
+        "Training is on Thursdays",
+        "What day is training?",
+    ]
