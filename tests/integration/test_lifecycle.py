@@ -382,6 +382,28 @@ def test_an_operators_erasure_that_stopped_half_way_never_reaches_a_later_reply(
     assert "Private Road" not in json.dumps(scan(resources.table_name), default=str)
 
 
+def test_an_erasure_that_stopped_before_clearing_the_state_never_shows_its_old_summary(
+    admin, consumer, resources, openai, monkeypatch, lambda_context
+):
+    from tests.integration.faults import Died
+
+    # given Maya's memory as an older version kept it (the summary on the state item), and
+    # an operator's erasure that deleted her items, then timed out before clearing the state
+    fill(resources.table_name, MAYA, messages=4, facts=1, ledger=2)
+    crash_before(admin.store, "reduce_state_to_mark", monkeypatch, Died("timeout"))
+    with pytest.raises(Died):
+        admin.handler(admin_event("DELETE", MAYA), lambda_context)
+    assert "her new job" in json.dumps(mine(scan(resources.table_name), MAYA), default=str)
+    # when she writes again, afterwards
+    later = (datetime.now(UTC) + timedelta(minutes=1)).isoformat()
+    consumer.handler(sqs_batch(whasp_message("Hello again", created_at=later)), lambda_context)
+    # then she is answered from a fresh memory: the old summary is nowhere in front of the
+    # model, and the erasure is finished
+    assert "her new job" not in json.dumps(openai.calls()[-1])
+    assert [text for _, text in turns_of(openai.calls()[-1])] == ["Hello again"]
+    assert "her new job" not in json.dumps(scan(resources.table_name), default=str)
+
+
 @pytest.mark.parametrize("phone", ["447700900123", "+0447700900123", "hello", "+44 7700 900123"])
 def test_admin_refuses_a_phone_that_is_not_e164(admin, lambda_context, phone):
     for method in ("GET", "DELETE"):
