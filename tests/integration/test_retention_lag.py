@@ -438,3 +438,35 @@ def test_a_voice_note_of_the_new_conversation_kept_for_its_retry_outlives_a_late
     assert turns_of(openai.calls()[-1]) == [("user", "[voice note] I ran 2004 metres")]
     assert len(whasp.texts_to(MAYA)) == 1
     assert "HIV" not in json.dumps(_table(resources), default=str)
+
+
+def test_a_folded_memory_the_ttl_deleted_the_state_of_leaves_no_summary_to_the_new_owner(
+    pipeline, resources, compactor_env, openai, ttl, monkeypatch
+):
+    from devstack.fake_openai import offline_model
+    from tests.conftest import seed_turns
+
+    # given Maya's conversation of 31 days ago (30 days' retention), folded into a summary
+    # after its last turn, and DynamoDB's TTL has deleted her state item (its stream record
+    # not handled yet)
+    now = datetime.now(UTC)
+    pk = person_key(AGENT, MAYA)
+    compactor = load_function("compactor", compactor_env, monkeypatch).compactor
+    texts = [f"turn {i}" for i in range(45)]
+    seed_turns(compactor.store, MAYA, texts, start=now - timedelta(days=31, hours=1))
+    openai.responder = lambda request: json.dumps({"summary": "Maya's HIV news.", "facts": []})
+    assert compactor.compact(pk) == "compacted"
+    boto3.resource("dynamodb").Table(resources.table_name).update_item(
+        Key={"pk": pk, "sk": "STATE"},
+        UpdateExpression="SET expires_at = :t",
+        ExpressionAttributeValues={":t": int((now - timedelta(days=1)).timestamp())},
+    )
+    ttl.lag = 0
+    assert ttl.sweep() == 1
+    # when her number's new owner writes
+    openai.responder = offline_model
+    pipeline(MAYA, "Hi! Is this the running club?", datetime.now(UTC) + timedelta(seconds=2))
+    # then the summary went with the rest of the old memory: not in front of the model
+    assert turns_of(openai.calls()[-1]) == [("user", "Hi! Is this the running club?")]
+    assert "HIV" not in json.dumps(openai.calls()[-1])
+    assert "HIV" not in json.dumps(_table(resources), default=str)
