@@ -348,6 +348,29 @@ def test_an_erasure_scheduler_will_not_help_with_still_erases_her_and_nothing_is
     assert model.due_requests == []
 
 
+def test_a_follow_up_due_after_an_erasure_that_stopped_half_way_sends_nothing(
+    stack, admin, openai, whasp, lambda_context, monkeypatch, logs
+):
+    from memagent.aws import FollowUpSchedules
+    from tests.integration.faults import Died, crash_before
+    from tests.integration.test_operator import call as admin_call
+    from tests.integration.test_operator import person
+
+    agent, firing, env, at, model = asked(stack, openai, lambda_context)
+    # given an admin's erasure of Maya wrote its mark, then timed out before deleting anything
+    # (her follow-up and its schedule among what is left)
+    crash_before(FollowUpSchedules, "cancel", monkeypatch, Died("timeout"))
+    with pytest.raises(Died):
+        admin_call(admin, lambda_context, "DELETE", person())
+    assert len(due_items(env["TABLE_NAME"])) == 1 and len(firing.pending()) == 1
+    # when its time comes
+    nothing_sent_at(agent, firing, lambda_context, env, at, whasp)
+    # then nothing is written from that memory, nor sent: the follow-up is dropped, saying why
+    assert model.due_requests == [] and due_items(env["TABLE_NAME"]) == []
+    dropped = [json.loads(line) for line in logs.getvalue().splitlines() if "dropped" in line]
+    assert [line.get("reason") for line in dropped if "follow-up" in line["message"]] == ["expired"]
+
+
 def test_a_follow_up_due_while_a_human_has_the_chat_is_not_kept_for_ever(
     stack, admin, openai, whasp, ttl, lambda_context
 ):
