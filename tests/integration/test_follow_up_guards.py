@@ -134,6 +134,55 @@ def test_a_recycled_numbers_new_owner_never_gets_the_previous_owners_follow_up(
     ]
 
 
+def test_a_reminder_written_before_her_number_came_to_someone_else_is_never_sent_to_them(
+    meta_stack, resources, webhook, queue, graph, openai, lambda_context, logs
+):
+    from devstack.lambda_harness import sqs_message_record
+
+    consumer, firing, env = meta_stack
+    at = tomorrow_at_nine()
+    model = Model(at)
+    openai.responder = model
+    # given Maya (her phone, her BSUID) asked to be reminded tomorrow at 9
+    exchange(
+        webhook, queue, consumer, lambda_context, text_from(ASK, phone=MAYA_PHONE, bsuid=MAYA_BSUID)
+    )
+    # and at its time the model wrote the reminder, stored as the agent's turn, but Meta
+    # refused the send (an outage): the record fails, and after its receives it is
+    # dead-lettered (EventDeadLetterQueue), out of her FIFO group
+    graph.fail_next(1)
+    SQS_CLOCK.advance(at.timestamp() - SQS_CLOCK.now())
+    assert firing.fire_due() == 1
+    assert queue.deliver(consumer, lambda_context) == 1
+    [dead_lettered] = queue.held
+    queue.held.clear()
+    boto3.client("sqs").delete_message(
+        QueueUrl=queue.url, ReceiptHandle=dead_lettered["ReceiptHandle"]
+    )
+    assert len(model.due_requests) == 1 and REMINDER not in graph.texts_to(MAYA_PHONE)
+    # and meanwhile her number came to someone else (a new BSUID on it), who writes
+    later = int(at.timestamp()) + 60
+    exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("hello, who is this?", phone=MAYA_PHONE, bsuid=NEW_BSUID, at=later),
+    )
+    sent = list(graph.texts_to(MAYA_PHONE))
+    # when an operator redrives the dead-lettered firing, once Meta is back
+    record = sqs_message_record(dead_lettered, queue.arn)
+    assert consumer.handler({"Records": [record]}, lambda_context) == {"batchItemFailures": []}
+    # then the reminder written from Maya's memory goes nowhere: her number's new owner gets
+    # nothing, and the follow-up is dropped with its reason
+    assert graph.texts_to(MAYA_PHONE) == sent and REMINDER not in json.dumps(graph.sent)
+    assert due_items(env["TABLE_NAME"]) == []
+    dropped = [json.loads(line) for line in logs.getvalue().splitlines() if "dropped" in line]
+    assert [line.get("reason") for line in dropped if "follow-up" in line["message"]] == [
+        "address_moved"
+    ]
+
+
 def test_a_follow_up_to_a_person_still_at_their_address_is_sent(
     meta_stack, webhook, queue, graph, openai, lambda_context
 ):
@@ -276,6 +325,50 @@ def test_an_operators_erasure_deletes_her_follow_ups_schedules_too(
     # then her follow-up and its schedule are gone: nothing of her is left in Scheduler either
     assert status == 200
     assert due_items(env["TABLE_NAME"]) == [] and firing.pending() == []
+
+
+def test_an_erasure_scheduler_will_not_help_with_still_erases_her_and_nothing_is_sent(
+    stack, admin, openai, whasp, lambda_context, monkeypatch
+):
+    from tests.integration.test_follow_ups import scheduler_refuses
+    from tests.integration.test_operator import call as admin_call
+    from tests.integration.test_operator import person
+
+    agent, firing, env, at, model = asked(stack, openai, lambda_context)
+    # given Scheduler refuses to delete schedules (a grant missing from the admin's role)
+    with monkeypatch.context() as refusing:
+        scheduler_refuses(refusing, "delete_schedule", "AccessDeniedException")
+        # when an admin erases Maya
+        status, receipt = admin_call(admin, lambda_context, "DELETE", person())
+    # then she is erased all the same, her follow-up with her, though its schedule is left
+    assert status == 200 and receipt["removed"] > 0
+    assert due_items(env["TABLE_NAME"]) == [] and len(firing.pending()) == 1
+    # and when the left schedule fires at its time, nothing is written or sent
+    nothing_sent_at(agent, firing, lambda_context, env, at, whasp)
+    assert model.due_requests == []
+
+
+def test_a_follow_up_due_after_an_erasure_that_stopped_half_way_sends_nothing(
+    stack, admin, openai, whasp, lambda_context, monkeypatch, logs
+):
+    from memagent.aws import FollowUpSchedules
+    from tests.integration.faults import Died, crash_before
+    from tests.integration.test_operator import call as admin_call
+    from tests.integration.test_operator import person
+
+    agent, firing, env, at, model = asked(stack, openai, lambda_context)
+    # given an admin's erasure of Maya wrote its mark, then timed out before deleting anything
+    # (her follow-up and its schedule among what is left)
+    crash_before(FollowUpSchedules, "cancel", monkeypatch, Died("timeout"))
+    with pytest.raises(Died):
+        admin_call(admin, lambda_context, "DELETE", person())
+    assert len(due_items(env["TABLE_NAME"])) == 1 and len(firing.pending()) == 1
+    # when its time comes
+    nothing_sent_at(agent, firing, lambda_context, env, at, whasp)
+    # then nothing is written from that memory, nor sent: the follow-up is dropped, saying why
+    assert model.due_requests == [] and due_items(env["TABLE_NAME"]) == []
+    dropped = [json.loads(line) for line in logs.getvalue().splitlines() if "dropped" in line]
+    assert [line.get("reason") for line in dropped if "follow-up" in line["message"]] == ["expired"]
 
 
 def test_a_follow_up_due_while_a_human_has_the_chat_is_not_kept_for_ever(

@@ -1611,3 +1611,116 @@ def test_an_operators_follow_up_for_a_person_kept_before_keyed_keys_waits_in_her
     # then it waits in the FIFO group her messages from P use, never one named by a key
     # from before the upgrade
     assert group == person_key(AGENT, MAYA_PHONE)
+
+
+def test_forgetting_her_takes_every_identifier_that_reached_her(
+    webhook, queue, consumer, openai, lambda_context
+):
+    from memagent.lifecycle.rights import forget
+
+    # given Maya (phone P, BSUID X), whose BSUID Meta regenerated (Y): three identifiers
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("I'm training for Berlin", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW),
+        meta_notification(
+            messages=[
+                _user_changed(
+                    "user_changed_user_id",
+                    at=NOW + 30,
+                    from_user_id=MAYA_BSUID,
+                    user_id=NEW_BSUID,
+                    previous_user_id=MAYA_BSUID,
+                )
+            ]
+        ),
+    )
+    # when she is forgotten by her phone
+    receipt = forget(consumer.consumer.agent.store, AGENT, MAYA_PHONE)
+    # then the receipt counts her two other identifiers, and whoever writes by any of the
+    # three afterwards is a stranger to what she said
+    assert receipt.by_kind["identifiers"] == 2
+    later = int(datetime.now(UTC).timestamp()) + 2  # after the erasure
+    for at, (phone, bsuid) in enumerate(
+        [(MAYA_PHONE, None), (None, MAYA_BSUID), (None, NEW_BSUID)], start=later
+    ):
+        hello = text_from("Hi, who is this?", phone=phone, bsuid=bsuid, at=at)
+        _exchange(webhook, queue, consumer, lambda_context, hello)
+        assert _said(openai) == ["Hi, who is this?"]
+
+
+def test_erasing_a_recycled_numbers_new_owner_leaves_its_previous_owners_memory_alone(
+    webhook, queue, consumer, openai, lambda_context
+):
+    from memagent.lifecycle.rights import forget
+    from tests.integration.test_meta import SAM_BSUID, SAM_PHONE
+
+    # given Sam wrote from his phone P alone (his memory is under P's key), then with his BSUID
+    _exchange(
+        webhook,
+        queue,
+        consumer,
+        lambda_context,
+        text_from("I'm Sam, I coach the under-12s", phone=SAM_PHONE, at=NOW),
+        text_from("Training is on Thursdays", phone=SAM_PHONE, bsuid=SAM_BSUID, at=NOW + 10),
+    )
+    # and P, recycled, now belongs to Maya (a new BSUID on it), who wrote
+    maya = text_from("Hi, I'm Maya, new number", phone=SAM_PHONE, bsuid=NEW_BSUID, at=NOW + 60)
+    _exchange(webhook, queue, consumer, lambda_context, maya)
+    assert _said(openai) == ["Hi, I'm Maya, new number"]
+    # when Maya is forgotten (by her BSUID)
+    receipt = forget(consumer.consumer.agent.store, AGENT, NEW_BSUID)
+    # then P, which reached her, is taken from her: its next writer is a stranger to both
+    assert receipt.by_kind["identifiers"] == 1
+    later = int(datetime.now(UTC).timestamp()) + 2  # after the erasure
+    again = text_from("Hello?", phone=SAM_PHONE, at=later)
+    _exchange(webhook, queue, consumer, lambda_context, again)
+    assert _said(openai) == ["Hello?"]
+    # and Sam keeps his memory, reached by his BSUID
+    sam = text_from("What day is training?", bsuid=SAM_BSUID, at=later + 1)
+    _exchange(webhook, queue, consumer, lambda_context, sam)
+    assert _said(openai) == [
+        "I'm Sam, I coach the under-12s",
+        "Training is on Thursdays",
+        "What day is training?",
+    ]
+
+
+def test_a_late_ttl_expiry_keeps_the_bsuid_her_new_conversation_linked(
+    webhook,
+    queue,
+    consumer,
+    openai,
+    resources,
+    tap,
+    ttl,
+    compactor_env,
+    monkeypatch,
+    lambda_context,
+):
+    from devstack.lambda_harness import passes_filters, stream_filters
+    from devstack.resources import load_template
+    from tests.conftest import load_function
+
+    compactor = load_function("compactor", compactor_env, monkeypatch)
+    # given Maya wrote from her phone alone (Meta gave no BSUID then), then was silent past the
+    # retention: DynamoDB's TTL deletes her state item, its stream record not handled yet
+    private = text_from("my HIV test came back positive", phone=MAYA_PHONE, at=NOW - 400 * 86400)
+    _exchange(webhook, queue, consumer, lambda_context, private)
+    expiry = [r for r in _ttl_sweep(ttl, tap) if passes_filters(r, stream_filters(load_template()))]
+    assert [r["dynamodb"]["Keys"]["pk"]["S"] for r in expiry] == [person_key(AGENT, MAYA_PHONE)]
+    # when she writes again from her phone (the turn runs the expiry itself), then with her
+    # BSUID beside it (linked to her new conversation), and only then is the record handled
+    new = int(datetime.now(UTC).timestamp()) + 2  # after everything the old memory holds
+    hello = text_from("Hi! Is this the running club?", phone=MAYA_PHONE, at=new)
+    both = text_from("It's Maya", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=new + 1)
+    _exchange(webhook, queue, consumer, lambda_context, hello, both)
+    assert compactor.handler({"Records": expiry}, lambda_context) == {"batchItemFailures": []}
+    # then her BSUID alone still reaches the new conversation: her next message is answered
+    # with it, and nothing of the old memory
+    alone = text_from("Tuesdays suit me", bsuid=MAYA_BSUID, at=new + 2)
+    _exchange(webhook, queue, consumer, lambda_context, alone)
+    assert _said(openai) == ["Hi! Is this the running club?", "It's Maya", "Tuesdays suit me"]
+    assert "HIV" not in json.dumps(_table_items(resources), default=str)

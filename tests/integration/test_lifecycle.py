@@ -301,6 +301,27 @@ def test_an_export_is_exactly_what_is_held_field_by_field(
     }
 
 
+def test_a_summary_an_operator_wrote_before_any_fold_is_exported_as_covering_no_message(
+    admin, consumer, lambda_context
+):
+    from tests.integration.test_operator import call, person
+
+    # given Maya's first message, nothing of it folded yet, and a summary an operator wrote
+    said = whasp_message("I'm Maya, a nurse", created_at="2026-11-29T09:00:00Z")
+    assert failures(consumer.handler(sqs_batch(said), lambda_context)) == []
+    summary = {"text": "Maya is a nurse.", "based_on": None}
+    assert call(admin, lambda_context, "PUT", f"{person()}/summary", summary)[0] == 200
+    # when an operator exports her
+    status, body = call(admin, lambda_context, "GET", person())
+    # then the summary covers none of her messages: each is still held, word for word
+    assert status == 200
+    assert (body["summary"]["text"], body["summary"]["covers_up_to_message"]) == (
+        "Maya is a nurse.",
+        0,
+    )
+    assert [m["text"] for m in body["messages"] if m["role"] == "user"] == ["I'm Maya, a nurse"]
+
+
 def test_admin_delete_forgets_and_returns_a_receipt(admin, resources, lambda_context):
     fill(resources.table_name, MAYA, messages=6, facts=2, ledger=3)
     response = admin.handler(admin_event("DELETE", MAYA), lambda_context)
@@ -359,6 +380,28 @@ def test_an_operators_erasure_that_stopped_half_way_never_reaches_a_later_reply(
     assert len(whasp.sent) == 2
     assert [text for _, text in turns_of(openai.calls()[-1])] == ["Hello again"]
     assert "Private Road" not in json.dumps(scan(resources.table_name), default=str)
+
+
+def test_an_erasure_that_stopped_before_clearing_the_state_never_shows_its_old_summary(
+    admin, consumer, resources, openai, monkeypatch, lambda_context
+):
+    from tests.integration.faults import Died
+
+    # given Maya's memory as an older version kept it (the summary on the state item), and
+    # an operator's erasure that deleted her items, then timed out before clearing the state
+    fill(resources.table_name, MAYA, messages=4, facts=1, ledger=2)
+    crash_before(admin.store, "reduce_state_to_mark", monkeypatch, Died("timeout"))
+    with pytest.raises(Died):
+        admin.handler(admin_event("DELETE", MAYA), lambda_context)
+    assert "her new job" in json.dumps(mine(scan(resources.table_name), MAYA), default=str)
+    # when she writes again, afterwards
+    later = (datetime.now(UTC) + timedelta(minutes=1)).isoformat()
+    consumer.handler(sqs_batch(whasp_message("Hello again", created_at=later)), lambda_context)
+    # then she is answered from a fresh memory: the old summary is nowhere in front of the
+    # model, and the erasure is finished
+    assert "her new job" not in json.dumps(openai.calls()[-1])
+    assert [text for _, text in turns_of(openai.calls()[-1])] == ["Hello again"]
+    assert "her new job" not in json.dumps(scan(resources.table_name), default=str)
 
 
 @pytest.mark.parametrize("phone", ["447700900123", "+0447700900123", "hello", "+44 7700 900123"])

@@ -250,6 +250,44 @@ def test_an_expired_persons_archived_transcripts_go_with_the_turns_expiry(
     assert "HIV" not in json.dumps(_table(resources), default=str)
 
 
+def test_a_transcript_archived_by_a_fold_that_died_before_its_commit_goes_with_the_expiry(
+    resources, compactor_env, bucket, openai, tap, ttl, monkeypatch, lambda_context
+):
+    from tests.conftest import seed_turns
+    from tests.integration.faults import Died, crash_after
+
+    # given Maya's conversation of 31 days ago (30 days' retention), whose fold archived its
+    # transcript, then died before its commit (a timeout) and was never retried to the end: the
+    # archived copy is newer than anything her memory holds
+    now = datetime.now(UTC)
+    pk = person_key(AGENT, MAYA)
+    settings = {**compactor_env, "ARCHIVE_BUCKET": bucket}
+    compactor = load_function("compactor", settings, monkeypatch)
+    texts = ["my HIV test came back positive" if i == 0 else f"turn {i}" for i in range(45)]
+    seed_turns(compactor.compactor.store, MAYA, texts, start=now - timedelta(days=31, hours=1))
+    boto3.resource("dynamodb").Table(resources.table_name).update_item(
+        Key={"pk": pk, "sk": "STATE"},
+        UpdateExpression="SET expires_at = :t",
+        ExpressionAttributeValues={":t": int((now - timedelta(days=1)).timestamp())},
+    )
+    openai.responder = lambda request: json.dumps({"summary": "Maya's news.", "facts": []})
+    crash_after(compactor.compactor.archive, "put", monkeypatch, fault=Died)
+    with pytest.raises(Died):
+        compactor.compactor.compact(pk)
+    s3 = boto3.client("s3")
+    assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 1
+    # when DynamoDB's TTL deletes her state item, and the compactor gets its stream record
+    tap.poll()
+    ttl.lag = 0
+    assert ttl.sweep() == 1
+    delivered = tap.matching()
+    assert [r["eventName"] for r in delivered] == ["REMOVE"]
+    assert compactor.handler({"Records": delivered}, lambda_context) == {"batchItemFailures": []}
+    # then the archived transcript is gone with the rest of her memory
+    assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
+    assert "HIV" not in json.dumps(_table(resources), default=str)
+
+
 def test_an_expired_memory_whose_last_message_no_reply_answered_is_expired_whole(
     pipeline, resources, openai
 ):
@@ -280,4 +318,155 @@ def test_an_expired_memory_whose_last_message_no_reply_answered_is_expired_whole
     # then that last message goes with the rest of the expired memory: the expiry's mark is
     # its time, and only what was written after the mark is the new conversation's
     assert turns_of(openai.calls()[-1]) == [("user", "Hi! Is this the running club?")]
+    assert "HIV" not in json.dumps(_table(resources), default=str)
+
+
+def test_a_message_the_new_owner_wrote_before_the_expiry_ran_is_answered_afresh(
+    pipeline, resources, openai, whasp
+):
+    from memagent.store.memory_store import MemoryStore
+    from tests.conftest import seed_turns
+
+    # given Maya's conversation of 31 days ago (30 days' retention): her retention ended a day
+    # ago, and DynamoDB's TTL has not deleted her yet
+    now = datetime.now(UTC)
+    store = MemoryStore(resources.table_name, retention=timedelta(days=30))
+    said = ["my HIV test came back positive", "I'm so sorry."]
+    seed_turns(store, MAYA, said, start=now - timedelta(days=31))
+    # when her number's new owner's message, written a minute ago (it waited in the queue), is
+    # handled: the turn expires the old memory first
+    pipeline(MAYA, "Hi! Is this the running club?", now - timedelta(minutes=1))
+    # then it is answered, as the person writing to us it is (the expiry's mark is the newest
+    # time the old memory holds, not the moment it ran), from a context without the old memory
+    assert len(whasp.sent) == 1
+    assert turns_of(openai.calls()[-1]) == [("user", "Hi! Is this the running club?")]
+    assert "HIV" not in json.dumps(_table(resources), default=str)
+
+
+def test_an_operators_reply_to_the_new_conversation_is_sent_once_across_a_late_expiry(
+    pipeline, resources, compactor_env, whasp, tap, ttl, monkeypatch, lambda_context
+):
+    from memagent.store.memory_store import MemoryStore
+    from tests.conftest import seed_turns
+    from tests.integration.test_operator import call, person
+
+    compactor = load_function("compactor", compactor_env, monkeypatch)
+    admin_env = {
+        "TABLE_NAME": resources.table_name,
+        "AGENT_ID": AGENT,
+        "PROVIDER": "whasp",
+        "WHASP_API_URL": whasp.url,
+        "WHASP_API_KEY": "whasp-test-key",
+    }
+    admin = load_function("admin", admin_env, monkeypatch)
+    # given Maya's conversation of 31 days ago (30 days' retention), and DynamoDB's TTL has
+    # deleted her state item; its stream record waits (Lambda retries it)
+    now = datetime.now(UTC)
+    said = ["my HIV test came back positive", "I'm so sorry."]
+    seed_turns(MemoryStore(resources.table_name), MAYA, said, start=now - timedelta(days=31))
+    boto3.resource("dynamodb").Table(resources.table_name).update_item(
+        Key={"pk": person_key(AGENT, MAYA), "sk": "STATE"},
+        UpdateExpression="SET expires_at = :t",
+        ExpressionAttributeValues={":t": int((now - timedelta(days=1)).timestamp())},
+    )
+    ttl.lag = 0
+    assert ttl.sweep() == 1
+    expiry = tap.matching()
+    # and meanwhile her number's new owner writes, and an operator takes the chat and answers
+    pipeline(MAYA, "Hi! Can a person help me?", now + timedelta(seconds=1))
+    assert call(admin, lambda_context, "POST", f"{person()}/handoff")[0] == 200
+    key = {"idempotency-key": "op-1"}
+    words = {"text": "Hello, I'm Ana from the club"}
+    assert call(admin, lambda_context, "POST", f"{person()}/messages", words, **key)[0] == 200
+    # when the stream record is handled, then the operator's client retries the request (its
+    # answer was lost) with the same key
+    assert compactor.handler({"Records": expiry}, lambda_context) == {"batchItemFailures": []}
+    status, _ = call(admin, lambda_context, "POST", f"{person()}/messages", words, **key)
+    # then the new owner got the operator's words once, and the conversation (the operator's
+    # view, the model's context) holds them once: the expiry took nothing of the new
+    # conversation, the record of that reply included
+    assert status == 200
+    assert whasp.texts_to(MAYA).count(words["text"]) == 1
+    _, conversation = call(admin, lambda_context, "GET", f"{person()}/conversation")
+    assert [m["text"] for m in conversation["messages"]].count(words["text"]) == 1
+    assert "HIV" not in json.dumps(_table(resources), default=str)
+
+
+def test_a_voice_note_of_the_new_conversation_kept_for_its_retry_outlives_a_late_expiry(
+    resources, consumer_env, compactor_env, openai, whasp, tap, ttl, monkeypatch, lambda_context
+):
+    import time_machine
+
+    from devstack.events import sqs_batch
+    from memagent.store.memory_store import MemoryStore
+    from tests.conftest import seed_turns
+    from tests.integration.test_retries import kept, voice_note
+
+    # 30 days' retention; the template's model retries: one in-process retry, then the queue's
+    settings = {"INACTIVE_RETENTION_DAYS": "30", "OPENAI_MAX_RETRIES": "1"}
+    consumer = load_function("consumer", {**consumer_env, **settings}, monkeypatch)
+    compactor = load_function(
+        "compactor", {**compactor_env, "MEDIA_BUCKET": consumer_env["MEDIA_BUCKET"]}, monkeypatch
+    )
+    # given Maya's conversation of 31 days ago (30 days' retention), and DynamoDB's TTL has
+    # deleted her state item; its stream record waits (Lambda retries it)
+    now = datetime.now(UTC)
+    said = ["my HIV test came back positive", "I'm so sorry."]
+    seed_turns(MemoryStore(resources.table_name), MAYA, said, start=now - timedelta(days=31))
+    boto3.resource("dynamodb").Table(resources.table_name).update_item(
+        Key={"pk": person_key(AGENT, MAYA), "sk": "STATE"},
+        UpdateExpression="SET expires_at = :t",
+        ExpressionAttributeValues={":t": int((now - timedelta(days=1)).timestamp())},
+    )
+    ttl.lag = 0
+    assert ttl.sweep() == 1
+    expiry = tap.matching()
+    with time_machine.travel(now + timedelta(minutes=1), tick=True):
+        # when, a minute later, she sends a voice note whose transcription fails (the record
+        # is retried, its file kept), and then the stream record is handled
+        openai.transcriber = lambda audio: f"I ran {len(audio)} metres"
+        openai.fail_next(2, status=500)
+        batch = sqs_batch(voice_note(whasp, seconds_ago=1))
+        assert consumer.handler(batch, lambda_context)["batchItemFailures"] != []
+        assert len(kept(consumer_env)) == 1
+        assert compactor.handler({"Records": expiry}, lambda_context) == {"batchItemFailures": []}
+        # and whasp's media URL has expired by the retry
+        whasp.expire_media()
+        assert consumer.handler(batch, lambda_context) == {"batchItemFailures": []}
+    # then the retry transcribed the kept copy: she is answered to what she said, from a
+    # context without the old memory
+    assert turns_of(openai.calls()[-1]) == [("user", "[voice note] I ran 2004 metres")]
+    assert len(whasp.texts_to(MAYA)) == 1
+    assert "HIV" not in json.dumps(_table(resources), default=str)
+
+
+def test_a_folded_memory_the_ttl_deleted_the_state_of_leaves_no_summary_to_the_new_owner(
+    pipeline, resources, compactor_env, openai, ttl, monkeypatch
+):
+    from devstack.fake_openai import offline_model
+    from tests.conftest import seed_turns
+
+    # given Maya's conversation of 31 days ago (30 days' retention), folded into a summary
+    # after its last turn, and DynamoDB's TTL has deleted her state item (its stream record
+    # not handled yet)
+    now = datetime.now(UTC)
+    pk = person_key(AGENT, MAYA)
+    compactor = load_function("compactor", compactor_env, monkeypatch).compactor
+    texts = [f"turn {i}" for i in range(45)]
+    seed_turns(compactor.store, MAYA, texts, start=now - timedelta(days=31, hours=1))
+    openai.responder = lambda request: json.dumps({"summary": "Maya's HIV news.", "facts": []})
+    assert compactor.compact(pk) == "compacted"
+    boto3.resource("dynamodb").Table(resources.table_name).update_item(
+        Key={"pk": pk, "sk": "STATE"},
+        UpdateExpression="SET expires_at = :t",
+        ExpressionAttributeValues={":t": int((now - timedelta(days=1)).timestamp())},
+    )
+    ttl.lag = 0
+    assert ttl.sweep() == 1
+    # when her number's new owner writes
+    openai.responder = offline_model
+    pipeline(MAYA, "Hi! Is this the running club?", datetime.now(UTC) + timedelta(seconds=2))
+    # then the summary went with the rest of the old memory: not in front of the model
+    assert turns_of(openai.calls()[-1]) == [("user", "Hi! Is this the running club?")]
+    assert "HIV" not in json.dumps(openai.calls()[-1])
     assert "HIV" not in json.dumps(_table(resources), default=str)

@@ -148,3 +148,41 @@ def test_forget_by_phone_removes_a_legacy_partition(
     for pk in (legacy_key(AGENT, MAYA), person_key(AGENT, MAYA)):
         assert [only_the_mark(i) for i in partition(resources, pk)] == [True]
     assert "Biscuit" not in admin.handler(admin_event("GET", MAYA), lambda_context)["body"]
+
+
+def test_forget_by_phone_erases_both_her_memories_and_the_files_kept_under_her_legacy_key(
+    consumer, resources, lambda_context, monkeypatch
+):
+    from memagent.aws.archive import KeptMedia
+    from tests.conftest import load_function
+    from tests.integration.test_operator import call, person
+
+    # given Maya's memory from before the upgrade, with a voice note kept under its key, and
+    # one begun since on the stack while LegacyPersonKeys was false (nothing carried over)
+    before_the_upgrade(consumer, lambda_context, monkeypatch, "I have a dog called Biscuit")
+    bucket = f"{resources.table_name}-media".lower()
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    media = KeptMedia(bucket)
+    media.put(legacy_key(AGENT, MAYA), "evt_voice", b"OggS....", "audio/ogg")
+    agent = consumer.consumer.agent
+    monkeypatch.setattr(
+        agent, "settings", dataclasses.replace(agent.settings, legacy_person_keys=False)
+    )
+    assert failures(consumer.handler(sqs_batch(message("Hi, it's Maya", 5)), lambda_context)) == []
+    assert partition(resources, legacy_key(AGENT, MAYA)) != []
+    # and an operator noted a fact in the new one
+    env = {"TABLE_NAME": resources.table_name, "AGENT_ID": AGENT, "MEDIA_BUCKET": bucket}
+    media_admin = load_function("admin", env, monkeypatch)
+    fact = {"text": "Has a dog called Biscuit"}
+    assert call(media_admin, lambda_context, "POST", f"{person()}/facts", fact)[0] == 200
+    # when an operator forgets her by phone, LegacyPersonKeys true again
+    response = media_admin.handler(admin_event("DELETE", MAYA), lambda_context)
+    # then nothing of either memory is left but erasure marks, nor the kept voice note; the
+    # receipt counts what both held
+    assert response["statusCode"] == 200
+    receipt = json.loads(response["body"])
+    for pk in (legacy_key(AGENT, MAYA), person_key(AGENT, MAYA)):
+        assert [only_the_mark(i) for i in partition(resources, pk)] == [True]
+    assert media.get(legacy_key(AGENT, MAYA), "evt_voice") is None
+    kinds = {"messages": 2 + 2, "ledger": 1 + 1, "other": 1 + 1, "state": 1 + 1, "media": 1}
+    assert (receipt["removed"], receipt["by_kind"]) == (12, {**kinds, "facts": 1})

@@ -100,7 +100,7 @@ def legacy(store: MemoryStore, agent: str, identifier: str) -> str | None:
     BSUID)."""
     key = legacy_key(agent, identifier)
     found = next((legacy_person(s) for s in store.states([key]).values()), None)
-    if found and identifier.startswith("+"):
+    if identifier.startswith("+"):
         return None if found != key or store.links(found) else found
     return found
 
@@ -237,7 +237,7 @@ def forget_key(
     for sk in kept:  # keep_later: a link the new conversation made, maybe meanwhile, is its own
         aliases.pop(sk.removeprefix(ALIAS), None)
     if identifiers := _forget_identifiers(store, pk, aliases, at, elsewhere):
-        by_kind["identifiers"] = by_kind.get("identifiers", 0) + identifiers
+        by_kind["identifiers"] = identifiers
     before = (files_before or at) if keep_later else None
     if elsewhere.archive is not None:
         by_kind["archived"] = elsewhere.archive.delete_person(pk, before=before)
@@ -428,7 +428,7 @@ def export(
             {
                 "seq": _plain(i["seq"]),
                 "role": i["role"],
-                "text": i.get("text", ""),
+                "text": i["text"],
                 "at": i.get("at"),
                 "whasp_number": i.get("number"),
             }

@@ -93,7 +93,6 @@ class FollowUpDue:
 
     name: str  # the schedule's name, the follow-up's id
     person: str  # the person's key
-    created_at: datetime
 
     @property
     def event_id(self) -> str:
@@ -111,7 +110,7 @@ def parse(raw: Any) -> FollowUpDue | None:
         # only the stack's own schedules sign: an event someone else put on the queue (whoever
         # may send to it, through Scheduler or not) is parked, never acted on
         raise MalformedEvent("an internal event without the stack's signature")
-    return FollowUpDue(name=name, person=person, created_at=datetime.now(UTC))
+    return FollowUpDue(name=name, person=person)
 
 
 def _arguments(arguments: str) -> Any:
