@@ -61,7 +61,7 @@ inspect to find the action; both answers are fixed for the process, so they are 
 (a third of the server's CPU per request). An UpdateExpression's check that it has one SET, one
 REMOVE and one ADD at most runs once, on the whole expression: moto runs it again at each of the
 nested nodes a list of actions parses into, each time walking the subtree below, so its cost
-grew with the square of the actions (a person's state update has dozens: an eighth of the
+grew with the square of the actions (a person's state update has dozens: about a tenth of the
 suite's CPU). A subtree's clauses are the whole's, so the one check refuses what they refused.
 """
 
