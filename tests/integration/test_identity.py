@@ -614,6 +614,20 @@ def _user_changed(kind: str, *, at: int, **fields) -> dict:
     return message
 
 
+def _maya_moved_to_q(*, at: int) -> dict:
+    """Meta's notification that Maya's number is now Q (user_changed_number from P)."""
+    return meta_notification(
+        messages=[
+            _user_changed(
+                "user_changed_number",
+                at=at,
+                **{"from": MAYA_PHONE.lstrip("+")},
+                wa_id=MAYA_NEW_PHONE.lstrip("+"),
+            )
+        ]
+    )
+
+
 def test_a_recycled_number_with_a_new_bsuid_is_a_stranger_to_the_previous_owners_memory(
     webhook, queue, consumer, openai, graph, resources, lambda_context
 ):
@@ -691,16 +705,7 @@ def test_after_user_changed_number_a_new_bsuid_on_the_old_phone_is_a_stranger(
         consumer,
         lambda_context,
         text_from("I'm Maya, training for Berlin", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW),
-        meta_notification(
-            messages=[
-                _user_changed(
-                    "user_changed_number",
-                    at=NOW + 30,
-                    **{"from": MAYA_PHONE.lstrip("+")},
-                    wa_id=MAYA_NEW_PHONE.lstrip("+"),
-                )
-            ]
-        ),
+        _maya_moved_to_q(at=NOW + 30),
     )
     # when P's next owner writes, with their own BSUID, then with the phone alone
     _exchange(
@@ -740,16 +745,7 @@ def test_a_phone_alone_after_user_changed_number_is_a_stranger_too(
         consumer,
         lambda_context,
         text_from("I'm Maya", phone=MAYA_PHONE, at=NOW),
-        meta_notification(
-            messages=[
-                _user_changed(
-                    "user_changed_number",
-                    at=NOW + 30,
-                    **{"from": MAYA_PHONE.lstrip("+")},
-                    wa_id=MAYA_NEW_PHONE.lstrip("+"),
-                )
-            ]
-        ),
+        _maya_moved_to_q(at=NOW + 30),
         text_from("hello?", phone=MAYA_PHONE, at=NOW + 60),
     )
     assert _said(openai) == ["hello?"]
@@ -1008,16 +1004,7 @@ def test_a_preference_naming_identifiers_she_never_wrote_with_links_none_of_them
 def test_a_number_change_about_a_phone_that_never_wrote_records_nothing(
     webhook, queue, consumer, resources, lambda_context
 ):
-    change = meta_notification(
-        messages=[
-            _user_changed(
-                "user_changed_number",
-                at=NOW,
-                **{"from": MAYA_PHONE.lstrip("+")},
-                wa_id=MAYA_NEW_PHONE.lstrip("+"),
-            )
-        ]
-    )
+    change = _maya_moved_to_q(at=NOW)
     _exchange(webhook, queue, consumer, lambda_context, change)
     assert _table_items(resources) == []
 
@@ -1266,16 +1253,7 @@ def test_erasing_her_after_a_number_change_leaves_her_old_phones_new_owner_alone
         consumer,
         lambda_context,
         text_from("I'm Maya", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW),
-        meta_notification(
-            messages=[
-                _user_changed(
-                    "user_changed_number",
-                    at=NOW + 30,
-                    **{"from": MAYA_PHONE.lstrip("+")},
-                    wa_id=MAYA_NEW_PHONE.lstrip("+"),
-                )
-            ]
-        ),
+        _maya_moved_to_q(at=NOW + 30),
         text_from("I'm Sam, new number", phone=MAYA_PHONE, at=NOW + 60),
     )
     # when Maya is forgotten (by her BSUID)
@@ -1365,16 +1343,7 @@ def test_an_operators_follow_up_waits_in_the_group_of_the_phone_she_uses_now(
     now_on_q = (
         text_from("new phone, same me", phone=MAYA_NEW_PHONE, bsuid=MAYA_BSUID, at=NOW + 30)
         if moved == "wrote-from-it"
-        else meta_notification(
-            messages=[
-                _user_changed(
-                    "user_changed_number",
-                    at=NOW + 30,
-                    **{"from": MAYA_PHONE.lstrip("+")},
-                    wa_id=MAYA_NEW_PHONE.lstrip("+"),
-                )
-            ]
-        )
+        else _maya_moved_to_q(at=NOW + 30)
     )
     _exchange(
         webhook,
@@ -1434,16 +1403,7 @@ def test_a_number_change_onto_a_recycled_phone_never_makes_its_previous_owner_he
         queue,
         consumer,
         lambda_context,
-        meta_notification(
-            messages=[
-                _user_changed(
-                    "user_changed_number",
-                    at=NOW + 30,
-                    **{"from": MAYA_PHONE.lstrip("+")},
-                    wa_id=MAYA_NEW_PHONE.lstrip("+"),
-                )
-            ]
-        ),
+        _maya_moved_to_q(at=NOW + 30),
     )
     receipt = forget(consumer.consumer.agent.store, AGENT, MAYA_BSUID)
     # then Sam's memory was never hers to erase: writing by his BSUID, he is answered with it
@@ -1527,16 +1487,7 @@ def test_a_person_kept_before_keyed_keys_who_changed_number_is_found_by_her_phon
             lambda_context,
             text_from("I'm Maya, training for Berlin", phone=MAYA_PHONE, at=NOW),
             text_from("I run on Sundays", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW + 10),
-            meta_notification(
-                messages=[
-                    _user_changed(
-                        "user_changed_number",
-                        at=NOW + 20,
-                        **{"from": MAYA_PHONE.lstrip("+")},
-                        wa_id=MAYA_NEW_PHONE.lstrip("+"),
-                    )
-                ]
-            ),
+            _maya_moved_to_q(at=NOW + 20),
         )
     # when, after the upgrade, she writes from Q alone, then from Q with her BSUID
     _exchange(
