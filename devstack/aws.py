@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import urllib.request
-from typing import TYPE_CHECKING, Self
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Self
 
 from devstack import Started
 
@@ -66,6 +67,24 @@ class MotoServer(Started):
         server, self._server = self._server, None
         if server is not None:
             server.stop()
+
+    def forget(self, *, tables: Iterable[str] = (), queues: Iterable[str] = ()) -> None:
+        """Drop these tables and queues (names) from moto's memory, directly, without a request
+        (the server runs in this process): what one test made, freed when it ends. A worker
+        that kept every test's items held millions of objects, and each of the garbage
+        collector's full passes walked them all."""
+        from moto.dynamodb.models import dynamodb_backends
+        from moto.sqs.models import sqs_backends
+
+        kinds: tuple[tuple[Any, Iterable[str], str], ...] = (
+            (dynamodb_backends, tables, "tables"),
+            (sqs_backends, queues, "queues"),
+        )
+        for backends, names, kept in kinds:
+            for regions in list(backends.values()):
+                for backend in list(regions.values()):
+                    for name in names:
+                        getattr(backend, kept).pop(name, None)
 
     def reset(self) -> None:
         """Delete every table, queue and stream (all moto state in this process)."""

@@ -63,6 +63,8 @@ REMOVE and one ADD at most runs once, on the whole expression: moto runs it agai
 nested nodes a list of actions parses into, each time walking the subtree below, so its cost
 grew with the square of the actions (a person's state update has dozens: about a tenth of the
 suite's CPU). A subtree's clauses are the whole's, so the one check refuses what they refused.
+`make_models_untracked`: moto keeps every model it ever made for its dashboard; the fix keeps
+none (S3's objects aside), so a dropped table's items are freed.
 """
 
 from __future__ import annotations
@@ -180,6 +182,25 @@ def apply() -> None:
     make_scheduler_strict()
     make_sns_faithful()
     make_polly_strict()
+    make_models_untracked()
+
+
+@_once
+def make_models_untracked() -> None:
+    """moto appends every model it makes (each item, message, table, queue) to a class list for
+    its web dashboard, and only a reset empties those: a table or queue dropped stays in memory
+    with all it held. A test worker kept every test's items, and each of the garbage collector's
+    full passes walked them all (about a tenth of the suite's CPU). Nothing here reads the
+    dashboard. S3's objects stay tracked: moto's reset closes their buffers through that list."""
+    from moto.core.common_models import BaseModel
+
+    def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
+        instance: Any = object.__new__(cls)
+        if cls.__module__.startswith("moto.s3."):
+            cls.instances_tracked.append(instance)  # type: ignore[attr-defined]
+        return instance
+
+    BaseModel.__new__ = __new__
 
 
 @_once

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import base64
 import functools
+import gc
 import json
 import os
+import sys
 import time
 import traceback
 import uuid
@@ -67,6 +69,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item._id = NodeId.parse(suffixed)
 
 
+_FREEZE_AFTER = {1, 10, 100}  # tests run: most of what tests load, they load on first use
+_tests_run = 0
+
+
+def pytest_runtest_logfinish() -> None:
+    """What the process has loaded by then (modules, botocore's service models, moto's
+    backends: hundreds of thousands of objects, most made on first use) is left out of the
+    garbage collector's full passes from then on, which walk only what tests make. A test's
+    cold starts make and drop whole clients, so full passes come every few tests: walking
+    everything loaded each time was about a tenth of the suite's CPU."""
+    global _tests_run
+    _tests_run += 1
+    if _tests_run in _FREEZE_AFTER:
+        gc.collect()
+        gc.freeze()
+
+
 # ------------------------------------------------------------------ no real waiting
 
 # AWS's clock is not the test's: a retry schedule, a Retry-After or a poll is scaled or replaced
@@ -118,6 +137,25 @@ def no_long_sleeps() -> Iterator[None]:
             f"{seconds:.3g} s at:\n{where}",
             pytrace=False,
         )
+
+
+@pytest.fixture(autouse=True)
+def cold_starts_freed() -> Iterator[None]:
+    """What a test's cold starts left in process-wide lists is dropped when it ends (each
+    load_function's module leaves sys.modules then too): SnapStart's hooks and the stack
+    budget's per-table cache hold the functions' clients, and a worker that kept every test's
+    held millions of objects, each of the garbage collector's full passes walking them all. In
+    Lambda an environment cold-starts once, so these hold one of each there."""
+    import snapshot_restore_py as snapstart
+
+    from memagent.memory import budget
+
+    hooks = snapstart._before_snapshot_registry, snapstart._after_restore_registry
+    kept = [len(hook) for hook in hooks]
+    yield
+    for hook, count in zip(hooks, kept, strict=True):
+        del hook[count:]
+    budget._stacks.clear()
 
 
 @pytest.fixture(autouse=True)
@@ -179,16 +217,26 @@ def _template() -> dict[str, Any]:
 
 
 @pytest.fixture
-def resources(moto_server: MotoServer) -> LocalResources:
-    """A fresh table and fresh queues per test, created from template.yaml."""
-    return create_all(f"t{uuid.uuid4().hex[:10]}", _template())
+def resources(moto_server: MotoServer) -> Iterator[LocalResources]:
+    """A fresh table and fresh queues per test, created from template.yaml, and dropped from
+    moto's memory when the test ends."""
+    made = create_all(f"t{uuid.uuid4().hex[:10]}", _template())
+    yield made
+    queues = [url.rsplit("/", 1)[-1] for url in made.queue_urls.values()]
+    moto_server.forget(tables=[made.table_name], queues=queues)
 
 
 def load_function(name: str, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Any:
     """Import functions/<name>/app.py as a fresh module (a cold start) with `env` set."""
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    return lambda_harness.import_function(lambda_harness.function_code(name))
+    module = lambda_harness.import_function(lambda_harness.function_code(name))
+    # out of sys.modules when the test ends, so its clients and their models are freed: a worker
+    # that kept every test's cold start held millions of objects, and each full collection of
+    # the garbage collector walked them all
+    del sys.modules[module.__name__]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    return module
 
 
 @pytest.fixture
