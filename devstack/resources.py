@@ -171,8 +171,12 @@ def max_receive_count(template: dict[str, Any], queue: str = "EventQueue") -> in
     return int(template["Resources"][queue]["Properties"]["RedrivePolicy"]["maxReceiveCount"])
 
 
-def create_all(prefix: str, template: dict[str, Any] | None = None) -> LocalResources:
+def create_all(
+    prefix: str, template: dict[str, Any] | None = None, *, sqs: Any = None
+) -> LocalResources:
+    """The template's memory table and queues; `sqs`: what creates the queues (by default a
+    boto3 client of AWS_ENDPOINT_URL)."""
     template = template or load_template()
     stream_arn = create_table(template, f"{prefix}-memory")
-    urls, arns = create_queues(template, prefix)
+    urls, arns = create_queues(template, prefix, client=sqs)
     return LocalResources(f"{prefix}-memory", stream_arn, urls, arns)

@@ -220,7 +220,7 @@ def _template() -> dict[str, Any]:
 def resources(moto_server: MotoServer) -> Iterator[LocalResources]:
     """A fresh table and fresh queues per test, created from template.yaml, and dropped from
     moto's memory when the test ends."""
-    made = create_all(f"t{uuid.uuid4().hex[:10]}", _template())
+    made = create_all(f"t{uuid.uuid4().hex[:10]}", _template(), sqs=moto_server.queue_maker())
     yield made
     queues = [url.rsplit("/", 1)[-1] for url in made.queue_urls.values()]
     moto_server.forget(tables=[made.table_name], queues=queues)

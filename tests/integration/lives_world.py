@@ -173,6 +173,7 @@ class Servers:
     clock: Any  # time_machine's traveller
     run_log: RunLog
     tools_file: Path
+    moto: Any  # devstack.aws.MotoServer
     stack: Stack | None = None  # the example's, which the console's door invokes
 
 
@@ -206,7 +207,9 @@ class Stack:
         clock = types.SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if n[0] != "_"})
         clock.sleep = self.pauses.append
         self.monkeypatch.setattr(urllib3.util.retry, "time", clock)
-        self.resources = res = create_all(f"l{uuid.uuid4().hex[:10]}", _template())
+        self.resources = res = create_all(
+            f"l{uuid.uuid4().hex[:10]}", _template(), sqs=self.servers.moto.queue_maker()
+        )
         self.media = f"{res.table_name}-media"
         boto3.client("s3").create_bucket(Bucket=self.media)
         self.group = f"g-{res.table_name}"
@@ -307,6 +310,10 @@ class Stack:
     def close(self) -> None:
         self.monkeypatch.undo()
         self.servers.stack = None
+        res = getattr(self, "resources", None)  # freed: its items would stay in moto's memory
+        if res is not None:
+            queues = [url.rsplit("/", 1)[-1] for url in res.queue_urls.values()]
+            self.servers.moto.forget(tables=[res.table_name], queues=queues)
 
     # ------------------------------------------------------------------ the clock
 

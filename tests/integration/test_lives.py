@@ -810,7 +810,9 @@ def servers(moto_server, openai_server, whasp_server, request, tmp_path_factory)
         RunLog() as run_log,
     ):
         tools = declare_tools(folder, run_log)
-        SERVERS = Servers(openai_server, whasp_server, graph, door, clock, run_log, tools)
+        SERVERS = Servers(
+            openai_server, whasp_server, graph, door, clock, run_log, tools, moto_server
+        )
         yield SERVERS
         SERVERS = None
 
