@@ -255,14 +255,18 @@ def test_a_follow_up_whose_schedule_outlived_stop_still_sends_nothing(
 
 
 @pytest.mark.parametrize("nothing", ["NOTHING", "Nothing."])
-def test_the_model_may_find_nothing_to_say(stack, openai, whasp, lambda_context, nothing):
+def test_the_model_may_find_nothing_to_say(stack, openai, whasp, lambda_context, caplog, nothing):
     agent, firing, env = stack
     at = tomorrow_at_nine()
     openai.responder = Model(at, due_answer=nothing)
     say(agent, lambda_context, ASK)
     before = list(whasp.sent)
-    run_due(agent, firing, lambda_context, env, at)
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        run_due(agent, firing, lambda_context, env, at)
     assert whasp.sent == before and due_items(env["TABLE_NAME"]) == []
+    handled = [line["decision"] for line in logged(caplog, "event handled")]
+    assert handled == ["follow_up_skipped"]
 
 
 def test_a_chat_a_human_has_gets_no_model_message(stack, openai, whasp, lambda_context):
@@ -389,12 +393,14 @@ class CancellingModel(Model):
 
 
 def test_the_model_is_told_what_each_cancel_did_and_the_next_turn_remembers_it(
-    stack, openai, whasp, lambda_context
+    stack, openai, whasp, lambda_context, caplog
 ):
     agent, firing, env, at, _model = asked(stack, openai, lambda_context)
     openai.responder = CancellingModel(at)
+    caplog.clear()
     # when Maya asks to cancel, and the model's first two calls name no follow-up pending
-    say(agent, lambda_context, "Oh, cancel the reminder please, I called already")
+    with caplog.at_level("INFO"):
+        say(agent, lambda_context, "Oh, cancel the reminder please, I called already")
     # then it is told why each was refused, and that the third cancelled it
     told = [json.loads(o) for o in outputs(openai.calls()[-1])]
     assert told == [
@@ -402,6 +408,8 @@ def test_the_model_is_told_what_each_cancel_did_and_the_next_turn_remembers_it(
         {"error": "no such follow-up pending"},
         {"output": "cancelled"},
     ]
+    # and the two refused calls are counted and logged as failed, the cancel not
+    assert [line["failed"] for line in logged(caplog, "tool called")] == [True, True, False]
     assert firing.pending() == [] and due_items(env["TABLE_NAME"]) == []
     # and her next turn's model sees, in the agent's words, that it was cancelled
     say(agent, lambda_context, "Thanks!")
@@ -464,7 +472,7 @@ def due_record(name: str, person: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("hours_since", "sent"), [(2, 1), (26, 0)])
 def test_on_meta_a_follow_up_goes_only_inside_the_24_hour_window(
-    meta_consumer, graph, openai, store, lambda_context, hours_since, sent
+    meta_consumer, graph, openai, store, lambda_context, caplog, hours_since, sent
 ):
     from devstack.events import META_NUMBER_ID
     from memagent.memory.person import person_key
@@ -480,11 +488,15 @@ def test_on_meta_a_follow_up_goes_only_inside_the_24_hour_window(
     values.update(about="call the dentist", address=MAYA, number=META_NUMBER_ID, created_at="x")
     store.add_follow_up(pk, "fu-1", values)
     # when its time comes
-    response = agent.handler({"Records": [due_record("fu-1", pk)]}, lambda_context)
+    with caplog.at_level("INFO"):
+        response = agent.handler({"Records": [due_record("fu-1", pk)]}, lambda_context)
     # then inside the window the reminder goes as text; outside, nothing (no 131047), dropped
+    # saying why
     assert response["batchItemFailures"] == []
     assert len(graph.texts_to(MAYA)) == sent
     assert store.follow_up(pk, "fu-1") is None
+    reasons = [line["reason"] for line in logged(caplog, "follow-up dropped")]
+    assert reasons == ([] if sent else ["window_closed"])
 
 
 # ------------------------------------------------------------------ a crash at each step
