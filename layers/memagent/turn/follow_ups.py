@@ -152,9 +152,8 @@ def cancel(crew: Crew, pk: str, arguments: str) -> tuple[str, str, bool]:
 
 
 def pending_note(crew: Crew, pk: str) -> str:
-    """The person's pending follow-ups, for the model's notes (empty: none, or none kept)."""
-    if crew.follow_ups is None:
-        return ""
+    """The person's pending follow-ups, for the model's notes (empty: none); asked only where
+    the stack has follow-ups (memagent.turn.reply)."""
     pending = crew.store.follow_ups(pk)
     if not pending:
         return ""
@@ -192,10 +191,10 @@ def schedule(crew: Crew, pk: str, arguments: str, key: str) -> tuple[str, str, b
     return json.dumps({"output": said}), said, False
 
 
-def cancel_all(crew: Crew, pk: str, reason: str) -> int:
-    """Drop a person's pending follow-ups and their schedules (STOP, an erasure)."""
+def cancel_all(crew: Crew, pk: str, reason: str) -> None:
+    """Drop a person's pending follow-ups and their schedules (STOP), counted and logged."""
     if crew.follow_ups is None:
-        return 0
+        return
     dropped = 0
     for item in crew.store.follow_ups(pk):
         crew.cancel_schedule(item["name"])
@@ -203,7 +202,6 @@ def cancel_all(crew: Crew, pk: str, reason: str) -> int:
     if dropped:
         count("FollowUpsDropped", dropped)
         logger.info("follow-ups dropped", extra={"count": dropped, "reason": reason})
-    return dropped
 
 
 def fire(crew: Crew, due: FollowUpDue) -> str:
