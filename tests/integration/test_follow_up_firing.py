@@ -362,3 +362,35 @@ def test_a_follow_up_event_the_stack_did_not_make_is_parked_saying_why(
     assert agent.handler({"Records": [record]}, lambda_context) == {"batchItemFailures": []}
     assert [kept["reason"] for kept in parked(resources)] == [reason]
     assert whasp.sent == []
+
+
+def test_a_stored_reminder_is_not_sent_after_an_erasure_that_stopped_half_way(
+    stack, admin, openai, whasp, lambda_context, monkeypatch, caplog
+):
+    from memagent.aws import FollowUpSchedules
+    from tests.integration.faults import Died, crash_after, crash_before
+    from tests.integration.test_follow_ups import fired_records
+    from tests.integration.test_operator import call as admin_call
+    from tests.integration.test_operator import person
+
+    agent, firing, env, at, _model = asked(stack, openai, lambda_context)
+    # given the reminder's firing stored its words, then died before sending them
+    crash_after(agent.consumer.agent.store, "remember_follow_up", monkeypatch)
+    SQS_CLOCK.advance(at.timestamp() - SQS_CLOCK.now())
+    firing.fire_due()
+    records = fired_records(env["QUEUE_URL"])
+    assert agent.handler({"Records": records}, lambda_context)["batchItemFailures"] != []
+    # and an admin's erasure of Maya wrote its mark, then timed out before deleting anything
+    crash_before(FollowUpSchedules, "cancel", monkeypatch, Died("timeout"))
+    with pytest.raises(Died):
+        admin_call(admin, lambda_context, "DELETE", person())
+    sent = list(whasp.sent)
+    caplog.clear()
+    # when the firing comes back
+    with caplog.at_level("INFO"):
+        assert agent.handler({"Records": records}, lambda_context)["batchItemFailures"] == []
+    # then nothing is sent from that memory (as the first delivery would not have written
+    # from it): the follow-up is dropped, saying why
+    assert whasp.sent == sent
+    assert [line["reason"] for line in logged(caplog, "follow-up dropped")] == ["expired"]
+    assert decisions(caplog) == ["follow_up_dropped_expired"]

@@ -11,7 +11,8 @@ Firing (its own turn): at the time, Scheduler puts {"memagent": "follow_up", ...
 person's FIFO group, ordered with what they write, signed with the stack's key (an event
 without that signature is parked, never acted on: `parse`). The consumer runs it here:
 
-    a repeat?             its ledger entry holds the words: send them again, the same way
+    a repeat?             its ledger entry holds the words: send them again, the same way,
+                          unless the address moved or the memory expired (below) since
     still pending?        DUE#<name> gone (cancelled, erased, sent) or an operator's: nothing
     expired?              nobody there, retention ended (the TTL not run yet), an erasure
                           half-done: dropped, nothing said from that memory
@@ -256,13 +257,7 @@ def _held_back(
 ) -> str | None:
     """Why nothing may be said now (the decision), or None."""
     state = memory.state
-    if (
-        not state.last_seq
-        or left_by_ttl(memory, now) is not None
-        or left_half_done(memory) is not None
-    ):
-        # nobody is there, their retention ended (the TTL has yet to erase it) or an erasure
-        # stopped half-way: nothing is ever said from that memory; their next message finishes it
+    if _expired(memory, now):
         return _dropped(crew, pk, due, "expired")
     if not reaches(crew, pk, str(item["address"])):
         # the address reaches someone else now (Meta: a recycled number's new owner, a new
@@ -283,6 +278,16 @@ def _held_back(
     if exhausted(state, crew.settings) or stack.reached():
         return _dropped(crew, pk, due, "over_budget")
     return None
+
+
+def _expired(memory: Any, now: datetime) -> bool:
+    """Nobody is there, their retention ended (the TTL has yet to erase it) or an erasure
+    stopped half-way: nothing is ever said from that memory; their next message finishes it."""
+    return (
+        not memory.state.last_seq
+        or left_by_ttl(memory, now) is not None
+        or left_half_done(memory) is not None
+    )
 
 
 def _ask(crew: Crew, pk: str, memory: Any, item: dict, now: datetime) -> str | None:
@@ -327,6 +332,8 @@ def _resend(crew: Crew, pk: str, due: FollowUpDue, entry: dict, item: dict | Non
         return "follow_up_repeat"
     seq = int(entry["reply_seq"])
     memory = crew.store.load(pk)
+    if _expired(memory, datetime.now(UTC)):  # since the words were stored: the first's rules
+        return _dropped(crew, pk, due, "expired")
     turn = next((t for t in memory.turns if t.seq == seq), None)
     if turn is None:  # taken back (refused) or erased: nothing to send
         crew.store.drop_follow_up(pk, due.name)
