@@ -77,9 +77,14 @@ def test_a_reminder_is_sent_once_and_its_redelivery_is_a_repeat(
     assert whasp.texts_to(MAYA).count(REMINDER) == 1
     assert decisions(caplog) == ["follow_up_sent", "follow_up_repeat"]
     assert emitted(capsys.readouterr().out, "FollowUpsSent")
-    # and her conversation, as an operator reads it, holds the reminder when it was sent
+    # and her memory holds the reminder with when it was sent (kept, not filled in when read),
+    # as an operator reads her conversation
+    from tests.integration.test_consumer import rows
+
+    [kept] = [i for i in rows(env["TABLE_NAME"], MAYA, "MSG#") if i["text"] == REMINDER]
     _, conversation = admin_call(admin, lambda_context, "GET", f"{person()}/conversation")
     [reminder] = [m for m in conversation["messages"] if m["text"] == REMINDER]
+    assert reminder["at"] == kept["at"]
     assert before <= datetime.fromisoformat(reminder["at"]) <= datetime.now(UTC)
 
 
@@ -391,6 +396,6 @@ def test_a_stored_reminder_is_not_sent_after_an_erasure_that_stopped_half_way(
         assert agent.handler({"Records": records}, lambda_context)["batchItemFailures"] == []
     # then nothing is sent from that memory (as the first delivery would not have written
     # from it): the follow-up is dropped, saying why
-    assert whasp.sent == sent
+    assert whasp.sent == sent and due_items(env["TABLE_NAME"]) == []
     assert [line["reason"] for line in logged(caplog, "follow-up dropped")] == ["expired"]
     assert decisions(caplog) == ["follow_up_dropped_expired"]
