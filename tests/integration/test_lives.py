@@ -852,7 +852,7 @@ def run_lives(*, examples: int, steps: int, seed: int = SEED) -> None:
 def test_lives_short_run(servers):
     run_lives(
         examples=int(os.environ.get("LIVES_EXAMPLES", "4")),
-        steps=int(os.environ.get("LIVES_STEPS", "75")),
+        steps=int(os.environ.get("LIVES_STEPS", "60")),
     )
 
 
