@@ -242,20 +242,6 @@ def _said(words: tuple[str, ...] | frozenset[str] | str) -> frozenset[str]:
     return frozenset(normalised(w) for w in ((words,) if isinstance(words, str) else words))
 
 
-def _voice_choice(name: str, phrases: tuple[str, ...], *, reply: str, choice: str) -> Declared:
-    """The keywords "voice on" and "voice off": the whole message asks for voice notes or for
-    text (while VoiceReplies is not off), answered with its fixed reply, kept as `voice_choice`."""
-    return Declared(
-        name,
-        matches=lambda said, state, words: words.voice_replies != "off" and said in _said(phrases),
-        alone=True,
-        in_handoff=False,
-        answer=lambda memory, words, flags: Keyword(
-            reply=reply, flags={**flags, "voice_choice": choice}
-        ),
-    )
-
-
 KEYWORDS: tuple[Declared, ...] = (
     # first: a STOP ends everything, a pending "forget me" or a human's chat included
     Declared(
@@ -297,8 +283,26 @@ KEYWORDS: tuple[Declared, ...] = (
         in_handoff=False,  # the human who has the chat answers it
         answer=lambda memory, words, flags: Keyword(reply="data_request", flags=flags),
     ),
-    _voice_choice("voice on", VOICE_ON, reply="voice_on", choice="voice"),
-    _voice_choice("voice off", VOICE_OFF, reply="voice_off", choice="text"),
+    Declared(
+        "voice on",
+        matches=lambda said, state, words: words.voice_replies != "off" and said in _said(VOICE_ON),
+        alone=True,
+        in_handoff=False,
+        answer=lambda memory, words, flags: Keyword(
+            reply="voice_on", flags={**flags, "voice_choice": "voice"}
+        ),
+    ),
+    Declared(
+        "voice off",
+        matches=lambda said, state, words: (
+            words.voice_replies != "off" and said in _said(VOICE_OFF)
+        ),
+        alone=True,
+        in_handoff=False,
+        answer=lambda memory, words, flags: Keyword(
+            reply="voice_off", flags={**flags, "voice_choice": "text"}
+        ),
+    ),
     Declared(
         "handoff",
         matches=lambda said, state, words: asks_for_human(said, words.handoff_phrases),
