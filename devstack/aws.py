@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import types
 import urllib.request
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Self
 
 from devstack import Started
 
 if TYPE_CHECKING:
     from moto.server import ThreadedMotoServer
+
+    from devstack.resources import LocalResources
 
 REGION = "us-east-1"
 
@@ -90,23 +91,19 @@ class MotoServer(Started):
 
         return Maker()
 
-    def forget(self, *, tables: Iterable[str] = (), queues: Iterable[str] = ()) -> None:
-        """Drop these tables and queues (names) from moto's memory, directly, without a request
-        (the server runs in this process): what one test made, freed when it ends. A worker
-        that kept every test's items held millions of objects, and each of the garbage
-        collector's full passes walked them all."""
+    def forget(self, made: LocalResources) -> None:
+        """Drop a table and queues made by devstack.resources.create_all from moto's memory,
+        directly, without a request (the server runs in this process): what one test made,
+        freed when it ends. A worker that kept every test's items held millions of objects,
+        and each of the garbage collector's full passes walked them all."""
+        from moto.core import DEFAULT_ACCOUNT_ID
         from moto.dynamodb.models import dynamodb_backends
         from moto.sqs.models import sqs_backends
 
-        kinds: tuple[tuple[Any, Iterable[str], str], ...] = (
-            (dynamodb_backends, tables, "tables"),
-            (sqs_backends, queues, "queues"),
-        )
-        for backends, names, kept in kinds:
-            for regions in list(backends.values()):
-                for backend in list(regions.values()):
-                    for name in names:
-                        getattr(backend, kept).pop(name, None)
+        dynamodb_backends[DEFAULT_ACCOUNT_ID][REGION].tables.pop(made.table_name, None)
+        queues = sqs_backends[DEFAULT_ACCOUNT_ID][REGION].queues
+        for url in made.queue_urls.values():
+            queues.pop(url.rsplit("/", 1)[-1], None)
 
     def reset(self) -> None:
         """Delete every table, queue and stream (all moto state in this process)."""

@@ -226,8 +226,7 @@ def resources(moto_server: MotoServer) -> Iterator[LocalResources]:
     moto's memory when the test ends."""
     made = create_all(f"t{uuid.uuid4().hex[:10]}", _template(), sqs=moto_server.queue_maker())
     yield made
-    queues = [url.rsplit("/", 1)[-1] for url in made.queue_urls.values()]
-    moto_server.forget(tables=[made.table_name], queues=queues)
+    moto_server.forget(made)
 
 
 def load_function(name: str, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Any:

@@ -310,10 +310,8 @@ class Stack:
     def close(self) -> None:
         self.monkeypatch.undo()
         self.servers.stack = None
-        res = getattr(self, "resources", None)  # freed: its items would stay in moto's memory
-        if res is not None:
-            queues = [url.rsplit("/", 1)[-1] for url in res.queue_urls.values()]
-            self.servers.moto.forget(tables=[res.table_name], queues=queues)
+        if hasattr(self, "resources"):  # freed: its items would stay in moto's memory
+            self.servers.moto.forget(self.resources)
 
     # ------------------------------------------------------------------ the clock
 
