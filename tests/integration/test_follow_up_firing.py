@@ -31,6 +31,7 @@ from tests.integration.test_follow_ups import (  # noqa: F401 (fixtures)
     due_record,
     emitted,
     follow_up_stack,
+    human_has_the_chat,
     logged,
     run_due,
     say,
@@ -194,16 +195,7 @@ def test_operators_hear_of_a_follow_up_due_while_they_have_the_chat_and_it_never
     [pending] = due_items(env["TABLE_NAME"])
     pk = str(pending["pk"])
     # given a human has had the chat since, with two of her messages waiting for them
-    table = boto3.resource("dynamodb").Table(env["TABLE_NAME"])
-    table.update_item(
-        Key={"pk": pk, "sk": "STATE"},
-        UpdateExpression="SET handoff_since = :now, handoff_agent = :a, handoff_waiting = :w",
-        ExpressionAttributeValues={
-            ":now": datetime.now(UTC).isoformat(),
-            ":a": env["AGENT_ID"],
-            ":w": 2,
-        },
-    )
+    human_has_the_chat(env, pk, waiting=2)
     notifications(bus)
     caplog.clear()
     # when its time comes
@@ -215,7 +207,7 @@ def test_operators_hear_of_a_follow_up_due_while_they_have_the_chat_and_it_never
     assert told["detail"] == {"agent": env["AGENT_ID"], "person": pk, "waiting": 2}
     assert decisions(caplog) == ["follow_up_for_human"] and model.due_requests == []
     # when the chat is handed back, and the firing is delivered once more (at least once)
-    table.update_item(
+    boto3.resource("dynamodb").Table(env["TABLE_NAME"]).update_item(
         Key={"pk": pk, "sk": "STATE"},
         UpdateExpression="REMOVE handoff_since, handoff_agent, handoff_waiting",
     )

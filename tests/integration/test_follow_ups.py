@@ -269,6 +269,19 @@ def test_the_model_may_find_nothing_to_say(stack, openai, whasp, lambda_context,
     assert handled == ["follow_up_skipped"]
 
 
+def human_has_the_chat(env: dict[str, str], pk: str, *, waiting: int) -> None:
+    """A human has taken the person's chat over, with `waiting` of her messages for them."""
+    boto3.resource("dynamodb").Table(env["TABLE_NAME"]).update_item(
+        Key={"pk": pk, "sk": "STATE"},
+        UpdateExpression="SET handoff_since = :now, handoff_agent = :a, handoff_waiting = :w",
+        ExpressionAttributeValues={
+            ":now": datetime.now(UTC).isoformat(),
+            ":a": env["AGENT_ID"],
+            ":w": waiting,
+        },
+    )
+
+
 def test_a_chat_a_human_has_gets_no_model_message(stack, openai, whasp, lambda_context):
     agent, firing, env = stack
     at = tomorrow_at_nine()
@@ -276,16 +289,7 @@ def test_a_chat_a_human_has_gets_no_model_message(stack, openai, whasp, lambda_c
     openai.responder = model
     say(agent, lambda_context, ASK)
     # given a human took the chat over since
-    pk = due_items(env["TABLE_NAME"])[0]["pk"]
-    boto3.resource("dynamodb").Table(env["TABLE_NAME"]).update_item(
-        Key={"pk": pk, "sk": "STATE"},
-        UpdateExpression="SET handoff_since = :now, handoff_agent = :a, handoff_waiting = :w",
-        ExpressionAttributeValues={
-            ":now": datetime.now(UTC).isoformat(),
-            ":a": env["AGENT_ID"],
-            ":w": 0,
-        },
-    )
+    human_has_the_chat(env, due_items(env["TABLE_NAME"])[0]["pk"], waiting=0)
     before = list(whasp.sent)
     run_due(agent, firing, lambda_context, env, at)
     # then no model call for it and nothing sent: it is the operator's, marked for them
