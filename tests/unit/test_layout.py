@@ -102,6 +102,19 @@ def test_a_face_hands_out_what_it_imports_for_mypy_each_on_first_use(tmp_path, m
             sys.modules.pop(name, None)
 
 
+def test_a_face_may_import_one_modules_names_over_several_lines(tmp_path, monkeypatch):
+    # given a wing whose face imports its module's names in two statements, as a long list is
+    _wing(tmp_path, "wing_c", "from wing_c.part import VALUE\n    from wing_c.part import OTHER")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        wing = importlib.import_module("wing_c")
+        # then the face hands out the names of both
+        assert wing.__all__ == ["OTHER", "VALUE"] and (wing.VALUE, wing.OTHER) == (1, 2)
+    finally:
+        for name in ("wing_c", "wing_c.part"):
+            sys.modules.pop(name, None)
+
+
 def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
     # the copy's package first on the path: grimp finds memagent there, not the installed one
     return subprocess.run(  # noqa: S603 (our own virtualenv's tool)

@@ -9,13 +9,8 @@ from memagent import face
 
 if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
     from memagent.aws.archive import KeptMedia, TranscriptArchive
-    from memagent.aws.backoff import (
-        RETRY_JITTER,
-        BackoffProcessor,
-        Retries,
-        RetrySchedule,
-        ScheduledRetries,
-    )
+    from memagent.aws.backoff import RETRY_JITTER, BackoffProcessor, Retries, RetrySchedule
+    from memagent.aws.backoff import ScheduledRetries
     from memagent.aws.notify import HANDOFF_ENDED, HANDOFF_MESSAGE, HANDOFF_STARTED, OperatorEvents
     from memagent.aws.queue import EventQueue, FailureQueue, ParkingQueue, RetryQueue
     from memagent.aws.scheduler import DEAD_LETTER_ARN, FollowUpSchedules, schedule_name

@@ -13,18 +13,8 @@ if TYPE_CHECKING:  # the face (memagent.face): what other wings and the function
     from memagent.lifecycle.audit_trail import ERASE, audit
     from memagent.lifecycle.csat import CSAT, csat_body, csat_event_id, csat_fields
     from memagent.lifecycle.follow_ups import FOLLOW_UP, FollowUpRefused, Target, ask
-    from memagent.lifecycle.rights import (
-        Elsewhere,
-        Receipt,
-        expire,
-        expired_by_ttl,
-        export,
-        forget,
-        forget_key,
-        left_by_ttl,
-        left_half_done,
-        resolve,
-    )
+    from memagent.lifecycle.rights import Elsewhere, Receipt, expire, expired_by_ttl, export, forget
+    from memagent.lifecycle.rights import forget_key, left_by_ttl, left_half_done, resolve
     from memagent.lifecycle.upgrade import carry_over
 
 face(__name__)

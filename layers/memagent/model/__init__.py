@@ -10,20 +10,10 @@ from memagent import face
 if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
     from memagent.model.bedrock import is_bedrock_runtime, runtime_url
     from memagent.model.client import Folded, ModelClient
-    from memagent.model.settings import (
-        DEFAULT_TRANSCRIPTION_MODEL,
-        MODEL_PROVIDERS,
-        ModelSettings,
-        tools_settings,
-    )
+    from memagent.model.settings import DEFAULT_TRANSCRIPTION_MODEL, MODEL_PROVIDERS, ModelSettings
+    from memagent.model.settings import tools_settings
     from memagent.model.speech import OPENAI_VOICES, OpenAISpeech
-    from memagent.model.tools import (
-        Caller,
-        ToolBox,
-        ToolResult,
-        load_tools,
-        offered_choices,
-        tool_hosts,
-    )
+    from memagent.model.tools import Caller, ToolBox, ToolResult, load_tools, offered_choices
+    from memagent.model.tools import tool_hosts
 
 face(__name__)

@@ -15,24 +15,11 @@ from memagent import face
 if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
     from memagent.providers.configured import provider_from_settings, template_listing
     from memagent.providers.origins import Origin, parse_media_origins, parse_origins, url_origin
-    from memagent.providers.seam import (
-        PERSON_ID,
-        ChatOptedOut,
-        Event,
-        IdentityChanged,
-        InboundMessage,
-        MarketingPreference,
-        NumberReplaced,
-        Provider,
-        ReplyStatus,
-        StaffEcho,
-        TemplateMessage,
-        check_size,
-        idempotency_key,
-        parse_send_key,
-        shorten,
-        split_text,
-    )
+    from memagent.providers.seam import PERSON_ID, ChatOptedOut, Event, IdentityChanged
+    from memagent.providers.seam import InboundMessage, MarketingPreference, NumberReplaced
+    from memagent.providers.seam import Provider, ReplyStatus, StaffEcho, TemplateMessage
+    from memagent.providers.seam import check_size, idempotency_key, parse_send_key, shorten
+    from memagent.providers.seam import split_text
     from memagent.providers.settings import PROVIDERS, ProviderSettings
     from memagent.providers.signing import check_signing_secrets
     from memagent.providers.void import TEST_PERSON, is_test_person

@@ -17,16 +17,7 @@ if TYPE_CHECKING:  # the face (memagent.face): what other wings and the function
     from memagent.store.memory_store import MemoryStore, handoff_of
     from memagent.store.operator import OperatorStore
     from memagent.store.outcomes import COUNTERS
-    from memagent.store.table import (
-        ALIAS,
-        EVT,
-        FACT,
-        MSG,
-        STATE,
-        SUMMARY,
-        TRANSACTION_LIMIT,
-        from_iso,
-        iso,
-    )
+    from memagent.store.table import ALIAS, EVT, FACT, MSG, STATE, SUMMARY, TRANSACTION_LIMIT
+    from memagent.store.table import from_iso, iso
 
 face(__name__)

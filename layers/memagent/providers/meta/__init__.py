@@ -18,30 +18,13 @@ from typing import TYPE_CHECKING
 from memagent import face
 
 if TYPE_CHECKING:  # the face (memagent.face): what other wings and the functions use
-    from memagent.providers.meta.graph import (
-        MEDIA_ORIGINS,
-        OPTED_OUT_CODES,
-        RETRY_CODES,
-        TEMPLATE_CODES,
-        TOKEN_CODES,
-        WINDOW_CLOSED,
-        GraphClient,
-        GraphError,
-    )
+    from memagent.providers.meta.graph import MEDIA_ORIGINS, OPTED_OUT_CODES, RETRY_CODES
+    from memagent.providers.meta.graph import TEMPLATE_CODES, TOKEN_CODES, WINDOW_CLOSED
+    from memagent.providers.meta.graph import GraphClient, GraphError
     from memagent.providers.meta.identity import BSUID, IDENTITY_CHANGES, PHONE, identities
-    from memagent.providers.meta.parser import (
-        HEADER_SIGNATURE,
-        MESSAGE,
-        PREFERENCE,
-        STATUS,
-        Envelope,
-        Notification,
-        answer_challenge,
-        check_signature_header,
-        parse_event,
-        parse_notification,
-        sign,
-        verify_signature,
-    )
+    from memagent.providers.meta.parser import HEADER_SIGNATURE, MESSAGE, PREFERENCE, STATUS
+    from memagent.providers.meta.parser import Envelope, Notification, answer_challenge
+    from memagent.providers.meta.parser import check_signature_header, parse_event
+    from memagent.providers.meta.parser import parse_notification, sign, verify_signature
 
 face(__name__)
