@@ -176,12 +176,7 @@ class ChatHandoff(Seat):
         return True
 
     def reply(
-        self,
-        who: str,
-        body: dict[str, Any],
-        key: str | None,
-        *,
-        deadline: datetime | None = None,
+        self, who: str, body: dict[str, Any], key: str | None, *, deadline: datetime | None = None
     ) -> dict[str, Any]:
         """Send the operator's words to the person, exactly once per idempotency key.
         `deadline`: when this request's invocation ends (its claim on the send holds until
@@ -195,12 +190,7 @@ class ChatHandoff(Seat):
         return {"templates": [t.view() for t in listed]}
 
     def send_template(
-        self,
-        who: str,
-        body: dict[str, Any],
-        key: str | None,
-        *,
-        deadline: datetime | None = None,
+        self, who: str, body: dict[str, Any], key: str | None, *, deadline: datetime | None = None
     ) -> dict[str, Any]:
         """Send the person an approved template (`name`, `language`, `parameters`), exactly
         once per idempotency key: what reopens a chat outside Meta's 24-hour window."""

@@ -242,6 +242,12 @@ def _said(words: tuple[str, ...] | frozenset[str] | str) -> frozenset[str]:
     return frozenset(normalised(w) for w in ((words,) if isinstance(words, str) else words))
 
 
+def _voice_choice(reply: str, choice: str, flags: dict[str, Any]) -> Keyword:
+    """The person chose voice notes or text for the agent's replies: stored with the `reply`
+    that says so."""
+    return Keyword(reply=reply, flags={**flags, "voice_choice": choice})
+
+
 KEYWORDS: tuple[Declared, ...] = (
     # first: a STOP ends everything, a pending "forget me" or a human's chat included
     Declared(
@@ -288,9 +294,7 @@ KEYWORDS: tuple[Declared, ...] = (
         matches=lambda said, state, words: words.voice_replies != "off" and said in _said(VOICE_ON),
         alone=True,
         in_handoff=False,
-        answer=lambda memory, words, flags: Keyword(
-            reply="voice_on", flags={**flags, "voice_choice": "voice"}
-        ),
+        answer=lambda memory, words, flags: _voice_choice("voice_on", "voice", flags),
     ),
     Declared(
         "voice off",
@@ -299,9 +303,7 @@ KEYWORDS: tuple[Declared, ...] = (
         ),
         alone=True,
         in_handoff=False,
-        answer=lambda memory, words, flags: Keyword(
-            reply="voice_off", flags={**flags, "voice_choice": "text"}
-        ),
+        answer=lambda memory, words, flags: _voice_choice("voice_off", "text", flags),
     ),
     Declared(
         "handoff",
