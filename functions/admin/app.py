@@ -24,7 +24,7 @@ still finishes it. Two requests with one key at once: one sends, the other is a 
 import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
@@ -214,22 +214,21 @@ class _Seat:
         self.operator = operator
 
     def export(self, who: str) -> dict[str, Any]:
-        return export(
-            store,
-            settings.agent_id,
-            who,
-            elsewhere=elsewhere,
-            legacy_keys=settings.legacy_person_keys,
-        )
+        return _whole(export, who)
 
     def erase(self, who: str) -> dict[str, Any]:
-        return forget(
-            store,
-            settings.agent_id,
-            who,
-            elsewhere=elsewhere,
-            legacy_keys=settings.legacy_person_keys,
-        ).as_dict()
+        return _whole(forget, who).as_dict()
+
+
+_T = TypeVar("_T")
+
+
+def _whole(act: Callable[..., _T], who: str) -> _T:
+    """`act` (export or forget) on the person, with what they have elsewhere and under a legacy
+    key."""
+    return act(
+        store, settings.agent_id, who, elsewhere=elsewhere, legacy_keys=settings.legacy_person_keys
+    )
 
 
 class _Request:
