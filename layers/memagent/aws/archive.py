@@ -50,10 +50,8 @@ class KeptMedia:
     """A voice note or photo, kept from its record's first attempt until its text is stored:
     provider media URLs are short-lived, and a retry may come hours later."""
 
-    def __init__(self, bucket: str, client: Any | None = None):
+    def __init__(self, bucket: str):
         self.bucket = bucket
-        if client is not None:
-            self._s3 = client
 
     @functools.cached_property
     def _s3(self) -> Any:

@@ -194,10 +194,8 @@ class _Queue:
 
     config: Config | None = None  # the client's
 
-    def __init__(self, queue_url: str, client: Any | None = None):
+    def __init__(self, queue_url: str):
         self.queue_url = queue_url
-        if client is not None:
-            self._sqs = client
 
     @functools.cached_property
     def _sqs(self) -> Any:
