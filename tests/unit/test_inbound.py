@@ -9,7 +9,7 @@ import pytest
 
 from memagent.errors import MalformedEvent, ModelRejected, TransientError
 from memagent.providers.seam import InboundMessage, Media
-from memagent.turn.inbound import message_text, voice_seconds
+from memagent.turn.inbound import MediaCaps, message_text, voice_seconds
 
 AT = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -73,7 +73,7 @@ VOICE = Media(url="https://media.example/voice", mime_type="audio/ogg", size=10)
 
 def text_of(msg: InboundMessage, provider=None, model=None) -> str:
     return message_text(
-        msg, provider=provider or Provider(), model=model or Model(), max_media_bytes=99
+        msg, provider=provider or Provider(), model=model or Model(), caps=MediaCaps(max_bytes=99)
     )
 
 
@@ -233,9 +233,8 @@ def test_anything_but_a_whole_ogg_opus_file_has_no_length(data):
 def test_a_voice_note_over_the_limit_is_not_transcribed_and_the_model_is_told():
     provider, model = Provider(data=ogg_opus(600)), Model()
     msg = message("audio", media=VOICE)
-    text = message_text(
-        msg, provider=provider, model=model, max_media_bytes=99, max_audio_seconds=300
-    )
+    caps = MediaCaps(max_bytes=99, max_audio_seconds=300)
+    text = message_text(msg, provider=provider, model=model, caps=caps)
     assert text == (
         "[sent a voice note of 10 minutes, longer than the 5 the agent listens to: not heard]"
     )
@@ -246,7 +245,6 @@ def test_a_voice_note_over_the_limit_is_not_transcribed_and_the_model_is_told():
 def test_a_voice_note_at_the_limit_or_without_one_is_transcribed(data, limit):
     provider, model = Provider(data=data), Model(transcript="hi")
     msg = message("audio", media=VOICE)
-    text = message_text(
-        msg, provider=provider, model=model, max_media_bytes=99, max_audio_seconds=limit
-    )
+    caps = MediaCaps(max_bytes=99, max_audio_seconds=limit)
+    text = message_text(msg, provider=provider, model=model, caps=caps)
     assert text == "[voice note] hi"

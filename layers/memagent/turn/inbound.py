@@ -57,6 +57,18 @@ def voice_seconds(data: bytes) -> float | None:
 
 
 @dataclass(frozen=True)
+class MediaCaps:
+    """How much of what a person sends is fetched and read: a voice note or photo up to
+    `max_bytes` (MEDIA_MAX_BYTES); a voice note heard up to `max_audio_seconds` long
+    (MAX_AUDIO_SECONDS; None: any length); a document read within `documents` (None: noted,
+    not read)."""
+
+    max_bytes: int
+    max_audio_seconds: float | None = None
+    documents: DocumentCaps | None = None
+
+
+@dataclass(frozen=True)
 class DocumentCaps:
     """How much of a document is read (DOCUMENT_MAX_BYTES, _PAGES, _CHARS)."""
 
@@ -66,13 +78,7 @@ class DocumentCaps:
 
 
 def message_text(
-    message: InboundMessage,
-    *,
-    provider: Provider,
-    model: ModelClient,
-    max_media_bytes: int,
-    max_audio_seconds: float | None = None,
-    document_caps: DocumentCaps | None = None,
+    message: InboundMessage, *, provider: Provider, model: ModelClient, caps: MediaCaps
 ) -> str:
     """Text as is; voice notes transcribed; photos described (with their caption); a PDF's or
     a plain-text file's text read (memagent/turn/documents.py); anything else a short bracketed
@@ -80,11 +86,11 @@ def message_text(
     queue; a dependency outage raises TransientError (retried)."""
     if message.kind == "text":
         return (message.text or "").strip() or "[sent an empty message]"
-    if message.kind == "document" and message.media is not None and document_caps is not None:
-        return _with_caption(document_text(message, provider, document_caps), message.caption)
+    if message.kind == "document" and message.media is not None and caps.documents is not None:
+        return _with_caption(document_text(message, provider, caps.documents), message.caption)
     if message.kind in CONVERTED and message.media is not None:
         try:
-            data, content_type = provider.fetch_media(message.media.url, max_bytes=max_media_bytes)
+            data, content_type = provider.fetch_media(message.media.url, max_bytes=caps.max_bytes)
         except MalformedEvent as error:
             logger.warning("media unusable", extra={"kind": message.kind, "reason": str(error)})
             return _with_caption(NOTES[message.kind], message.caption)
@@ -92,12 +98,13 @@ def message_text(
         try:
             if message.kind == "audio":
                 seconds = voice_seconds(data)
-                if max_audio_seconds and seconds and seconds > max_audio_seconds:
+                limit = caps.max_audio_seconds
+                if limit and seconds and seconds > limit:
                     # not transcribed: the model sees this note, and tells the person
                     logger.info("voice note too long", extra={"seconds": round(seconds)})
                     return (
                         f"[sent a voice note of {seconds / 60:.0f} minutes, longer than the "
-                        f"{max_audio_seconds / 60:g} the agent listens to: not heard]"
+                        f"{limit / 60:g} the agent listens to: not heard]"
                     )
                 transcript = model.transcribe(data, mime_type)
                 if transcript is None:

@@ -22,7 +22,13 @@ from memagent.memory import (
 from memagent.observability import count, logger
 from memagent.store import Standing
 from memagent.turn.delivery import show_typing
-from memagent.turn.inbound import CONVERTED, DocumentCaps, message_text, over_budget_note
+from memagent.turn.inbound import (
+    CONVERTED,
+    DocumentCaps,
+    MediaCaps,
+    message_text,
+    over_budget_note,
+)
 from memagent.turn.keywords import cancels_forget, is_stop, keeps_its_meaning, stopped_at
 from memagent.turn.language import language_of
 
@@ -57,16 +63,11 @@ def to_text(crew: Crew, pk: str, message: InboundMessage, memory: Memory) -> tup
         # downloaded once, on the first attempt; a retry hours later reads the kept copy
         provider = crew.media.fetching_once(crew.provider, pk, message.event_id)
     used = crew.model.tokens_used
-    text = message_text(
-        message,
-        provider=provider,
-        model=crew.model,
-        max_media_bytes=settings.media_max_bytes,
-        max_audio_seconds=settings.max_audio_seconds,
-        document_caps=DocumentCaps(
-            settings.document_max_bytes, settings.document_max_pages, settings.document_max_chars
-        ),
+    documents = DocumentCaps(
+        settings.document_max_bytes, settings.document_max_pages, settings.document_max_chars
     )
+    caps = MediaCaps(settings.media_max_bytes, settings.max_audio_seconds, documents)
+    text = message_text(message, provider=provider, model=crew.model, caps=caps)
     spent = crew.model.tokens_used - used
     if spent:
         stack_budget(crew.store, settings).add(spent)
