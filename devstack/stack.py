@@ -1240,24 +1240,17 @@ class DevStack(Started):
                 lambda: len(self.replies_to(phone)) >= count, timeout=timeout
             )
 
-    def tap(
-        self,
-        phone: str | None,
-        option: str,
-        *,
-        bsuid: str | None = None,
-        at: datetime | None = None,
-    ) -> None:
+    def tap(self, phone: str | None, option: str, *, bsuid: str | None = None) -> None:
         """The person picks `option` from the last reply that offered choices: on Meta a tap
         on its button or list row (`interactive` button_reply / list_reply); on whasp, whose
         messages are text, they write the option."""
         if not self.meta:
-            self.send_message(phone, option, at=at, bsuid=bsuid)
+            self.send_message(phone, option, bsuid=bsuid)
             return
         from devstack.events import meta_tap
 
         offered = [s for s in self.replies_to(phone or bsuid or "") if s.get("interactive")]
-        stamp = int((at or self.now()).timestamp())
+        stamp = int(self.now().timestamp())
         message = meta_tap(offered[-1], option, phone=phone, bsuid=bsuid, timestamp=stamp)
         self._meta_from(message, phone, bsuid, "WhatsApp user")
 
