@@ -31,6 +31,7 @@ whasp the send key makes it a no-op."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +72,19 @@ def reply_event(pk: str, key: str) -> str:
     status webhooks find the entry). The person is part of it: one Idempotency-Key used for two
     people's replies is two sends (whasp would answer the second with the first's result)."""
     return f"operator:{pk}:{key}"
+
+
+@dataclass(frozen=True)
+class _Outgoing:
+    """An operator's reply on its way out: whose it is (`pk`; `who`, as the provider addresses
+    them), its ledger entry (`event_key`), its stored turn, and the approved template it renders
+    (None: it goes as text)."""
+
+    pk: str
+    who: str
+    event_key: str
+    turn: Turn
+    template: dict[str, Any] | None
 
 
 class InFlight(EditConflict):
@@ -259,7 +273,7 @@ class ChatHandoff(Seat):
             logger.info(
                 "operator reply stored", extra={"seq": turn.seq, "template": bool(template)}
             )
-            return self._send(pk, who, event_key, turn, {}, until, template=template)
+            return self._send(_Outgoing(pk, who, event_key, turn, template), {}, until)
         raise ConcurrentUpdate("memory kept changing while storing the reply")
 
     def _may_send(self, memory: Memory, *, template: bool = False) -> None:
@@ -296,31 +310,15 @@ class ChatHandoff(Seat):
             return _ended(pk, entry)
         if entry["status"] == SENDING and claim_holds(entry, datetime.now(UTC)):
             raise InFlight()
-        return self._send(
-            pk,
-            who,
-            event_key,
-            turn,
-            sent_parts(entry),
-            until,
-            repeat=True,
-            template=entry.get("template"),
-        )
+        outgoing = _Outgoing(pk, who, event_key, turn, entry.get("template"))
+        return self._send(outgoing, sent_parts(entry), until, repeat=True)
 
     def _send(
-        self,
-        pk: str,
-        who: str,
-        event_key: str,
-        turn: Turn,
-        sent: dict[int, str],
-        until: datetime,
-        *,
-        repeat: bool = False,
-        template: dict[str, Any] | None = None,
+        self, out: _Outgoing, sent: dict[int, str], until: datetime, *, repeat: bool = False
     ) -> dict[str, Any]:
-        """Claim the reply's sending, then send its parts not sent yet."""
+        """Claim the reply's sending, then send its parts not sent yet (`sent`: those sent)."""
         assert self._provider is not None  # checked by _may_send before anything is stored
+        pk, event_key = out.pk, out.event_key
         if self._client is None:
             self._client = self._provider()
         if not self.store.claim_send(pk, event_key, until=until, now=datetime.now(UTC)):
@@ -329,9 +327,7 @@ class ChatHandoff(Seat):
                 raise InFlight()  # another request claimed it just now
             return _ended(pk, entry)  # ... and finished meanwhile
         try:
-            return self._send_claimed(
-                pk, who, event_key, turn, sent, repeat=repeat, template=template
-            )
+            return self._send_claimed(out, sent, repeat=repeat)
         except AgentError:
             # this request answers with an error: nothing of it is in flight any more, so a
             # retry may resume at once (a withdrawn reply is no longer `sending`: kept as is)
@@ -339,17 +335,10 @@ class ChatHandoff(Seat):
             raise
 
     def _send_claimed(
-        self,
-        pk: str,
-        who: str,
-        event_key: str,
-        turn: Turn,
-        sent: dict[int, str],
-        *,
-        repeat: bool,
-        template: dict[str, Any] | None,
+        self, out: _Outgoing, sent: dict[int, str], *, repeat: bool
     ) -> dict[str, Any]:
         assert self._client is not None
+        pk, who, event_key, turn, template = out.pk, out.who, out.event_key, out.turn, out.template
         provider = self._client
         parts = [turn.text] if template else split_text(turn.text)
         sent = dict(sent)
