@@ -108,6 +108,27 @@ def test_a_template_reopens_a_closed_window_and_is_remembered_as_the_person_read
     assert len(graph.sent) == 1
 
 
+def test_a_template_request_that_died_before_sending_is_sent_as_the_template_by_its_retry(
+    meta_admin, consumer, lambda_context, monkeypatch
+):
+    from tests.integration.faults import Died, crash_after
+
+    seat, graph = meta_admin
+    # given Maya last wrote 30 hours ago, and an operator took her chat over
+    taken_over_on_meta(seat, consumer, lambda_context, minutes_ago=30 * 60)
+    # when the request dies after storing the reminder, before sending it, and the operator's
+    # client retries it with the same key
+    crash_after(seat.store, "remember_operator_reply", monkeypatch, fault=Died)
+    with pytest.raises(Died):
+        send(seat, lambda_context, REOPEN, "reopen-died")
+    status, answer = send(seat, lambda_context, REOPEN, "reopen-died")
+    # then the retry sends it once, as the template it was (outside the window, free text
+    # is refused), never as its rendered text
+    assert (status, answer["repeat"]) == (200, True)
+    sends = [r["json"] for r in graph.requests if r["path"].endswith("/messages")]
+    assert [(s["type"], s["template"]["name"]) for s in sends] == [("template", "session_reminder")]
+
+
 @pytest.mark.parametrize(
     ("body", "says"),
     [
