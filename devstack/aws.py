@@ -11,6 +11,8 @@ moto keeps its state in module globals, so in-process `mock_aws()` and this serv
 from __future__ import annotations
 
 import logging
+import selectors
+import threading
 import types
 import urllib.request
 from typing import TYPE_CHECKING, Any, Self
@@ -23,6 +25,106 @@ if TYPE_CHECKING:
     from devstack.resources import LocalResources
 
 REGION = "us-east-1"
+
+_serving = threading.local()  # what the moto server's thread is answering now
+
+
+def _keep_alive_server() -> type[ThreadedMotoServer]:
+    """moto's ThreadedMotoServer, answering on keep-alive connections.
+
+    werkzeug's development server closes the connection after every response, so each AWS call
+    of a test paid for a new TCP connection, a new server thread and, after the response, a
+    drain that waits for the client to hang up: about a third of a call's CPU on both sides
+    (a GetItem: 2.2 ms of CPU with a new connection, 1.6 ms on a kept one). This serves HTTP/1.1
+    as AWS does: a connection stays open for the client's next request once the request's body
+    is read in full; a chunked body, or an answer that failed, still closes it."""
+    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug import serving
+    from werkzeug.serving import make_server
+    from werkzeug.wsgi import LimitedStream
+
+    class KeptAlive(MotoRequestHandler):
+        protocol_version = "HTTP/1.1"
+        # werkzeug writes the headers and the body apart: Nagle's algorithm would hold the body
+        # for the client's delayed ACK (40 ms) on a connection kept open
+        disable_nagle_algorithm = True
+        _body: LimitedStream | None = None
+
+        def make_environ(self) -> dict[str, Any]:
+            environ = super().make_environ()
+            self._body = None
+            if not environ.get("wsgi.input_terminated"):  # not chunked: its length is known
+                self._body = LimitedStream(self.rfile, int(environ.get("CONTENT_LENGTH") or 0))
+                environ["wsgi.input"] = self._body
+            return environ
+
+        def run_wsgi(self) -> None:
+            _serving.kept_alive = True
+            try:
+                super().run_wsgi()
+            finally:
+                _serving.kept_alive = False
+            if self._body is None:
+                self.close_connection = True
+            else:
+                self._body.exhaust()  # what moto left unread is not the next request's start
+
+        def send_header(self, keyword: str, value: str) -> None:
+            closing = self.close_connection or self._body is None
+            if keyword.lower() == "connection" and value.lower() == "close" and not closing:
+                return  # werkzeug's unconditional close, on a connection kept open
+            super().send_header(keyword, value)
+
+        def connection_dropped(self, error: BaseException, environ: Any = None) -> None:
+            self.close_connection = True
+            super().connection_dropped(error, environ)
+
+    class KeptAliveServer(ThreadedMotoServer):
+        def _server_entry(self) -> None:
+            self._server = make_server(
+                self._ip_address,
+                self._port,
+                DomainDispatcherApplication(create_backend_app),
+                True,
+                request_handler=KeptAlive,
+            )
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
+    serving.selectors = _Drain  # type: ignore[attr-defined]
+    return KeptAliveServer
+
+
+class _Drain:
+    """werkzeug.serving's `selectors`: after each response werkzeug waits up to 10 ms for more
+    of the request to read and reads it, on a connection it always closes. On a kept-alive one
+    that would wait for, and swallow, the client's next request: there the body was read to its
+    length instead (KeptAlive.run_wsgi), and this selects nothing."""
+
+    EVENT_READ = selectors.EVENT_READ
+
+    @staticmethod
+    def DefaultSelector() -> selectors.BaseSelector:  # noqa: N802 (the name werkzeug calls)
+        return _Nothing() if getattr(_serving, "kept_alive", False) else selectors.DefaultSelector()
+
+
+class _Nothing(selectors.BaseSelector):
+    def register(self, fileobj: Any, events: int, data: Any = None) -> Any:
+        return None
+
+    def unregister(self, fileobj: Any) -> Any:
+        return None
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        return []
+
+    def get_map(self) -> Any:
+        return {}
 
 
 def aws_env(url: str) -> dict[str, str]:
@@ -52,13 +154,11 @@ class MotoServer(Started):
     def start(self) -> Self:
         if self._server is not None:
             return self
-        from moto.server import ThreadedMotoServer  # heavy: import only when started
-
         # Port 0 lets the OS pick a free port; werkzeug reports the real one after binding.
         if self._quiet:
             # werkzeug logs every request to stderr, drowning the local stack's terminal.
             logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server = _keep_alive_server()(ip_address="127.0.0.1", port=0, verbose=False)
         server.start()
         host, port = server.get_host_and_port()
         self._server = server
