@@ -109,7 +109,7 @@ class _Drain:
     EVENT_READ = selectors.EVENT_READ
 
     @staticmethod
-    def DefaultSelector() -> selectors.BaseSelector:  # noqa: N802 (the name werkzeug calls)
+    def DefaultSelector() -> selectors.BaseSelector:  # the name werkzeug calls
         return _Nothing() if getattr(_serving, "kept_alive", False) else selectors.DefaultSelector()
 
 
