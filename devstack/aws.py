@@ -59,7 +59,8 @@ def _keep_alive_server() -> type[ThreadedMotoServer]:
             environ = super().make_environ()
             self._body = None
             if not environ.get("wsgi.input_terminated"):  # not chunked: its length is known
-                self._body = LimitedStream(self.rfile, int(environ.get("CONTENT_LENGTH") or 0))
+                length = int(environ.get("CONTENT_LENGTH") or 0)
+                self._body = LimitedStream(environ["wsgi.input"], length)
                 environ["wsgi.input"] = self._body
             return environ
 
@@ -96,7 +97,7 @@ def _keep_alive_server() -> type[ThreadedMotoServer]:
             self._server_ready_event.set()
             self._server.serve_forever()
 
-    serving.selectors = _Drain  # type: ignore[attr-defined]
+    serving.selectors = _Drain  # type: ignore[assignment]  # the two names werkzeug uses
     return KeptAliveServer
 
 

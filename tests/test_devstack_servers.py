@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import urllib.parse
+from http.client import HTTPConnection
 
 import boto3
 import openai
@@ -499,3 +501,38 @@ def test_boto3_reaches_moto_through_aws_endpoint_url_alone(monkeypatch):
         # And reset wipes the state
         moto.reset()
         assert dynamodb.list_tables()["TableNames"] == []
+
+
+def test_moto_answers_several_requests_on_one_connection_whatever_each_left_unread(moto_server):
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    def list_tables() -> tuple[str, str, dict[str, str], bytes]:
+        request = AWSRequest(
+            "POST",
+            moto_server.url,
+            data=b"{}",
+            headers={
+                "Content-Type": "application/x-amz-json-1.0",
+                "X-Amz-Target": "DynamoDB_20120810.ListTables",
+            },
+        )
+        SigV4Auth(boto3.Session().get_credentials(), "dynamodb", "us-east-1").add_auth(request)
+        return "POST", "/", dict(request.headers.items()), b"{}"
+
+    # Given one HTTP/1.1 connection to the worker's moto server (as a boto3 client keeps one)
+    where = urllib.parse.urlparse(moto_server.url)
+    connection = HTTPConnection(where.hostname, where.port, timeout=5)
+    answers = []
+    # When it sends a request whose body moto never reads (its dashboard's data), then two more
+    unread = ("GET", "/moto-api/data.json", {}, b'{"padding": "' + b"x" * 5000 + b'"}')
+    for method, path, headers, body in (unread, list_tables(), list_tables()):
+        connection.request(method, path, body=body, headers=headers)
+        response = connection.getresponse()
+        answers.append((response.status, response.getheader("Connection"), response.read()))
+    # Then each is answered on that same connection, the first one's body not taken for the
+    # next request
+    assert [status for status, _, _ in answers] == [200, 200, 200]
+    assert all(kept != "close" for _, kept, _ in answers)
+    assert b"TableNames" in answers[2][2]
+    connection.close()
