@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 import boto3
+import pytest
 from boto3.dynamodb.conditions import Key
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -267,19 +268,35 @@ class Crash(Exception):
     pass
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
-@given(
-    steps=st.lists(
-        st.sampled_from(
-            ["talk", "talk", "talk", "compact", "crash_mid_cleanup", "model_down", "redeliver"]
-        ),
-        min_size=5,
-        max_size=30,
-    )
+STEPS = st.lists(
+    st.sampled_from(
+        ["talk", "talk", "talk", "compact", "crash_mid_cleanup", "model_down", "redeliver"]
+    ),
+    min_size=5,
+    max_size=30,
 )
+CHAOS = {"deadline": None, "suppress_health_check": list(HealthCheck)}
+
+
+# make test's run: 8 sequences of steps; make test-slow's: 60
+@settings(max_examples=8, **CHAOS)
+@given(steps=STEPS)
 def test_invariants_hold_under_interleaved_writes_compactions_and_crashes(
     compactor_env, resources, openai, monkeypatch, steps
 ):
+    invariants_hold(compactor_env, resources, openai, monkeypatch, steps)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, **CHAOS)
+@given(steps=STEPS)
+def test_invariants_hold_under_interleaved_writes_compactions_and_crashes_long_run(
+    compactor_env, resources, openai, monkeypatch, steps
+):
+    invariants_hold(compactor_env, resources, openai, monkeypatch, steps)
+
+
+def invariants_hold(compactor_env, resources, openai, monkeypatch, steps: list[str]) -> None:
     # small numbers so a few steps reach the threshold
     env = {**compactor_env, "COMPACT_THRESHOLD": "6", "COMPACT_KEEP": "3"}
     compactor = load_function("compactor", env, monkeypatch).compactor
