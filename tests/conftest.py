@@ -309,6 +309,20 @@ def reset_for_each_test(server_fixture: str, *, name: str) -> Any:
 whasp = reset_for_each_test("whasp_server", name="whasp")
 
 
+def dynamodb_table(name: str) -> Any:
+    """boto3's Table `name`, through which a test reads or changes what the functions stored:
+    one resource per process and endpoint (making one is about 3 ms of CPU, and the suite's
+    helpers ask for one on every read)."""
+    return _dynamodb(os.environ["AWS_ENDPOINT_URL"], os.environ["AWS_ACCESS_KEY_ID"]).Table(name)
+
+
+@functools.cache
+def _dynamodb(_endpoint: str, _key_id: str) -> Any:
+    import boto3
+
+    return boto3.resource("dynamodb")
+
+
 @functools.cache
 def _s3(_endpoint: str) -> Any:
     """The tests' own S3 client, one per moto server (an S3 client takes ~12 ms to make)."""

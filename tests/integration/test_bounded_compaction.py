@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import re
 
-import boto3
 from boto3.dynamodb.conditions import Key
 
 from memagent.memory.person import person_key
-from tests.conftest import AGENT, MAYA, seed_turns
+from tests.conftest import AGENT, MAYA, dynamodb_table, seed_turns
 from tests.integration.test_compactor import fold_reply, run, state
 
 MB = 1024 * 1024
@@ -17,7 +16,7 @@ MB = 1024 * 1024
 
 def seqs(table_name: str) -> list[int]:
     """Every stored turn's seq, through all the Query's pages (100 KB turns fill 1 MB fast)."""
-    table = boto3.resource("dynamodb").Table(table_name)
+    table = dynamodb_table(table_name)
     condition = Key("pk").eq(person_key(AGENT, MAYA)) & Key("sk").begins_with("MSG#")
     found, start = [], {}
     while True:

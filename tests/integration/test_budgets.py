@@ -11,7 +11,7 @@ from typing import Any
 from devstack.lambda_harness import reported_failures as failures
 from memagent.providers.seam import split_text
 from memagent.turn.replies import built_in
-from tests.conftest import AGENT, MAYA, load_function, sqs_batch, whasp_message
+from tests.conftest import AGENT, MAYA, dynamodb_table, load_function, sqs_batch, whasp_message
 from tests.integration.test_consumer import at, media_message, message, state, turns
 
 NOTICE = "Daily limit reached: back tomorrow!"
@@ -145,13 +145,12 @@ def model_requests(openai) -> int:
 
 def stack_tokens(table_name: str, day: str = "") -> int:
     """The stack's model tokens today (StackBudget's counter item)."""
-    import boto3
 
     from memagent.memory.budget import day_of
 
     day = day or day_of(datetime.now(UTC))
     key = {"pk": f"STACK#{AGENT}", "sk": f"DAY#{day}"}
-    item = boto3.resource("dynamodb").Table(table_name).get_item(Key=key).get("Item") or {}
+    item = dynamodb_table(table_name).get_item(Key=key).get("Item") or {}
     return int(item.get("tokens", 0))
 
 
@@ -306,12 +305,11 @@ def test_forget_me_keeps_the_days_counters(
 
 def spent_elsewhere(table_name: str, tokens: int) -> None:
     """Another Lambda environment's replies on the stack's day: the ADD its StackBudget makes."""
-    import boto3
 
     from memagent.memory.budget import day_of
 
     key = {"pk": f"STACK#{AGENT}", "sk": f"DAY#{day_of(datetime.now(UTC))}"}
-    boto3.resource("dynamodb").Table(table_name).update_item(
+    dynamodb_table(table_name).update_item(
         Key=key, UpdateExpression="ADD tokens :n", ExpressionAttributeValues={":n": tokens}
     )
 
@@ -415,8 +413,6 @@ def test_the_stacks_day_counter_expires_three_days_on(
 ):
     import time
 
-    import boto3
-
     from memagent.memory.budget import day_of
 
     # given a stack with a hard limit
@@ -429,7 +425,7 @@ def test_the_stacks_day_counter_expires_three_days_on(
     # then the day's counter item is set to expire (DynamoDB's TTL) three days on, so the
     # table keeps no more than a few days' counters
     key = {"pk": f"STACK#{AGENT}", "sk": f"DAY#{day_of(datetime.now(UTC))}"}
-    item = boto3.resource("dynamodb").Table(resources.table_name).get_item(Key=key)["Item"]
+    item = dynamodb_table(resources.table_name).get_item(Key=key)["Item"]
     assert before + 3 * 86_400 <= int(item["expires_at"]) <= after + 3 * 86_400
 
 

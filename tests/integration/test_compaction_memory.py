@@ -8,13 +8,12 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 
-import boto3
 import pytest
 
 from memagent.lifecycle.rights import forget
 from memagent.memory.facts import fact_key
 from memagent.memory.person import person_key
-from tests.conftest import AGENT, MAYA, load_function, seed_turns
+from tests.conftest import AGENT, MAYA, dynamodb_table, load_function, seed_turns
 from tests.integration.test_compactor import items, seqs, state, summary
 
 PK = person_key(AGENT, MAYA)
@@ -298,7 +297,7 @@ def test_a_cap_lowered_under_many_facts_drops_them_over_folds_within_one_transac
     compactor_env, resources, openai, monkeypatch
 ):
     # given 120 facts kept from long ago, and a cap lowered to 5
-    table = boto3.resource("dynamodb").Table(resources.table_name)
+    table = dynamodb_table(resources.table_name)
     with table.batch_writer() as batch:
         for i in range(120):
             text = f"Old fact number {i}"

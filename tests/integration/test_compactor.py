@@ -18,13 +18,13 @@ from devstack.lambda_harness import passes_filters, retried, stream_filters
 from devstack.resources import load_template
 from memagent.errors import TransientError
 from memagent.memory.person import person_key
-from tests.conftest import AGENT, MAYA, load_function, seed_turns
+from tests.conftest import AGENT, MAYA, dynamodb_table, load_function, seed_turns
 
 FILTERS = stream_filters(load_template())
 
 
 def items(table_name: str, prefix: str, phone: str = MAYA) -> list[dict[str, Any]]:
-    table = boto3.resource("dynamodb").Table(table_name)
+    table = dynamodb_table(table_name)
     condition = Key("pk").eq(person_key(AGENT, phone)) & Key("sk").begins_with(prefix)
     return table.query(KeyConditionExpression=condition, ConsistentRead=True)["Items"]
 

@@ -22,6 +22,7 @@ from tests.conftest import (
     AGENT,
     BUSINESS,
     MAYA,
+    dynamodb_table,
     load_function,
     seed_turns,
     sqs_batch,
@@ -34,7 +35,7 @@ SAM = "+447700900456"
 
 
 def rows(table_name: str, phone: str = MAYA, prefix: str = "") -> list[dict[str, Any]]:
-    table = boto3.resource("dynamodb").Table(table_name)
+    table = dynamodb_table(table_name)
     condition = Key("pk").eq(person_key(AGENT, phone))
     if prefix:
         condition &= Key("sk").begins_with(prefix)

@@ -18,7 +18,7 @@ from devstack.apigw import http_api_event
 from devstack.events import meta_tap
 from devstack.fake_openai import turns_of
 from devstack.lambda_harness import reported_failures as failures
-from tests.conftest import AGENT, MAYA, load_function, sqs_batch
+from tests.conftest import AGENT, MAYA, dynamodb_table, load_function, sqs_batch
 from tests.integration import test_meta
 from tests.integration.test_choices import notify, text
 from tests.integration.test_consumer import message
@@ -145,7 +145,7 @@ def _the_question_event(resources) -> dict[str, Any]:
     """The CSAT event the hand-back queued, rebuilt from its ledger entry's id (as signed)."""
     from memagent.lifecycle import csat_body
 
-    table = boto3.resource("dynamodb").Table(resources.table_name)
+    table = dynamodb_table(resources.table_name)
     items = table.scan()["Items"]
     [entry] = [i for i in items if str(i.get("event_id", "")).startswith("csat:")]
     _csat, day, asked = str(entry["event_id"]).split(":", 2)

@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import boto3
 import pytest
 from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
@@ -16,7 +15,7 @@ from devstack.events import sqs_batch
 from devstack.fake_openai import notes_of
 from devstack.lambda_harness import retried
 from memagent.memory.person import person_key
-from tests.conftest import AGENT, MAYA, load_function, whasp_message
+from tests.conftest import AGENT, MAYA, dynamodb_table, load_function, whasp_message
 
 FOLD_EARLY = {"COMPACT_THRESHOLD": "4", "COMPACT_KEEP": "2"}  # a fold every two messages
 
@@ -38,7 +37,7 @@ def say(functions, tap, lambda_context, *texts: str) -> list[str]:
 
 
 def facts(table_name: str) -> list[str]:
-    table = boto3.resource("dynamodb").Table(table_name)
+    table = dynamodb_table(table_name)
     condition = Key("pk").eq(person_key(AGENT, MAYA)) & Key("sk").begins_with("FACT#")
     items = table.query(KeyConditionExpression=condition, ConsistentRead=True)["Items"]
     return sorted(item["text"] for item in items)

@@ -10,7 +10,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import boto3
 import pytest
 
 from devstack.clock import SQS_CLOCK
@@ -19,7 +18,7 @@ from devstack.fake_openai import notes_of
 from devstack.lambda_harness import sqs_message_record
 from memagent.memory.budget import day_of
 from memagent.memory.person import person_key
-from tests.conftest import AGENT, MAYA, seed_turns
+from tests.conftest import AGENT, MAYA, dynamodb_table, seed_turns
 from tests.integration.test_follow_up_guards import parked
 from tests.integration.test_follow_ups import (  # noqa: F401 (fixtures)
     ASK,
@@ -207,7 +206,7 @@ def test_operators_hear_of_a_follow_up_due_while_they_have_the_chat_and_it_never
     assert told["detail"] == {"agent": env["AGENT_ID"], "person": pk, "waiting": 2}
     assert decisions(caplog) == ["follow_up_for_human"] and model.due_requests == []
     # when the chat is handed back, and the firing is delivered once more (at least once)
-    boto3.resource("dynamodb").Table(env["TABLE_NAME"]).update_item(
+    dynamodb_table(env["TABLE_NAME"]).update_item(
         Key={"pk": pk, "sk": "STATE"},
         UpdateExpression="REMOVE handoff_since, handoff_agent, handoff_waiting",
     )

@@ -20,7 +20,7 @@ from devstack.events import EVENT_QUEUE_ARN
 from devstack.fake_openai import notes_of
 from devstack.lambda_harness import sqs_message_record
 from devstack.scheduler import SchedulerFiring
-from tests.conftest import AGENT, MAYA, load_function, whasp_message
+from tests.conftest import AGENT, MAYA, dynamodb_table, load_function, whasp_message
 from tests.integration.test_meta import graph, graph_server  # noqa: F401 (fixtures)
 from tests.integration.test_tools import call, outputs
 
@@ -158,7 +158,7 @@ def asked(stack, openai, lambda_context, **model: Any):
 
 
 def due_items(table: str) -> list[dict[str, Any]]:
-    rows = boto3.resource("dynamodb").Table(table).scan()["Items"]
+    rows = dynamodb_table(table).scan()["Items"]
     return [r for r in rows if str(r["sk"]).startswith("DUE#")]
 
 
@@ -240,7 +240,7 @@ def test_a_follow_up_whose_schedule_outlived_stop_still_sends_nothing(
     agent, firing, env, at, _model = asked(stack, openai, lambda_context)
     [schedule] = firing.pending()
     # given the schedule's delete was lost (it fires anyway), after STOP with the follow-up gone
-    boto3.resource("dynamodb").Table(env["TABLE_NAME"]).update_item(
+    dynamodb_table(env["TABLE_NAME"]).update_item(
         Key={"pk": due_items(env["TABLE_NAME"])[0]["pk"], "sk": "STATE"},
         UpdateExpression="SET opted_out = :t",
         ExpressionAttributeValues={":t": True},
@@ -271,7 +271,7 @@ def test_the_model_may_find_nothing_to_say(stack, openai, whasp, lambda_context,
 
 def human_has_the_chat(env: dict[str, str], pk: str, *, waiting: int) -> None:
     """A human has taken the person's chat over, with `waiting` of her messages for them."""
-    boto3.resource("dynamodb").Table(env["TABLE_NAME"]).update_item(
+    dynamodb_table(env["TABLE_NAME"]).update_item(
         Key={"pk": pk, "sk": "STATE"},
         UpdateExpression="SET handoff_since = :now, handoff_agent = :a, handoff_waiting = :w",
         ExpressionAttributeValues={
@@ -570,7 +570,7 @@ def test_a_memory_whose_retention_ended_is_never_followed_up(
     openai.responder = model
     say(agent, lambda_context, ASK)
     # given her retention ended before the follow-up's time, and DynamoDB's TTL has not run yet
-    table = boto3.resource("dynamodb").Table(env["TABLE_NAME"])
+    table = dynamodb_table(env["TABLE_NAME"])
     pk = due_items(env["TABLE_NAME"])[0]["pk"]
     expired = int((datetime.now(UTC) - timedelta(hours=1)).timestamp())
     table.update_item(

@@ -14,7 +14,7 @@ import pytest
 import memagent.turn.identity
 from devstack.events import meta_contact, meta_message, meta_notification
 from memagent.memory.person import legacy_key, person_key
-from tests.conftest import AGENT
+from tests.conftest import AGENT, dynamodb_table
 from tests.integration.test_meta import (  # noqa: F401 (fixtures)
     MAYA_BSUID,
     MAYA_PHONE,
@@ -32,7 +32,7 @@ from tests.integration.test_meta import (  # noqa: F401 (fixtures)
 
 
 def _table_items(resources) -> list[dict]:
-    return boto3.resource("dynamodb").Table(resources.table_name).scan(ConsistentRead=True)["Items"]
+    return dynamodb_table(resources.table_name).scan(ConsistentRead=True)["Items"]
 
 
 def test_no_key_group_id_or_log_line_is_computable_from_a_phone_without_the_stacks_key(
@@ -408,7 +408,7 @@ def test_an_expiry_racing_the_persons_new_message_keeps_the_new_conversation(
     consumer = load_function("consumer", consumer_env, monkeypatch)
     compactor = load_function("compactor", compactor_env, monkeypatch)
     pk = person_key(AGENT, MAYA)
-    table = boto3.resource("dynamodb").Table(resources.table_name)
+    table = dynamodb_table(resources.table_name)
     # given Maya's memory of a year ago, folded down to its newest turns and a summary (seqs 41
     # to 44), or never folded (seqs 1 to 4: the keys her new conversation, which starts at seq
     # 1, writes), and DynamoDB's TTL deleting her state item now
@@ -937,7 +937,7 @@ def test_a_person_kept_by_an_older_version_writing_from_a_new_phone_is_reached_b
         lambda_context,
         text_from("I'm Maya, training for Berlin", phone=MAYA_PHONE, bsuid=MAYA_BSUID, at=NOW),
     )
-    boto3.resource("dynamodb").Table(resources.table_name).update_item(
+    dynamodb_table(resources.table_name).update_item(
         Key={"pk": person_key(AGENT, MAYA_BSUID), "sk": "STATE"},
         UpdateExpression="REMOVE bsuid_key",
     )

@@ -23,6 +23,7 @@ from tests.conftest import (
     AGENT,
     BUSINESS,
     MAYA,
+    dynamodb_table,
     load_function,
     sqs_batch,
     sqs_record,
@@ -35,7 +36,7 @@ NEW_NUMBER = "+14155550199"
 
 
 def scan(table_name: str) -> list[dict[str, Any]]:
-    table = boto3.resource("dynamodb").Table(table_name)
+    table = dynamodb_table(table_name)
     items, kwargs = [], {}
     while True:
         page = table.scan(ConsistentRead=True, **kwargs)
@@ -54,7 +55,7 @@ def only_the_mark(state: dict[str, Any]) -> bool:
 def fill(table_name: str, phone: str, *, messages: int, facts: int, ledger: int) -> None:
     """A long-lived person, written in bulk: raw messages, a summary, facts, ledger entries."""
     pk = person_key(AGENT, phone)
-    table = boto3.resource("dynamodb").Table(table_name)
+    table = dynamodb_table(table_name)
     start = datetime(2026, 6, 1, tzinfo=UTC)
     with table.batch_writer() as batch:
         for seq in range(1, messages + 1):
@@ -113,7 +114,7 @@ def test_forget_leaves_only_the_content_free_erasure_mark(resources):
     fill(resources.table_name, MAYA, messages=500, facts=50, ledger=250)
     fill(resources.table_name, SAM, messages=30, facts=5, ledger=15)
     # and Maya's summary in its own item, and her BSUID, which reaches her memory (a link)
-    table = boto3.resource("dynamodb").Table(resources.table_name)
+    table = dynamodb_table(resources.table_name)
     pk, bsuid = person_key(AGENT, MAYA), person_key(AGENT, "GB.11122233344455566677")
     written = datetime(2026, 6, 2, tzinfo=UTC).isoformat()
     table.put_item(Item={"pk": pk, "sk": "SUMMARY", "text": "Maya is a nurse.", "at": written})
@@ -218,7 +219,7 @@ def test_an_export_is_exactly_what_is_held_field_by_field(
     covers, as plain JSON; nothing more, nothing renamed."""
     start = datetime(2026, 6, 1, tzinfo=UTC)
     fill(resources.table_name, MAYA, messages=3, facts=1, ledger=1)
-    table = boto3.resource("dynamodb").Table(resources.table_name)
+    table = dynamodb_table(resources.table_name)
     pk = person_key(AGENT, MAYA)
     # an older version kept the summary on the state, with when it was written
     summary_at = (start + timedelta(hours=1)).isoformat()

@@ -29,7 +29,7 @@ from devstack.events import (
 from devstack.lambda_harness import retried, sqs_message_record
 from memagent.memory.person import person_key
 from memagent.providers import TEST_PERSON
-from tests.conftest import AGENT, load_function, reset_for_each_test
+from tests.conftest import AGENT, dynamodb_table, load_function, reset_for_each_test
 from tests.integration.faults import crash_after, crash_before
 from tests.integration.test_lifecycle import only_the_mark
 
@@ -181,7 +181,7 @@ def text_from(text: str, *, phone=None, bsuid=None, at: int = NOW, wamid=None) -
 
 
 def memory_rows(resources, identifier: str) -> list[dict]:
-    table = boto3.resource("dynamodb").Table(resources.table_name)
+    table = dynamodb_table(resources.table_name)
     from boto3.dynamodb.conditions import Key
 
     pk = person_key(AGENT, identifier)

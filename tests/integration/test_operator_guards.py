@@ -8,13 +8,12 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import boto3
 import pytest
 
 from devstack.clock import SQS_CLOCK
 from devstack.events import sqs_batch
 from memagent.memory.person import person_key
-from tests.conftest import AGENT, MAYA, load_function, whasp_message
+from tests.conftest import AGENT, MAYA, dynamodb_table, load_function, whasp_message
 from tests.integration.test_follow_ups import (
     Model,
     follow_up_env,
@@ -64,7 +63,7 @@ def writes(consumer, lambda_context, text: str, at: datetime, phone: str = MAYA)
 def rows(env: dict[str, str], phone: str = MAYA) -> list[dict[str, Any]]:
     from boto3.dynamodb.conditions import Key
 
-    table = boto3.resource("dynamodb").Table(env["TABLE_NAME"])
+    table = dynamodb_table(env["TABLE_NAME"])
     key = Key("pk").eq(person_key(AGENT, phone))
     return table.query(KeyConditionExpression=key, ConsistentRead=True)["Items"]
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import boto3
 import pytest
 
 from devstack.apigw import http_api_event
 from devstack.lambda_harness import reported_failures as failures
-from tests.conftest import AGENT, MAYA, load_function, sqs_batch
+from tests.conftest import AGENT, MAYA, dynamodb_table, load_function, sqs_batch
 from tests.integration.test_consumer import message
 from tests.integration.test_operator import OPERATOR_ARN, person
 
@@ -53,7 +52,7 @@ def write(consumer, lambda_context, text: str, minute: float, chat: str = MAYA) 
 def conversations(resources, who: str) -> list[dict[str, Any]]:
     from memagent.memory import person_key
 
-    table = boto3.resource("dynamodb").Table(resources.table_name)
+    table = dynamodb_table(resources.table_name)
     items = table.query(
         KeyConditionExpression="pk = :pk AND begins_with(sk, :c)",
         ExpressionAttributeValues={":pk": person_key(AGENT, who), ":c": "CONV#"},

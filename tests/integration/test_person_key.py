@@ -20,7 +20,15 @@ import pytest
 from devstack.lambda_harness import reported_failures as failures
 from memagent.errors import ConfigurationError
 from memagent.memory.person import LOCAL_PERSON_KEY
-from tests.conftest import AGENT, MAYA, OTHER_SECRET, load_function, sqs_batch, whasp_message
+from tests.conftest import (
+    AGENT,
+    MAYA,
+    OTHER_SECRET,
+    dynamodb_table,
+    load_function,
+    sqs_batch,
+    whasp_message,
+)
 from tests.integration.test_webhook_hardening import queued as queued  # a fixture
 from tests.integration.webhook_calls import post_signed, webhook_env
 
@@ -118,7 +126,7 @@ def test_the_stacks_secret_wins_over_a_plain_person_key(
     # when Maya writes
     assert failures(consumer.handler(sqs_batch(whasp_message("Hi")), lambda_context)) == []
     # then her memory is under the stack's key, not the plain one's
-    table = boto3.resource("dynamodb").Table(resources.table_name)
+    table = dynamodb_table(resources.table_name)
     keys = {item["pk"] for item in table.scan()["Items"] if item["pk"].startswith("P#")}
     assert keys == {key_under(STACKS_KEY, MAYA)}
 
@@ -152,7 +160,7 @@ def mayas_memory(table: str) -> str:
     """Maya's three messages and her state, written under the stack's key (as its functions
     wrote them: every turn writes the state, and messages without one are what an expiry left)."""
     pk = key_under(STACKS_KEY, MAYA)
-    with boto3.resource("dynamodb").Table(table).batch_writer() as batch:
+    with dynamodb_table(table).batch_writer() as batch:
         for seq in (1, 2, 3):
             at = f"2026-11-29T10:0{seq}:00+00:00"
             item = {"pk": pk, "sk": f"MSG#{seq:012d}", "seq": seq, "role": "user", "at": at}
@@ -177,7 +185,7 @@ def answer(done: subprocess.CompletedProcess[str]) -> dict:
 
 
 def items_of(table: str, pk: str) -> list[dict]:
-    return [i for i in boto3.resource("dynamodb").Table(table).scan()["Items"] if i["pk"] == pk]
+    return [i for i in dynamodb_table(table).scan()["Items"] if i["pk"] == pk]
 
 
 @pytest.mark.parametrize("action", ["export", "forget"])
@@ -237,7 +245,7 @@ def test_the_tool_says_an_expired_person_is_gone_rather_than_exporting_them(reso
     table = resources.table_name
     stack = a_stack(table)
     pk = mayas_memory(table)
-    boto3.resource("dynamodb").Table(table).delete_item(Key={"pk": pk, "sk": "STATE"})
+    dynamodb_table(table).delete_item(Key={"pk": pk, "sk": "STATE"})
     # when the operator exports her by the stack, then the tool says she is gone, shows nothing
     exported = people("export", MAYA, "--stack", stack, PERSON_KEY=None, MEMAGENT_LOCAL_STACK=None)
     assert exported.returncode == 1, exported.stderr

@@ -11,12 +11,11 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import boto3
 import pytest
 
 from devstack.apigw import http_api_event
 from memagent.memory.person import person_key
-from tests.conftest import AGENT, MAYA, load_function, sqs_batch, whasp_message
+from tests.conftest import AGENT, MAYA, dynamodb_table, load_function, sqs_batch, whasp_message
 from tests.integration import test_operator
 from tests.integration.test_operator import OPERATOR_ARN, SAM, call, person
 
@@ -47,7 +46,7 @@ def write(consumer, lambda_context, phone: str, text: str, at: datetime) -> None
 
 def state(table: str, phone: str) -> dict[str, Any]:
     key = {"pk": person_key(AGENT, phone), "sk": "STATE"}
-    return boto3.resource("dynamodb").Table(table).get_item(Key=key)["Item"]
+    return dynamodb_table(table).get_item(Key=key)["Item"]
 
 
 def test_the_newest_writers_come_first_each_with_where_to_open_them(

@@ -16,7 +16,7 @@ import pytest
 
 from devstack.fake_openai import turns_of
 from memagent.memory.person import person_key
-from tests.conftest import AGENT, MAYA, load_function, whasp_message
+from tests.conftest import AGENT, MAYA, dynamodb_table, load_function, whasp_message
 from tests.integration.test_meta import Queue
 from tests.integration.webhook_calls import post_signed, webhook_env
 
@@ -25,7 +25,7 @@ SAM = "+447700900456"
 
 
 def _table(resources) -> list[dict]:
-    return boto3.resource("dynamodb").Table(resources.table_name).scan(ConsistentRead=True)["Items"]
+    return dynamodb_table(resources.table_name).scan(ConsistentRead=True)["Items"]
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def pipeline(resources, consumer_env, bucket, monkeypatch, lambda_context):
 def test_the_ttl_stand_in_deletes_late_with_the_record_aws_writes(resources, tap, ttl):
     # given three items of the table: expired an hour ago, not yet expired, and a TTL that is no
     # Number (DynamoDB ignores it)
-    table = boto3.resource("dynamodb").Table(resources.table_name)
+    table = dynamodb_table(resources.table_name)
     now = int(ttl.clock.now())
     for pk, expires in (("P#old", now - 3600), ("P#new", now + 3600), ("P#text", "soon")):
         table.put_item(Item={"pk": pk, "sk": "STATE", "expires_at": expires})
@@ -167,9 +167,7 @@ def test_a_state_item_deleted_by_anyone_but_the_ttl_passes_the_filter_and_is_no_
     calls = len(openai.calls())
     tap.poll()  # her turn's own records
     # given someone deletes Maya's state item by hand (DeleteItem: not the TTL)
-    boto3.resource("dynamodb").Table(resources.table_name).delete_item(
-        Key={"pk": pk, "sk": "STATE"}
-    )
+    dynamodb_table(resources.table_name).delete_item(Key={"pk": pk, "sk": "STATE"})
     # when Lambda hands the compactor what the template's filter lets by
     delivered = tap.matching()
     out = io.StringIO()
@@ -195,7 +193,7 @@ def test_an_expired_memory_begun_after_an_erasure_is_expired_whole(pipeline, res
     # again 31 days ago (30 days' retention): that memory expired a day ago, not deleted yet
     now = datetime.now(UTC)
     pk = person_key(AGENT, MAYA)
-    table = boto3.resource("dynamodb").Table(resources.table_name)
+    table = dynamodb_table(resources.table_name)
     then = now - timedelta(days=31)
     for seq, role, text in ((1, "user", "my HIV test came back positive"), (2, "assistant", "ok")):
         at = (then + timedelta(seconds=seq)).isoformat()
@@ -235,7 +233,7 @@ def test_an_expired_persons_archived_transcripts_go_with_the_turns_expiry(
     seed_turns(compactor.store, MAYA, texts, start=now - timedelta(days=31, hours=1))
     openai.responder = lambda request: json.dumps({"summary": "Maya's news.", "facts": []})
     assert compactor.compact(pk) == "compacted"
-    boto3.resource("dynamodb").Table(resources.table_name).update_item(
+    dynamodb_table(resources.table_name).update_item(
         Key={"pk": pk, "sk": "STATE"},
         UpdateExpression="SET expires_at = :t",
         ExpressionAttributeValues={":t": int((now - timedelta(days=1)).timestamp())},
@@ -265,7 +263,7 @@ def test_a_transcript_archived_by_a_fold_that_died_before_its_commit_goes_with_t
     compactor = load_function("compactor", settings, monkeypatch)
     texts = ["my HIV test came back positive" if i == 0 else f"turn {i}" for i in range(45)]
     seed_turns(compactor.compactor.store, MAYA, texts, start=now - timedelta(days=31, hours=1))
-    boto3.resource("dynamodb").Table(resources.table_name).update_item(
+    dynamodb_table(resources.table_name).update_item(
         Key={"pk": pk, "sk": "STATE"},
         UpdateExpression="SET expires_at = :t",
         ExpressionAttributeValues={":t": int((now - timedelta(days=1)).timestamp())},
@@ -295,7 +293,7 @@ def test_an_expired_memory_whose_last_message_no_reply_answered_is_expired_whole
     # private, stored for the human and never answered: the newest thing her memory holds
     now = datetime.now(UTC)
     pk = person_key(AGENT, MAYA)
-    table = boto3.resource("dynamodb").Table(resources.table_name)
+    table = dynamodb_table(resources.table_name)
     then = now - timedelta(days=31)
     said = [("user", "talk to a human"), ("assistant", "A person will answer you here soon.")]
     said.append(("user", "my HIV test came back positive"))
@@ -364,7 +362,7 @@ def test_an_operators_reply_to_the_new_conversation_is_sent_once_across_a_late_e
     now = datetime.now(UTC)
     said = ["my HIV test came back positive", "I'm so sorry."]
     seed_turns(MemoryStore(resources.table_name), MAYA, said, start=now - timedelta(days=31))
-    boto3.resource("dynamodb").Table(resources.table_name).update_item(
+    dynamodb_table(resources.table_name).update_item(
         Key={"pk": person_key(AGENT, MAYA), "sk": "STATE"},
         UpdateExpression="SET expires_at = :t",
         ExpressionAttributeValues={":t": int((now - timedelta(days=1)).timestamp())},
@@ -413,7 +411,7 @@ def test_a_voice_note_of_the_new_conversation_kept_for_its_retry_outlives_a_late
     now = datetime.now(UTC)
     said = ["my HIV test came back positive", "I'm so sorry."]
     seed_turns(MemoryStore(resources.table_name), MAYA, said, start=now - timedelta(days=31))
-    boto3.resource("dynamodb").Table(resources.table_name).update_item(
+    dynamodb_table(resources.table_name).update_item(
         Key={"pk": person_key(AGENT, MAYA), "sk": "STATE"},
         UpdateExpression="SET expires_at = :t",
         ExpressionAttributeValues={":t": int((now - timedelta(days=1)).timestamp())},
@@ -456,7 +454,7 @@ def test_a_folded_memory_the_ttl_deleted_the_state_of_leaves_no_summary_to_the_n
     seed_turns(compactor.store, MAYA, texts, start=now - timedelta(days=31, hours=1))
     openai.responder = lambda request: json.dumps({"summary": "Maya's HIV news.", "facts": []})
     assert compactor.compact(pk) == "compacted"
-    boto3.resource("dynamodb").Table(resources.table_name).update_item(
+    dynamodb_table(resources.table_name).update_item(
         Key={"pk": pk, "sk": "STATE"},
         UpdateExpression="SET expires_at = :t",
         ExpressionAttributeValues={":t": int((now - timedelta(days=1)).timestamp())},

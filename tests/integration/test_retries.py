@@ -22,7 +22,7 @@ from devstack.delivery import QueueDelivery, in_process
 from devstack.lambda_harness import reported_failures as failures
 from devstack.resources import load_template, max_receive_count
 from memagent.memory.person import person_key
-from tests.conftest import AGENT, MAYA, load_function, sqs_batch, whasp_message
+from tests.conftest import AGENT, MAYA, dynamodb_table, load_function, sqs_batch, whasp_message
 from tests.integration.webhook_calls import signed_request, webhook_env
 
 SAM = "+447700900456"
@@ -86,7 +86,7 @@ def written(seconds_ago: float, text: str, chat: str = MAYA) -> dict[str, Any]:
 
 
 def user_turns(resources, phone: str) -> list[str]:
-    table = boto3.resource("dynamodb").Table(resources.table_name)
+    table = dynamodb_table(resources.table_name)
     items = table.query(
         KeyConditionExpression="pk = :pk AND begins_with(sk, :msg)",
         ExpressionAttributeValues={":pk": person_key(AGENT, phone), ":msg": "MSG#"},

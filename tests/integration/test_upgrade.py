@@ -16,13 +16,13 @@ import memagent.turn.identity
 from devstack.lambda_harness import reported_failures as failures
 from devstack.lambda_harness import retried
 from memagent.memory.person import legacy_key, person_key
-from tests.conftest import AGENT, MAYA, sqs_batch
+from tests.conftest import AGENT, MAYA, dynamodb_table, sqs_batch
 from tests.integration.test_consumer import SAM, message
 from tests.integration.test_lifecycle import admin, admin_event, only_the_mark  # noqa: F401 (fixture)
 
 
 def partition(resources, pk: str) -> list[dict]:
-    table = boto3.resource("dynamodb").Table(resources.table_name)
+    table = dynamodb_table(resources.table_name)
     return table.query(KeyConditionExpression=Key("pk").eq(pk), ConsistentRead=True)["Items"]
 
 

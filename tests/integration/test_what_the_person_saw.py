@@ -5,17 +5,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import boto3
 from boto3.dynamodb.conditions import Key
 
 from devstack.fake_openai import turns_of
 from devstack.lambda_harness import reported_failures as failures
 from memagent.memory.person import person_key
-from tests.conftest import AGENT, MAYA, load_function, sqs_batch, whasp_message
+from tests.conftest import AGENT, MAYA, dynamodb_table, load_function, sqs_batch, whasp_message
 
 
 def turns(table_name: str, phone: str = MAYA) -> list[tuple[str, str]]:
-    table = boto3.resource("dynamodb").Table(table_name)
+    table = dynamodb_table(table_name)
     items = table.query(
         KeyConditionExpression=Key("pk").eq(person_key(AGENT, phone))
         & Key("sk").begins_with("MSG#"),
