@@ -31,6 +31,8 @@ def log_lines(stderr: str) -> list[dict]:
     return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
 
 
+@pytest.mark.slow  # a stack in a process of its own (6 s of CPU): the handler's answer to this
+# sample is make test's, in tests/integration/test_events.py (test_consumer_batch_event)
 def test_the_consumers_sample_batch_prints_its_batch_response_and_its_log(tmp_path):
     # when the consumer runs on the sample SQS batch
     run = invoke("consumer", "events/consumer-sqs-batch.json", tmp_path)
