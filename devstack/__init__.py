@@ -179,6 +179,9 @@ def _handler_for(app: LoopbackServer) -> type[BaseHTTPRequestHandler]:
         # HTTP/1.1 keeps connections alive, as httpx and urllib3 expect; every reply below
         # therefore carries a Content-Length.
         protocol_version = "HTTP/1.1"
+        # The headers and the body go out in two writes: with Nagle's algorithm the body waits
+        # for the client's delayed ACK of the headers, 40 ms on every kept-alive request
+        disable_nagle_algorithm = True
 
         def _serve(self) -> None:
             parts = urlsplit(self.path)
