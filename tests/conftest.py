@@ -112,6 +112,18 @@ def _guarded_sleep(seconds: float) -> None:
 time.sleep = _guarded_sleep
 
 
+@pytest.fixture(autouse=True)
+def aws_clock_kept() -> Iterator[None]:
+    """AWS's clock (devstack.clock.SQS_CLOCK) is as it was before each test: one that lets a
+    day pass, or runs the clock faster, leaves the next test in its worker on AWS time as it
+    was. (A test of compaction retries left it 15 minutes ahead, and the life model after it,
+    whose queue clock follows the functions', lost a message: only in that order.)"""
+    from devstack.clock import SQS_CLOCK
+
+    with SQS_CLOCK.kept():
+        yield
+
+
 # ------------------------------------------------------------------ no TLS here
 
 

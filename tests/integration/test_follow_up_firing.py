@@ -40,13 +40,6 @@ from tests.integration.test_follow_ups import (  # noqa: F401 (fixtures)
 from tests.integration.test_tools import call
 
 
-@pytest.fixture(autouse=True)
-def aws_clock_kept():
-    """These tests let AWS's clock run to tomorrow 9:00; the next test starts where it was."""
-    with SQS_CLOCK.kept():
-        yield
-
-
 def decisions(caplog) -> list[str]:
     return [line["decision"] for line in logged(caplog, "event handled")]
 

@@ -49,13 +49,6 @@ from tests.integration.test_meta import (  # noqa: F401 (fixtures)
 NEW_BSUID = "GB.77700011122233344400"  # the recycled number's new owner
 
 
-@pytest.fixture(autouse=True)
-def aws_clock_kept():
-    """These tests let AWS's clock run to tomorrow 9:00; the next test starts where it was."""
-    with SQS_CLOCK.kept():
-        yield
-
-
 @pytest.fixture
 def meta_stack(resources, openai, graph, monkeypatch):
     """Meta's consumer with follow-ups on, and Scheduler's firing of its schedule group."""

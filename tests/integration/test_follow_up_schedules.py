@@ -23,13 +23,6 @@ from memagent.aws.scheduler import RETRY_POLICY
 ROLE = "arn:aws:iam::123456789012:role/whasp-agent-FollowUpSchedulerRole"
 
 
-@pytest.fixture(autouse=True)
-def aws_clock_kept():
-    """These tests let AWS's clock run to tomorrow 9:00; the next test starts where it was."""
-    with SQS_CLOCK.kept():
-        yield
-
-
 LONDON = "Europe/London"
 GROUP_ID = "P#0123456789abcdef"  # the person's FIFO group, as the webhook names it
 

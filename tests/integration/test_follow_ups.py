@@ -27,13 +27,6 @@ from tests.integration.test_tools import call, outputs
 ROLE = "arn:aws:iam::123456789012:role/whasp-agent-FollowUpSchedulerRole"
 
 
-@pytest.fixture(autouse=True)
-def aws_clock_kept():
-    """These tests let AWS's clock run to tomorrow 9:00; the next test starts where it was."""
-    with SQS_CLOCK.kept():
-        yield
-
-
 LONDON = ZoneInfo("Europe/London")
 ASK = "Remind me tomorrow at 9 to call the dentist"
 REMINDER = "Good morning Maya! Time to call the dentist."

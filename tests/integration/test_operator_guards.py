@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from devstack.clock import SQS_CLOCK
 from devstack.events import sqs_batch
 from memagent.memory.person import person_key
 from tests.conftest import AGENT, MAYA, dynamodb_table, load_function, whasp_message
@@ -21,12 +20,6 @@ from tests.integration.test_follow_ups import (
     tomorrow_at_nine,
 )
 from tests.integration.test_operator import call, person
-
-
-@pytest.fixture(autouse=True)
-def aws_clock_kept():
-    with SQS_CLOCK.kept():
-        yield
 
 
 @pytest.fixture
